@@ -1,0 +1,104 @@
+// Datasets: synthetic tensors, IDX (MNIST / Fashion-MNIST) and CIFAR binary,
+// behind one BatchSource interface. A source is made for one (rank, world) pair
+// and yields that rank's batches; every source is deterministic given the seed,
+// so any process can rebuild exactly what rank r saw at step s (the parity
+// check relies on this).
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ddpbench {
+
+// Bad or unreadable data: the message names the file and what is wrong.
+class DataError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct Batch {
+  torch::Tensor images;  // float32 [N, C, H, W], normalised, on the source's device
+  torch::Tensor labels;  // int64 [N], on the source's device
+  int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
+};
+
+// An in-memory labelled image set, as read from disk.
+struct ImageSet {
+  torch::Tensor images;  // uint8 [N, C, H, W] on the CPU
+  torch::Tensor labels;  // int64 [N] on the CPU
+  int64_t num_classes = 0;
+};
+
+struct DataSpec {
+  std::string name = "synthetic";  // synthetic|mnist|fashion-mnist|cifar10|cifar100
+  std::string data_dir;            // empty: the dataset's default (if any)
+  int64_t image_size = 0;          // 0: the dataset's native size; else resized square
+  int64_t batch_size = 32;         // per rank (per source)
+  uint64_t seed = 0;
+  bool augment = false;            // random crop (pad 4) + horizontal flip, train only
+  int prefetch = 2;                // batches prepared ahead on background threads
+  torch::Device device = torch::kCPU;
+  // Synthetic only:
+  int64_t synthetic_classes = 1000;
+  int64_t synthetic_channels = 3;
+  int64_t synthetic_size = 10000;  // notional train-set size, for --epochs
+};
+
+struct DatasetInfo {
+  std::string name;
+  bool real = false;  // false for synthetic: no accuracy is reported
+  int64_t channels = 0, height = 0, width = 0, num_classes = 0;
+  int64_t train_size = 0, test_size = 0;
+};
+
+// Names accepted by --dataset, for messages and --help.
+const std::vector<std::string>& DatasetNames();
+
+// Reads the dataset's metadata (and checks its files); throws DataError.
+DatasetInfo DescribeDataset(const DataSpec& spec);
+
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual Batch Next() = 0;                  // blocks until the next batch is ready
+  virtual int64_t BatchesPerEpoch() const = 0;
+};
+
+// Training batches for `rank` of `world`: a DistributedSampler share of every
+// epoch (padded as torch's DistributedSampler does), reshuffled per epoch with
+// seed + epoch, full batches only (drop_last), endless across epochs.
+std::unique_ptr<BatchSource> MakeTrainSource(const DataSpec& spec, int rank, int world);
+// Test batches for `rank` of `world`: a disjoint, unpadded share of the test
+// set (indices rank, rank + world, ...), no shuffling or augmentation, the last
+// batch may be short; after BatchesPerEpoch() batches Next() returns an empty
+// Batch. Synthetic data has no test set: returns nullptr.
+std::unique_ptr<BatchSource> MakeTestSource(const DataSpec& spec, int rank, int world);
+
+// --- building blocks, exposed for tests ----------------------------------
+ImageSet ReadIdxPair(const std::string& images_path, const std::string& labels_path);
+ImageSet ReadCifarFiles(const std::vector<std::string>& paths, bool cifar100);
+
+class DistributedSampler {
+ public:
+  DistributedSampler(int64_t dataset_size, int rank, int world, bool shuffle,
+                     uint64_t seed, bool drop_last = false);
+  void SetEpoch(int64_t epoch) { epoch_ = epoch; }
+  std::vector<int64_t> Indices() const;  // this rank's indices for the epoch
+  int64_t NumSamples() const { return num_samples_; }
+
+ private:
+  int64_t size_;
+  int rank_, world_;
+  bool shuffle_;
+  uint64_t seed_;
+  bool drop_last_;
+  int64_t epoch_ = 0;
+  int64_t num_samples_;
+};
+
+}  // namespace ddpbench

@@ -1,0 +1,59 @@
+// ResNet-18/34/50/101/152, architecture-equivalent to torchvision's, built as a
+// flat sequence of named units (stem, every residual block, head) so that model
+// and pipeline parallelism can cut it between any two units without the model
+// knowing anything about parallelism (the torchtitan rule).
+#pragma once
+
+#include <torch/nn/cloneable.h>
+#include <torch/nn/modules/container/sequential.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ddpbench {
+
+enum class NormKind {
+  kBatch,        // BatchNorm2d, as torchvision
+  kGroup,        // GroupNorm(min(32, C) groups): batch-independent maths
+  kFrozenBatch,  // BatchNorm2d with fixed running statistics (always eval)
+};
+
+struct ResNetOptions {
+  int depth = 18;               // 18, 34, 50, 101 or 152
+  int64_t num_classes = 1000;
+  int64_t in_channels = 3;
+  bool small_input = false;     // 3x3 stride-1 stem, no max-pool (28/32 px)
+  int64_t width = 64;           // channels of the first stage (torchvision: 64)
+  NormKind norm = NormKind::kBatch;
+};
+
+// Throws std::invalid_argument naming the bad value and what is accepted.
+void ValidateResNetOptions(const ResNetOptions& options);
+NormKind ParseNormKind(const std::string& name);  // batch|group|frozen-bn
+std::string NormKindName(NormKind kind);
+
+class ResNetImpl : public torch::nn::Cloneable<ResNetImpl> {
+ public:
+  explicit ResNetImpl(ResNetOptions options = {});
+  void reset() override;
+  torch::Tensor forward(torch::Tensor x);
+
+  const ResNetOptions& options() const { return options_; }
+  // Units in execution order: "stem", "layer1.0", ..., "layer4.N", "head".
+  // units()[i] maps a tensor to a tensor; forward == running them in order.
+  torch::nn::Sequential& units() { return units_; }
+  const std::vector<std::string>& unit_names() const { return unit_names_; }
+  // Parameter count of each unit, in unit order (for balancing splits).
+  std::vector<int64_t> UnitParameterCounts() const;
+
+ private:
+  ResNetOptions options_;
+  torch::nn::Sequential units_{nullptr};
+  std::vector<std::string> unit_names_;
+};
+TORCH_MODULE(ResNet);
+
+int64_t CountParameters(const torch::nn::Module& module);
+
+}  // namespace ddpbench
