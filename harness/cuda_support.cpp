@@ -1,0 +1,75 @@
+#include "harness/cuda_support.h"
+
+#include <torch/cuda.h>
+
+#ifdef DDPBENCH_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#endif
+
+#include <fmt/format.h>
+
+namespace ddpbench {
+
+bool CudaAvailable() { return torch::cuda::is_available(); }
+int CudaDeviceCount() { return CudaAvailable() ? static_cast<int>(torch::cuda::device_count()) : 0; }
+
+#ifdef DDPBENCH_WITH_CUDA
+std::string CudaDeviceName(int index) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return "";
+  return prop.name;
+}
+std::string CudaRuntimeVersion() {
+  int v = 0;
+  if (cudaRuntimeGetVersion(&v) != cudaSuccess) return "";
+  return fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
+}
+std::string NcclVersion() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "";
+  return fmt::format("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100);
+}
+CudaMemoryPeaks CudaPeaks(int device) {
+  using c10::CachingDeviceAllocator::StatType;
+  auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
+  const auto agg = static_cast<size_t>(StatType::AGGREGATE);
+  return {static_cast<double>(stats.allocated_bytes[agg].peak),
+          static_cast<double>(stats.reserved_bytes[agg].peak)};
+}
+void CudaResetPeak(int device) { c10::cuda::CUDACachingAllocator::resetPeakStats(device); }
+void CudaSynchronize(int device) { c10::cuda::device_synchronize(); }
+
+struct CudaEventPair::Impl {
+  at::cuda::CUDAEvent start{cudaEventDefault};
+  at::cuda::CUDAEvent end{cudaEventDefault};
+  int device;
+};
+CudaEventPair::CudaEventPair(int device) : impl_(std::make_unique<Impl>()) { impl_->device = device; }
+CudaEventPair::~CudaEventPair() = default;
+void CudaEventPair::RecordStart() { impl_->start.record(c10::cuda::getCurrentCUDAStream(impl_->device)); }
+void CudaEventPair::RecordEnd() { impl_->end.record(c10::cuda::getCurrentCUDAStream(impl_->device)); }
+double CudaEventPair::ElapsedMs() {
+  impl_->end.synchronize();
+  return impl_->start.elapsed_time(impl_->end);
+}
+#else
+std::string CudaDeviceName(int) { return ""; }
+std::string CudaRuntimeVersion() { return ""; }
+std::string NcclVersion() { return ""; }
+CudaMemoryPeaks CudaPeaks(int) { return {}; }
+void CudaResetPeak(int) {}
+void CudaSynchronize(int) {}
+struct CudaEventPair::Impl {};
+CudaEventPair::CudaEventPair(int) {}
+CudaEventPair::~CudaEventPair() = default;
+void CudaEventPair::RecordStart() {}
+void CudaEventPair::RecordEnd() {}
+double CudaEventPair::ElapsedMs() { return 0; }
+#endif
+
+}  // namespace ddpbench

@@ -1,0 +1,40 @@
+// The few CUDA-only calls the harness makes, behind a plain interface so that
+// only cuda_support.cpp includes CUDA headers; without CUDA in LibTorch every
+// function degrades to a clear "no CUDA" answer.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ddpbench {
+
+bool CudaAvailable();
+int CudaDeviceCount();
+std::string CudaDeviceName(int index);
+std::string CudaRuntimeVersion();  // "" without CUDA
+std::string NcclVersion();         // "" without NCCL
+
+struct CudaMemoryPeaks {
+  double allocated = 0;  // bytes
+  double reserved = 0;
+};
+CudaMemoryPeaks CudaPeaks(int device);
+void CudaResetPeak(int device);
+void CudaSynchronize(int device);
+
+// Elapsed-time measurement with CUDA events on the current stream.
+class CudaEventPair {
+ public:
+  explicit CudaEventPair(int device);
+  ~CudaEventPair();
+  void RecordStart();
+  void RecordEnd();
+  double ElapsedMs();  // synchronises on the end event
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddpbench

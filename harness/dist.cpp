@@ -1,0 +1,44 @@
+// Harness-level collectives on the run's process group. Figures are gathered
+// as float64 so nothing is lost on the way to rank 0's row.
+#include "harness/dist.h"
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+namespace ddpbench {
+
+void DistContext::Barrier() {
+  if (world == 1 || !group) return;
+  // A tiny all-reduce rather than barrier(): it works the same on Gloo and
+  // NCCL and honours the group's timeout.
+  AllReduceSum(0.0);
+}
+
+std::vector<double> DistContext::AllGather(const std::vector<double>& values) {
+  if (world == 1 || !group) return values;
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64).device(device);
+  auto mine = torch::tensor(values, torch::kFloat64).to(device);
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int r = 0; r < world; ++r) outputs[0].push_back(torch::empty({static_cast<int64_t>(values.size())}, opts));
+  std::vector<at::Tensor> inputs{mine};
+  group->allgather(outputs, inputs)->wait();
+  std::vector<double> all;
+  for (auto& t : outputs[0]) {
+    auto cpu = t.to(torch::kCPU);
+    all.insert(all.end(), cpu.data_ptr<double>(), cpu.data_ptr<double>() + cpu.numel());
+  }
+  return all;
+}
+
+namespace {
+double Reduce(DistContext& d, double value, c10d::ReduceOp::RedOpType op) {
+  if (d.world == 1 || !d.group) return value;
+  std::vector<at::Tensor> t{torch::full({1}, value, torch::kFloat64).to(d.device)};
+  d.group->allreduce(t, c10d::AllreduceOptions{op})->wait();
+  return t[0].item<double>();
+}
+}  // namespace
+
+double DistContext::AllReduceSum(double value) { return Reduce(*this, value, c10d::ReduceOp::SUM); }
+double DistContext::AllReduceMax(double value) { return Reduce(*this, value, c10d::ReduceOp::MAX); }
+
+}  // namespace ddpbench

@@ -1,0 +1,114 @@
+#include "harness/memory.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <sys/resource.h>
+
+#include <array>
+#include <atomic>
+#include <mutex>
+
+#include "harness/cuda_support.h"
+
+namespace ddpbench {
+namespace {
+
+thread_local int t_device = -1;
+
+struct Counters {
+  std::atomic<int64_t> current{0};
+  std::atomic<int64_t> peak{0};
+};
+std::array<Counters, kMaxCpuDevices> g_counters;
+
+void Add(int device, int64_t bytes) {
+  if (device < 0 || device >= kMaxCpuDevices) return;
+  auto& c = g_counters[device];
+  int64_t now = c.current.fetch_add(bytes) + bytes;
+  int64_t peak = c.peak.load();
+  while (now > peak && !c.peak.compare_exchange_weak(peak, now)) {
+  }
+}
+
+// The original allocation and whom it was charged to, freed together.
+struct TrackedContext {
+  c10::DataPtr inner;
+  int64_t bytes;
+  int device;
+};
+
+void DeleteTracked(void* ctx) {
+  auto* tracked = static_cast<TrackedContext*>(ctx);
+  Add(tracked->device, -tracked->bytes);
+  delete tracked;
+}
+
+class TrackingAllocator final : public c10::Allocator {
+ public:
+  explicit TrackingAllocator(c10::Allocator* base) : base_(base) {}
+  c10::DataPtr allocate(size_t n) override {
+    c10::DataPtr inner = base_->allocate(n);
+    void* data = inner.get();
+    int device = t_device;
+    Add(device, static_cast<int64_t>(n));
+    auto* ctx = new TrackedContext{std::move(inner), static_cast<int64_t>(n), device};
+    return {data, ctx, &DeleteTracked, c10::Device(c10::DeviceType::CPU)};
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+
+ private:
+  c10::Allocator* base_;
+};
+
+}  // namespace
+
+void InstallCpuMemoryTracker() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    static TrackingAllocator tracker(c10::GetCPUAllocator());
+    c10::SetCPUAllocator(&tracker, /*priority=*/100);
+  });
+}
+
+CpuDeviceScope::CpuDeviceScope(int index) : previous_(t_device) { t_device = index; }
+CpuDeviceScope::~CpuDeviceScope() { t_device = previous_; }
+int CurrentCpuDevice() { return t_device; }
+
+int64_t CpuAllocatedBytes(int index) {
+  return index >= 0 && index < kMaxCpuDevices ? g_counters[index].current.load() : 0;
+}
+int64_t CpuPeakBytes(int index) {
+  return index >= 0 && index < kMaxCpuDevices ? g_counters[index].peak.load() : 0;
+}
+
+void ResetPeakMemory(const std::vector<torch::Device>& devices) {
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (devices[i].is_cuda()) {
+      CudaResetPeak(devices[i].index());
+    } else if (i < static_cast<size_t>(kMaxCpuDevices)) {
+      g_counters[i].peak.store(g_counters[i].current.load());
+    }
+  }
+}
+
+DeviceMemory MeasureDeviceMemory(const torch::Device& device, int logical_index) {
+  constexpr double kMb = 1024.0 * 1024.0;
+  DeviceMemory m;
+  if (device.is_cuda()) {
+    CudaMemoryPeaks peaks = CudaPeaks(device.index());
+    m.peak_allocated_mb = peaks.allocated / kMb;
+    m.peak_reserved_mb = peaks.reserved / kMb;
+  } else {
+    m.peak_allocated_mb = CpuPeakBytes(logical_index) / kMb;
+  }
+  return m;
+}
+
+double PeakRssMb() {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+}  // namespace ddpbench

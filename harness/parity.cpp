@@ -1,0 +1,79 @@
+#include "harness/parity.h"
+
+#include <torch/torch.h>
+
+#include "harness/config.h"
+#include "harness/dist.h"
+#include "harness/phase.h"
+#include "strategies/factories.h"
+
+namespace ddpbench {
+
+ParityResult RunParityCheck(const StrategyEntry& entry, const RunContext& ctx, const DataSpec& spec) {
+  const RunConfig& base = *ctx.config;
+  RunConfig config = base;
+  config.amp = "off";  // reduced precision is not the same maths
+  ResNetOptions model = ctx.model;
+  if (entry.info.batch_norm_differs && model.norm == NormKind::kBatch) model.norm = NormKind::kGroup;
+  config.norm = NormKindName(model.norm);
+
+  ParityResult result;
+  result.steps = config.verify_steps;
+  result.model = base.model + " norm=" + config.norm + " amp=off";
+
+  DataSpec data = spec;
+  data.augment = base.augment;
+  data.prefetch = 0;
+
+  PhaseTimer timer(ctx.devices.front());
+  RunContext run = ctx;
+  run.config = &config;
+  run.model = model;
+  run.timer = &timer;
+
+  // The strategy under test, on this process's own batches.
+  auto strategy = entry.make();
+  strategy->Setup(run);
+  auto source = MakeTrainSource(data, ctx.dist->rank, ctx.dist->world);
+  for (int64_t s = 0; s < config.verify_steps; ++s) strategy->Step(source->Next());
+  auto params = strategy->Parameters();
+
+  if (ctx.dist->is_root()) {
+    // The reference: one device, the global batch (every rank's batch, in
+    // rank order), the same learning rate.
+    DistContext solo;
+    solo.device = ctx.devices.front();
+    RunContext ref = run;
+    ref.dist = &solo;
+    ref.devices = {ctx.devices.front()};
+    auto reference = MakeSingleStrategy();
+    reference->Setup(ref);
+    std::vector<std::unique_ptr<BatchSource>> sources;
+    for (int r = 0; r < ctx.dist->world; ++r) sources.push_back(MakeTrainSource(data, r, ctx.dist->world));
+    for (int64_t s = 0; s < config.verify_steps; ++s) {
+      std::vector<torch::Tensor> images, labels;
+      for (auto& src : sources) {
+        Batch b = src->Next();
+        images.push_back(b.images.to(ctx.devices.front()));
+        labels.push_back(b.labels.to(ctx.devices.front()));
+      }
+      reference->Step({torch::cat(images), torch::cat(labels)});
+    }
+    auto expected = reference->Parameters();
+    TORCH_CHECK(expected.size() == params.size(), "parity: the strategy has ", params.size(),
+                " parameters, the reference ", expected.size());
+    double diff = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      auto a = params[i].detach().to(torch::kCPU, torch::kDouble);
+      auto b = expected[i].detach().to(torch::kCPU, torch::kDouble);
+      TORCH_CHECK(a.sizes() == b.sizes(), "parity: parameter ", i, " has shape ", a.sizes(),
+                  " but the reference has ", b.sizes());
+      diff = std::max(diff, (a - b).abs().max().item<double>());
+    }
+    result.max_abs_diff = diff;
+  }
+  ctx.dist->Barrier();
+  return result;
+}
+
+}  // namespace ddpbench

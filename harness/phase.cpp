@@ -1,0 +1,84 @@
+#include "harness/phase.h"
+
+#include <nvtx3/nvToolsExt.h>
+
+#include "harness/cuda_support.h"
+
+namespace ddpbench {
+namespace {
+nvtxDomainHandle_t Domain() {
+  static nvtxDomainHandle_t domain = nvtxDomainCreateA("ddpbench");
+  return domain;
+}
+}  // namespace
+
+const char* PhaseName(Phase phase) {
+  static const char* kNames[kNumPhases] = {"step", "data", "forward", "backward", "optimizer",
+                                           "communication"};
+  return kNames[static_cast<int>(phase)];
+}
+
+NvtxRange::NvtxRange(const char* name) {
+  nvtxEventAttributes_t attr{};
+  attr.version = NVTX_VERSION;
+  attr.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  attr.messageType = NVTX_MESSAGE_TYPE_ASCII;
+  attr.message.ascii = name;
+  nvtxDomainRangePushEx(Domain(), &attr);
+}
+NvtxRange::~NvtxRange() { nvtxDomainRangePop(Domain()); }
+
+PhaseTimer::PhaseTimer(torch::Device device) : device_(device) {}
+PhaseTimer::~PhaseTimer() = default;
+
+PhaseTimer::Scope::Scope(PhaseTimer* timer, Phase phase, torch::Device device)
+    : timer_(timer), phase_(phase), range_(std::make_unique<NvtxRange>(PhaseName(phase))) {
+  if (device.is_cuda()) {
+    events_ = std::make_shared<CudaEventPair>(device.index());
+    events_->RecordStart();
+  } else {
+    start_ = std::chrono::steady_clock::now();
+  }
+}
+
+PhaseTimer::Scope::Scope(Scope&& other) noexcept
+    : timer_(other.timer_), phase_(other.phase_), start_(other.start_),
+      events_(std::move(other.events_)), range_(std::move(other.range_)) {
+  other.timer_ = nullptr;
+}
+
+PhaseTimer::Scope::~Scope() {
+  if (!timer_) return;
+  if (events_) {
+    events_->RecordEnd();
+    timer_->AddCuda(phase_, events_);
+  } else {
+    auto end = std::chrono::steady_clock::now();
+    timer_->AddCpu(phase_, std::chrono::duration<double, std::milli>(end - start_).count());
+  }
+}
+
+void PhaseTimer::AddCpu(Phase phase, double ms) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cpu_ms_[static_cast<int>(phase)] += ms;
+}
+
+void PhaseTimer::AddCuda(Phase phase, std::shared_ptr<CudaEventPair> events) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cuda_events_.emplace_back(phase, std::move(events));
+}
+
+void PhaseTimer::StartStep() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cpu_ms_.fill(0);
+  cuda_events_.clear();
+}
+
+std::array<double, kNumPhases> PhaseTimer::FinishStep() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::array<double, kNumPhases> ms = cpu_ms_;
+  for (auto& [phase, events] : cuda_events_) ms[static_cast<int>(phase)] += events->ElapsedMs();
+  return ms;
+}
+
+}  // namespace ddpbench

@@ -1,0 +1,72 @@
+// Phase timing and NVTX ranges in one RAII scope, so every timed phase is also
+// visible in Nsight under the "ddpbench" domain with the same name. CPU phases
+// use the wall clock; CUDA phases use events on the current stream and are
+// read after the step's synchronisation. Pipeline stages time their phases
+// from several threads: a phase's figure is then the busy time summed over
+// devices.
+#pragma once
+
+#include <torch/types.h>
+
+#include <array>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace ddpbench {
+
+enum class Phase { kStep = 0, kData, kForward, kBackward, kOptimizer, kCommunication };
+constexpr int kNumPhases = 6;
+const char* PhaseName(Phase phase);
+
+// An NVTX push/pop range in the "ddpbench" domain (free when no tool listens).
+class NvtxRange {
+ public:
+  explicit NvtxRange(const char* name);
+  ~NvtxRange();
+  NvtxRange(const NvtxRange&) = delete;
+  NvtxRange& operator=(const NvtxRange&) = delete;
+};
+
+class CudaEventPair;
+
+class PhaseTimer {
+ public:
+  explicit PhaseTimer(torch::Device device);
+  ~PhaseTimer();
+
+  class Scope {
+   public:
+    Scope(PhaseTimer* timer, Phase phase, torch::Device device);
+    ~Scope();
+    Scope(Scope&& other) noexcept;
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    PhaseTimer* timer_;
+    Phase phase_;
+    std::chrono::steady_clock::time_point start_;
+    std::shared_ptr<CudaEventPair> events_;
+    std::unique_ptr<NvtxRange> range_;
+  };
+
+  // Times `phase` on the timer's device (or `device`, for stages on others).
+  Scope Measure(Phase phase) { return Scope(this, phase, device_); }
+  Scope Measure(Phase phase, torch::Device device) { return Scope(this, phase, device); }
+  void StartStep();
+  // Milliseconds spent in each phase since StartStep (CUDA: waits for events).
+  std::array<double, kNumPhases> FinishStep();
+
+ private:
+  void AddCpu(Phase phase, double ms);
+  void AddCuda(Phase phase, std::shared_ptr<CudaEventPair> events);
+
+  torch::Device device_;
+  std::mutex mutex_;
+  std::array<double, kNumPhases> cpu_ms_{};
+  std::vector<std::pair<Phase, std::shared_ptr<CudaEventPair>>> cuda_events_;
+};
+
+}  // namespace ddpbench

@@ -1,0 +1,26 @@
+// The benchmark run of one process: resolve devices, build data and the
+// strategy, check parity (--verify), warm up, time the steps, evaluate, and
+// (rank 0) append the row. Returns the process exit code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "harness/config.h"
+#include "harness/results.h"
+
+namespace ddpbench {
+
+struct DistContext;
+
+int RunBenchmark(const RunConfig& config, DistContext& dist);
+
+// Scaling efficiency against the newest matching single-device row of
+// `rows` (same model, dataset, per-device batch, device, threads...); returns
+// false when there is none. Exposed for tests.
+bool FindBaselineThroughput(const std::vector<Row>& rows, const Row& row, double* throughput);
+
+// The nearest-rank percentile (p in [0, 100]) of `values`.
+double Percentile(std::vector<double> values, double p);
+
+}  // namespace ddpbench

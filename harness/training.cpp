@@ -1,0 +1,95 @@
+#include "harness/training.h"
+
+#include <ATen/autocast_mode.h>
+#include <torch/torch.h>
+
+#include "harness/config.h"
+
+namespace ddpbench {
+
+ResNet BuildModel(const ResNetOptions& options, uint64_t seed, torch::Device device) {
+  torch::manual_seed(seed);
+  ResNet model(options);
+  model->to(device);
+  return model;
+}
+
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const RunConfig& config,
+                                                       std::vector<torch::Tensor> params, double lr) {
+  if (config.optimizer == "adam") {
+    return std::make_unique<torch::optim::Adam>(
+        std::move(params), torch::optim::AdamOptions(lr).weight_decay(config.weight_decay));
+  }
+  return std::make_unique<torch::optim::SGD>(
+      std::move(params),
+      torch::optim::SGDOptions(lr).momentum(config.momentum).weight_decay(config.weight_decay));
+}
+
+double OptimizerStateMb(torch::optim::Optimizer& optimizer) {
+  int64_t bytes = 0;
+  auto add = [&](const torch::Tensor& t) {
+    if (t.defined()) bytes += t.numel() * t.element_size();
+  };
+  for (auto& [key, state] : optimizer.state()) {
+    if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(state.get())) {
+      add(sgd->momentum_buffer());
+    } else if (auto* adam = dynamic_cast<torch::optim::AdamParamState*>(state.get())) {
+      add(adam->exp_avg());
+      add(adam->exp_avg_sq());
+      add(adam->max_exp_avg_sq());
+    }
+  }
+  return bytes / (1024.0 * 1024.0);
+}
+
+torch::Tensor ClassificationLoss(const torch::Tensor& logits, const torch::Tensor& labels) {
+  return torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels);
+}
+
+AutocastGuard::AutocastGuard(const std::string& amp, torch::Device device) {
+  if (amp == "off") return;
+  active_ = true;
+  type_ = device.type();
+  previous_enabled_ = at::autocast::is_autocast_enabled(type_);
+  previous_dtype_ = at::autocast::get_autocast_dtype(type_);
+  at::autocast::set_autocast_enabled(type_, true);
+  at::autocast::set_autocast_dtype(type_, amp == "bf16" ? at::kBFloat16 : at::kHalf);
+  at::autocast::increment_nesting();
+}
+
+AutocastGuard::~AutocastGuard() {
+  if (!active_) return;
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  at::autocast::set_autocast_enabled(type_, previous_enabled_);
+  at::autocast::set_autocast_dtype(type_, previous_dtype_);
+}
+
+LossScaler::LossScaler(const std::string& amp, torch::Device device) : enabled_(amp == "fp16") {
+  if (!enabled_) return;
+  auto f = torch::TensorOptions().dtype(torch::kFloat).device(device);
+  scale_ = torch::full({1}, 65536.0, f);
+  growth_tracker_ = torch::zeros({1}, f.dtype(torch::kInt));
+}
+
+torch::Tensor LossScaler::Scale(const torch::Tensor& loss) const {
+  return enabled_ ? loss * scale_.to(loss.device()) : loss;
+}
+
+torch::Tensor LossScaler::Unscale(const std::vector<torch::Tensor>& params) {
+  auto found_inf = torch::zeros({1}, scale_.options());
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (!grads.empty()) {
+    auto inv_scale = scale_.reciprocal();
+    at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale);
+  }
+  return found_inf;
+}
+
+void LossScaler::StepAndUpdate(torch::optim::Optimizer& optimizer, const torch::Tensor& found_inf) {
+  if (found_inf.item<float>() == 0.0f) optimizer.step();
+  at::_amp_update_scale_(scale_, growth_tracker_, found_inf, 2.0, 0.5, 2000);
+}
+
+}  // namespace ddpbench

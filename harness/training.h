@@ -1,0 +1,68 @@
+// The pieces of a training step that every strategy shares, so that the maths
+// is written once: model construction from the run's seed, the optimizer,
+// the loss, mixed precision (autocast) and fp16 loss scaling.
+#pragma once
+
+#include <torch/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/resnet.h"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace ddpbench {
+
+struct RunConfig;
+
+// torch::manual_seed(seed), then a ResNet on `device`: every strategy starts
+// from bit-identical weights.
+ResNet BuildModel(const ResNetOptions& options, uint64_t seed, torch::Device device);
+
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const RunConfig& config,
+                                                       std::vector<torch::Tensor> params, double lr);
+// Bytes of optimizer state (momentum buffers, Adam moments) held, in MiB.
+double OptimizerStateMb(torch::optim::Optimizer& optimizer);
+
+// Mean cross-entropy in float32 (logits may be reduced precision under AMP).
+torch::Tensor ClassificationLoss(const torch::Tensor& logits, const torch::Tensor& labels);
+
+// Autocast for --amp=bf16|fp16 on `device`'s type while alive (thread-local,
+// so each worker thread of a strategy opens its own).
+class AutocastGuard {
+ public:
+  AutocastGuard(const std::string& amp, torch::Device device);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  bool active_ = false;
+  torch::DeviceType type_ = torch::kCPU;
+  bool previous_enabled_ = false;
+  at::ScalarType previous_dtype_ = at::kFloat;
+};
+
+// Dynamic loss scaling for --amp=fp16, on ATen's own AMP kernels (the ones
+// torch.amp.GradScaler calls). A no-op for off/bf16.
+class LossScaler {
+ public:
+  LossScaler(const std::string& amp, torch::Device device);
+  bool enabled() const { return enabled_; }
+  torch::Tensor Scale(const torch::Tensor& loss) const;
+  // Unscales the gradients in place; returns a 1-element float tensor that is
+  // non-zero when any gradient is inf/NaN (reduce it across ranks if needed).
+  torch::Tensor Unscale(const std::vector<torch::Tensor>& params);
+  // Steps `optimizer` unless found_inf, then updates the scale.
+  void StepAndUpdate(torch::optim::Optimizer& optimizer, const torch::Tensor& found_inf);
+
+ private:
+  bool enabled_ = false;
+  torch::Tensor scale_, growth_tracker_;
+};
+
+}  // namespace ddpbench

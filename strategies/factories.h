@@ -1,0 +1,9 @@
+// Factory functions of the registered strategies (one per strategy file).
+#pragma once
+#include <memory>
+
+#include "strategies/strategy.h"
+
+namespace ddpbench {
+std::unique_ptr<Strategy> MakeSingleStrategy();
+}  // namespace ddpbench

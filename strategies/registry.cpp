@@ -1,0 +1,34 @@
+// The one table of strategies. A new strategy adds its factory here.
+#include "strategies/registry.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "harness/config.h"
+#include "strategies/factories.h"
+
+namespace ddpbench {
+
+const std::vector<StrategyEntry>& StrategyTable() {
+  static const std::vector<StrategyEntry> table = {
+      {{"single", "one device: the reference every other strategy is checked against",
+        Parallelism::kNone, false},
+       MakeSingleStrategy},
+  };
+  return table;
+}
+
+std::vector<std::string> StrategyNames() {
+  std::vector<std::string> names;
+  for (const auto& e : StrategyTable()) names.push_back(e.info.name);
+  return names;
+}
+
+const StrategyEntry& FindStrategy(const std::string& name) {
+  for (const auto& e : StrategyTable())
+    if (e.info.name == name) return e;
+  throw ConfigError(fmt::format("--strategy={}: not registered; registered strategies: {}", name,
+                                fmt::join(StrategyNames(), "|")));
+}
+
+}  // namespace ddpbench

@@ -1,0 +1,86 @@
+// The Strategy interface: a strategy owns the whole training step (forward,
+// backward, communication, optimizer) because pipeline parallelism changes the
+// step itself; the harness owns everything else (timing, data, memory, rows).
+// A strategy is a small file that fills this in, as a collective is in
+// nccl-tests.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "datasets/dataset.h"
+#include "models/resnet.h"
+
+namespace ddpbench {
+
+struct RunConfig;
+class PhaseTimer;
+struct DistContext;
+
+// How a strategy uses devices; the harness derives batch sizes, the number of
+// processes and learning-rate scaling from this.
+enum class Parallelism {
+  kNone,              // one device (single)
+  kDataInProcess,     // one process drives --gpus replicas (dp)
+  kDataMultiProcess,  // one rank per device (ddp, zero1)
+  kModel,             // one model cut across --gpus devices (mp, pmp)
+};
+
+struct StrategyInfo {
+  std::string name;
+  std::string description;
+  Parallelism parallelism = Parallelism::kNone;
+  // True when BatchNorm statistics are taken over a different set of samples
+  // than in the single-device run (per-replica or per-micro-batch), so the
+  // parity check must use a batch-independent norm.
+  bool batch_norm_differs = false;
+};
+
+struct RunContext {
+  const RunConfig* config = nullptr;
+  DistContext* dist = nullptr;          // rank/world/process group; world 1 if none
+  std::vector<torch::Device> devices;   // logical devices this process drives
+  ResNetOptions model;                  // classes/channels already set from the data
+  double lr = 0.1;                      // after --lr-scaling
+  PhaseTimer* timer = nullptr;          // Scope(Phase::...) for NVTX + phase times
+};
+
+struct StepResult {
+  torch::Tensor loss;  // scalar, detached: the mean loss of this process's batch
+};
+
+struct EvalCounts {
+  int64_t correct = 0;
+  int64_t total = 0;
+};
+
+struct DeviceMemory {
+  double peak_allocated_mb = 0;  // CUDA caching-allocator / CPU tracked tensor bytes
+  double peak_reserved_mb = -1;  // CUDA only; -1: not applicable
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  // Builds replicas/stages, optimizer and process groups. The model weights
+  // come from torch::manual_seed(config.seed) right before building, so every
+  // strategy starts from the single-device run's weights.
+  virtual void Setup(const RunContext& ctx) = 0;
+  // One training step on this process's batch.
+  virtual StepResult Step(const Batch& batch) = 0;
+  // Logits for a test batch (eval mode), on any device.
+  virtual torch::Tensor Predict(const torch::Tensor& images) = 0;
+  // All parameters in model order (for the parity check), on any device.
+  virtual std::vector<torch::Tensor> Parameters() = 0;
+  // Extra CSV columns this strategy reports (split, bubble, optimizer state...).
+  virtual std::map<std::string, std::string> Extras() { return {}; }
+  // Optimizer-state bytes held by this process (for optimizer_state_mb).
+  virtual double OptimizerStateMb() { return -1; }
+};
+
+}  // namespace ddpbench
