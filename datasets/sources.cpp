@@ -11,12 +11,11 @@
 
 #include <torch/torch.h>
 
-#include <filesystem>
+#include <sys/stat.h>
+
 #include <map>
 #include <mutex>
 #include <sstream>
-
-namespace fs = std::filesystem;
 
 namespace ddpbench {
 namespace {
@@ -40,6 +39,19 @@ const std::vector<Traits>& AllTraits() {
       {"cifar100", Format::kCifar100, "", 3, 32, 100, {0.5071, 0.4865, 0.4409}, {0.2673, 0.2564, 0.2762}},
   };
   return traits;
+}
+
+// POSIX stat rather than std::filesystem: the torch wheel's libtorch.so
+// exports std::filesystem symbols of its own that win symbol resolution and
+// crash (remove_all jumps to address 0), so this code stays clear of them.
+bool Stat(const std::string& path, struct stat* st) { return ::stat(path.c_str(), st) == 0; }
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return Stat(path, &st) && S_ISDIR(st.st_mode);
+}
+bool IsFile(const std::string& path) {
+  struct stat st;
+  return Stat(path, &st) && S_ISREG(st.st_mode);
 }
 
 std::string JoinNames(const std::vector<std::string>& names, const std::string& sep = ", ") {
@@ -79,17 +91,11 @@ std::string DataDir(const DataSpec& spec, const Traits& t) {
     throw DataError("dataset '" + t.name + "' has no default directory: pass --data-dir, a directory holding " +
                     JoinNames(ExpectedNames(t)));
   }
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) {
+  if (!IsDirectory(dir)) {
     throw DataError(dir + ": data directory for '" + t.name + "' does not exist or is not a directory (expected it to hold " +
                     JoinNames(ExpectedNames(t)) + ")");
   }
   return dir;
-}
-
-bool IsFile(const std::string& path) {
-  std::error_code ec;
-  return fs::is_regular_file(path, ec);
 }
 
 std::string IdxFile(const std::string& dir, const std::string& base, const Traits& t) {
@@ -110,8 +116,7 @@ std::vector<std::string> CifarFiles(const std::string& dir, const Traits& t, boo
               : std::vector<std::string>{"test_batch.bin"};
   // The directory itself, or the one the official archive unpacks to inside it.
   std::string base = dir;
-  std::error_code ec;
-  if (!IsFile(dir + "/" + names[0]) && fs::is_directory(dir + "/" + subdir, ec)) base = dir + "/" + subdir;
+  if (!IsFile(dir + "/" + names[0]) && IsDirectory(dir + "/" + subdir)) base = dir + "/" + subdir;
   std::vector<std::string> paths;
   for (const auto& name : names) {
     const std::string path = base + "/" + name;
@@ -131,10 +136,9 @@ std::vector<std::string> CifarFiles(const std::string& dir, const Traits& t, boo
 std::string CacheKey(const std::vector<std::string>& paths) {
   std::ostringstream key;
   for (const auto& p : paths) {
-    std::error_code ec;
-    const auto size = fs::file_size(p, ec);
-    const auto mtime = fs::last_write_time(p, ec).time_since_epoch().count();
-    key << p << '\0' << size << '\0' << mtime << '\0';
+    struct stat st {};
+    Stat(p, &st);
+    key << p << '\0' << st.st_size << '\0' << st.st_mtim.tv_sec << '.' << st.st_mtim.tv_nsec << '\0';
   }
   return key.str();
 }
