@@ -164,6 +164,17 @@ TEST(IdxTest, DescribeDatasetSizes) {
   EXPECT_EQ(info.width, 20);
 }
 
+TEST(IdxTest, CacheRereadsRewrittenFiles) {
+  TempDir dir;
+  WriteIdxDir(dir.path());
+  EXPECT_EQ(DescribeDataset(IdxSpec(dir.path())).train_size, kTrain);
+  EXPECT_EQ(DescribeDataset(IdxSpec(dir.path())).train_size, kTrain);  // served from the cache
+  // Rewritten in place with another size: read again, not served stale.
+  WriteGzip(dir.File("train-images-idx3-ubyte.gz"), IdxImages(kTrain + 6, kSide, kSide));
+  WriteGzip(dir.File("train-labels-idx1-ubyte.gz"), IdxLabels(kTrain + 6));
+  EXPECT_EQ(DescribeDataset(IdxSpec(dir.path())).train_size, kTrain + 6);
+}
+
 TEST(IdxTest, WrongMagic) {
   TempDir dir;
   WriteFile(dir.File("img"), IdxImages(5, 3, 4, /*magic=*/2049));
