@@ -1,10 +1,11 @@
 #include "tests/test_util.h"
 
+#include <ftw.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -18,9 +19,17 @@ TempDir::TempDir() {
   path_ = tmpl;
 }
 
+// nftw rather than std::filesystem::remove_all: the torch wheel's libtorch.so
+// exports its own std::filesystem symbols, which win symbol resolution and
+// crash (remove_all jumps to address 0).
 TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
+  nftw(
+      path_.c_str(),
+      [](const char* p, const struct stat*, int, struct FTW*) {
+        ::remove(p);  // best effort, like remove_all with an error_code
+        return 0;
+      },
+      16, FTW_DEPTH | FTW_PHYS);
 }
 
 CommandResult RunShell(const std::string& command) {

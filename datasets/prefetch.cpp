@@ -1,0 +1,76 @@
+// See prefetch.h. Workers claim batch numbers under one mutex and build them
+// outside it; finished batches wait in a map keyed by number, so a slow batch
+// never lets a later one overtake it. The bound (claimed < taken + capacity)
+// keeps memory fixed when the consumer is slow, and the destructor only has to
+// wait for batches already being built, never for the consumer.
+#include "datasets/prefetch.h"
+
+#include <torch/torch.h>
+
+namespace ddpbench::detail {
+
+PrefetchQueue::PrefetchQueue(BuildFn build, int64_t limit, int threads)
+    : build_(std::move(build)), limit_(limit), capacity_(threads > 0 ? threads : 0) {
+  if (threads < 0) throw std::invalid_argument("prefetch must be >= 0, got " + std::to_string(threads));
+  threads_.reserve(static_cast<size_t>(threads));
+  try {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
+  } catch (...) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    space_.notify_all();
+    for (auto& t : threads_) t.join();
+    throw;
+  }
+}
+
+PrefetchQueue::~PrefetchQueue() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  space_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void PrefetchQueue::Work() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    space_.wait(lock, [this] {
+      return stop_ || (next_claim_ < next_take_ + capacity_ && (limit_ < 0 || next_claim_ < limit_));
+    });
+    if (stop_) return;
+    const int64_t k = next_claim_++;
+    lock.unlock();
+    Slot slot;
+    try {
+      slot.batch = build_(k);
+    } catch (...) {
+      slot.error = std::current_exception();
+    }
+    lock.lock();
+    done_.emplace(k, std::move(slot));
+    ready_.notify_all();
+  }
+}
+
+Batch PrefetchQueue::Next() {
+  if (threads_.empty()) {
+    if (limit_ >= 0 && next_take_ >= limit_) return {};
+    return build_(next_take_++);
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (limit_ >= 0 && next_take_ >= limit_) return {};
+  const int64_t k = next_take_;
+  ready_.wait(lock, [&] { return done_.count(k) != 0; });
+  auto node = done_.extract(k);
+  ++next_take_;
+  lock.unlock();
+  space_.notify_all();
+  if (node.mapped().error) std::rethrow_exception(node.mapped().error);
+  return std::move(node.mapped().batch);
+}
+
+}  // namespace ddpbench::detail
