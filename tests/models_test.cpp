@@ -280,6 +280,27 @@ TEST_F(ResNetModel, InitialisationFollowsTorchvision) {
   EXPECT_LE(state.at("units.head.fc.weight").abs().max().item<double>(), bound);
 }
 
+// Golden values: a Python mirror of torchvision's resnet18 (same module
+// construction order, same init loop) after torch.manual_seed(0), PyTorch 2.11.
+// Equal values mean the model draws from the global RNG exactly as torchvision
+// does.  Regenerate if a PyTorch upgrade changes its CPU RNG algorithms.
+TEST_F(ResNetModel, Seed0Resnet18MatchesTorchvisionDrawOrder) {
+  torch::manual_seed(0);
+  ResNet model(ResNetOptions{});
+  const auto state = State(*model);
+  const std::vector<std::pair<std::string, double>> sums = {
+      {"units.stem.conv1.weight", -5.018750191},
+      {"units.layer1_0.conv1.weight", -1.89275074},
+      {"units.layer2_0.downsample.0.weight", 12.32741356},
+      {"units.layer4_1.conv1.weight", -12.35355186},
+      {"units.head.fc.weight", 22.25875854},
+      {"units.head.fc.bias", -0.2986614108}};
+  for (const auto& [name, sum] : sums) {
+    EXPECT_NEAR(state.at(name).sum().item<double>(), sum, 1e-4) << name;
+  }
+  EXPECT_NEAR(state.at("units.head.fc.weight").flatten()[0].item<double>(), -0.02031549625, 1e-9);
+}
+
 // --- norm kinds -------------------------------------------------------------
 
 template <typename Impl>
