@@ -8,6 +8,8 @@
 #include <torch/nn/modules/container/sequential.h>
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,7 +17,7 @@ namespace ddpbench {
 
 enum class NormKind {
   kBatch,        // BatchNorm2d, as torchvision
-  kGroup,        // GroupNorm(min(32, C) groups): batch-independent maths
+  kGroup,        // GroupNorm(gcd(32, C) groups): batch-independent maths
   kFrozenBatch,  // BatchNorm2d with fixed running statistics (always eval)
 };
 
@@ -38,6 +40,13 @@ class ResNetImpl : public torch::nn::Cloneable<ResNetImpl> {
   explicit ResNetImpl(ResNetOptions options = {});
   void reset() override;
   torch::Tensor forward(torch::Tensor x);
+  // Deep copy (also what parallel::replicate calls).  Overrides Cloneable's
+  // because torch::nn::Sequential::clone renumbers its children ("0", "1", ...),
+  // which loses the unit names and breaks replicate's by-name walk; it also
+  // puts the global CPU RNG back as it found it, so cloning or replicating a
+  // model never shifts the random stream that seeded runs depend on.
+  std::shared_ptr<torch::nn::Module> clone(
+      const std::optional<torch::Device>& device = std::nullopt) const override;
 
   const ResNetOptions& options() const { return options_; }
   // Units in execution order: "stem", "layer1.0", ..., "layer4.N", "head".

@@ -1,0 +1,438 @@
+// Tests for models/resnet: torchvision-equivalence (exact parameter counts),
+// the unit layout that parallel strategies cut, deep copies (clone and
+// parallel::replicate), seeded initialisation and the three norm kinds.  Only
+// parameter counting builds the big models; every forward runs on a narrow,
+// small-input network so the whole file stays within a few seconds of CPU.
+#include "models/resnet.h"
+
+#include <gtest/gtest.h>
+#include <torch/nn/parallel/data_parallel.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ddpbench {
+namespace {
+
+// The tensors here are tiny and the test machines small and shared: intra-op
+// threads only add spin-wait contention (seconds instead of milliseconds under
+// load), so each test runs single-threaded and restores the setting after.
+class SingleThreaded : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    saved_threads_ = torch::get_num_threads();
+    torch::set_num_threads(1);
+  }
+  void TearDown() override { torch::set_num_threads(saved_threads_); }
+
+ private:
+  int saved_threads_ = 1;
+};
+class ResNetModel : public SingleThreaded {};
+class ResNetNorm : public SingleThreaded {};
+class ResNetOptionsValidation : public SingleThreaded {};
+
+ResNetOptions Small(int depth = 18, NormKind norm = NormKind::kBatch) {
+  ResNetOptions options;
+  options.depth = depth;
+  options.num_classes = 10;
+  options.width = 8;
+  options.small_input = true;
+  options.norm = norm;
+  return options;
+}
+
+// The message of the std::invalid_argument that `f` throws ("" and a failure
+// if it throws nothing or something else).
+std::string InvalidArgumentMessage(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw something other than std::invalid_argument: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "did not throw";
+  return "";
+}
+
+std::map<std::string, torch::Tensor> State(const torch::nn::Module& module) {
+  std::map<std::string, torch::Tensor> state;
+  for (const auto& p : module.named_parameters()) state[p.key()] = p.value();
+  for (const auto& b : module.named_buffers()) state["buffer:" + b.key()] = b.value();
+  return state;
+}
+
+TEST_F(ResNetModel, ParameterCountsMatchTorchvision) {
+  const std::vector<std::pair<int, int64_t>> expected = {
+      {18, 11'689'512}, {34, 21'797'672}, {50, 25'557'032},
+      {101, 44'549'160}, {152, 60'192'808}};
+  for (const auto& [depth, count] : expected) {
+    ResNetOptions options;
+    options.depth = depth;
+    ResNet model(options);
+    EXPECT_EQ(CountParameters(*model), count) << "resnet" << depth;
+    const std::vector<int64_t> units = model->UnitParameterCounts();
+    ASSERT_EQ(units.size(), model->unit_names().size()) << "resnet" << depth;
+    int64_t sum = 0;
+    for (int64_t n : units) sum += n;
+    EXPECT_EQ(sum, count) << "resnet" << depth;
+    // Stem: 7x7 conv (3 -> 64) + norm weight and bias.
+    EXPECT_EQ(units.front(), 3 * 64 * 7 * 7 + 2 * 64) << "resnet" << depth;
+    // Head: fc (512 * expansion -> 1000).
+    const int64_t features = depth >= 50 ? 2048 : 512;
+    EXPECT_EQ(units.back(), features * 1000 + 1000) << "resnet" << depth;
+  }
+}
+
+TEST_F(ResNetModel, OutputShapeImageNet224) {
+  ResNetOptions options;  // resnet18, 1000 classes, full 224 px stem
+  ResNet model(options);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const torch::Tensor out = model->forward(torch::randn({1, 3, 224, 224}));
+  EXPECT_EQ(out.sizes(), (std::vector<int64_t>{1, 1000}));
+}
+
+TEST_F(ResNetModel, OutputShapeSmallInput32) {
+  ResNet model(Small(18));
+  torch::NoGradGuard no_grad;
+  const torch::Tensor out = model->forward(torch::randn({2, 3, 32, 32}));
+  EXPECT_EQ(out.sizes(), (std::vector<int64_t>{2, 10}));
+  EXPECT_TRUE(torch::isfinite(out).all().item<bool>());
+}
+
+TEST_F(ResNetModel, OutputShapeSmallInput28OneChannelBottleneck) {
+  ResNetOptions options = Small(50);
+  options.in_channels = 1;
+  options.width = 4;
+  ResNet model(options);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor out = model->forward(torch::randn({2, 1, 28, 28}));
+  EXPECT_EQ(out.sizes(), (std::vector<int64_t>{2, 10}));
+}
+
+TEST_F(ResNetModel, UnitNamesAndOrder) {
+  ResNet model(Small(18));
+  const std::vector<std::string> expected = {"stem",     "layer1.0", "layer1.1", "layer2.0",
+                                             "layer2.1", "layer3.0", "layer3.1", "layer4.0",
+                                             "layer4.1", "head"};
+  EXPECT_EQ(model->unit_names(), expected);
+  std::vector<std::string> registered;
+  for (const auto& child : model->units()->named_children()) registered.push_back(child.key());
+  std::vector<std::string> undotted = expected;
+  for (auto& name : undotted) std::replace(name.begin(), name.end(), '.', '_');
+  EXPECT_EQ(registered, undotted);
+
+  ResNet deep(Small(50));
+  ASSERT_EQ(deep->unit_names().size(), 1u + 3 + 4 + 6 + 3 + 1);
+  EXPECT_EQ(deep->unit_names()[16], "layer4.2");
+  EXPECT_EQ(deep->unit_names()[17], "head");
+  EXPECT_EQ(deep->units()->size(), deep->unit_names().size());
+}
+
+TEST_F(ResNetModel, RunningUnitsInOrderEqualsForward) {
+  ResNet model(Small(18));
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const torch::Tensor input = torch::randn({2, 3, 32, 32});
+  const torch::Tensor expected = model->forward(input);
+  torch::Tensor x = input;
+  std::vector<std::vector<int64_t>> shapes;
+  for (auto& unit : *model->units()) {
+    x = unit.forward(x);
+    shapes.push_back(x.sizes().vec());
+  }
+  EXPECT_TRUE(torch::equal(x, expected));
+  // Small input: stem keeps 32 px; stages halve from layer2 on.
+  EXPECT_EQ(shapes.front(), (std::vector<int64_t>{2, 8, 32, 32}));
+  EXPECT_EQ(shapes[2], (std::vector<int64_t>{2, 8, 32, 32}));    // layer1.1
+  EXPECT_EQ(shapes[3], (std::vector<int64_t>{2, 16, 16, 16}));   // layer2.0
+  EXPECT_EQ(shapes[8], (std::vector<int64_t>{2, 64, 4, 4}));     // layer4.1
+  EXPECT_EQ(shapes.back(), (std::vector<int64_t>{2, 10}));
+}
+
+TEST_F(ResNetModel, NoConvHasBias) {
+  ResNet model(Small(50));
+  int convs = 0;
+  for (const auto& module : model->modules()) {
+    if (auto* conv = module->as<torch::nn::Conv2d>()) {
+      ++convs;
+      EXPECT_FALSE(conv->bias.defined());
+    }
+  }
+  EXPECT_EQ(convs, 1 + 16 * 3 + 4);  // stem, 3 per bottleneck, 4 downsamples
+}
+
+TEST_F(ResNetModel, CloneCopiesIntoDistinctStorage) {
+  ResNet model(Small(18));
+  model->eval();
+  auto copy = std::dynamic_pointer_cast<ResNetImpl>(model->clone());
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(copy->unit_names(), model->unit_names());
+  EXPECT_FALSE(copy->is_training());
+  for (const auto& module : copy->modules()) EXPECT_FALSE(module->is_training());
+
+  const auto original = State(*model);
+  const auto cloned = State(*copy);
+  ASSERT_EQ(original.size(), cloned.size());
+  for (const auto& [name, tensor] : original) {
+    auto it = cloned.find(name);
+    ASSERT_NE(it, cloned.end()) << name;  // names survive the copy
+    EXPECT_TRUE(torch::equal(tensor, it->second)) << name;
+    EXPECT_NE(tensor.data_ptr(), it->second.data_ptr()) << name;
+  }
+
+  torch::NoGradGuard no_grad;
+  const torch::Tensor input = torch::randn({2, 3, 32, 32});
+  EXPECT_TRUE(torch::equal(model->forward(input), copy->forward(input)));
+  // Writing to the copy leaves the original alone.
+  copy->parameters().front().add_(1);
+  EXPECT_FALSE(torch::equal(model->parameters().front(), copy->parameters().front()));
+}
+
+TEST_F(ResNetModel, CloneOfASingleUnitIsDeep) {
+  ResNet model(Small(18));
+  auto block = model->units()->ptr(3);  // layer2.0, has a downsample
+  auto copy = block->clone();
+  const auto a = block->named_parameters();
+  const auto b = copy->named_parameters();
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_NE(b.find("downsample.0.weight"), nullptr);
+  for (const auto& item : a) {
+    const torch::Tensor& other = b[item.key()];
+    EXPECT_TRUE(torch::equal(item.value(), other)) << item.key();
+    EXPECT_NE(item.value().data_ptr(), other.data_ptr()) << item.key();
+  }
+}
+
+TEST_F(ResNetModel, CloneLeavesGlobalRngUntouched) {
+  ResNet model(Small(18));
+  torch::manual_seed(3);
+  const torch::Tensor expected = torch::rand({16});
+  torch::manual_seed(3);
+  (void)model->clone();
+  EXPECT_TRUE(torch::equal(torch::rand({16}), expected));
+}
+
+TEST_F(ResNetModel, ReplicateOnTwoCpuDevices) {
+  ResNet model(Small(18));
+  model->eval();
+  const auto replicas = torch::nn::parallel::replicate(model, {torch::kCPU, torch::kCPU});
+  ASSERT_EQ(replicas.size(), 2u);
+  const torch::Tensor input = torch::randn({2, 3, 32, 32});
+
+  const torch::Tensor direct = model->forward(input);
+  direct.sum().backward();
+  const torch::Tensor weight = model->parameters().front();
+  const torch::Tensor direct_grad = weight.grad().clone();
+  weight.mutable_grad().zero_();
+
+  torch::Tensor loss = torch::zeros({});
+  for (auto replica : replicas) {
+    EXPECT_NE(replica->parameters().front().data_ptr(), weight.data_ptr());
+    const torch::Tensor out = replica->forward(input);
+    EXPECT_TRUE(torch::equal(out, direct));
+    loss = loss + out.sum();
+  }
+  // replicate wires the replicas' parameters back to the original's.
+  loss.backward();
+  ASSERT_TRUE(weight.grad().defined());
+  EXPECT_TRUE(torch::allclose(weight.grad(), 2 * direct_grad, 1e-5, 1e-6));
+}
+
+TEST_F(ResNetModel, SameSeedSameParametersDifferentSeedDifferent) {
+  torch::manual_seed(7);
+  ResNet a(Small(18));
+  torch::manual_seed(7);
+  ResNet b(Small(18));
+  torch::manual_seed(8);
+  ResNet c(Small(18));
+  const auto sa = State(*a), sb = State(*b), sc = State(*c);
+  for (const auto& [name, tensor] : sa) {
+    EXPECT_TRUE(torch::equal(tensor, sb.at(name))) << name;
+  }
+  EXPECT_FALSE(torch::equal(sa.at("units.stem.conv1.weight"), sc.at("units.stem.conv1.weight")));
+  EXPECT_FALSE(torch::equal(sa.at("units.head.fc.weight"), sc.at("units.head.fc.weight")));
+}
+
+TEST_F(ResNetModel, InitialisationFollowsTorchvision) {
+  ResNetOptions options;
+  options.num_classes = 10;
+  ResNet model(options);
+  const auto state = State(*model);
+  // kaiming_normal_(fan_out, relu): std = sqrt(2 / (out_channels * k * k)).
+  const torch::Tensor w = state.at("units.layer3_0.conv1.weight");  // 256x128x3x3
+  const double expected_std = std::sqrt(2.0 / (256 * 3 * 3));
+  EXPECT_NEAR(w.std().item<double>(), expected_std, 0.02 * expected_std);
+  EXPECT_NEAR(w.mean().item<double>(), 0.0, 0.02 * expected_std);
+  EXPECT_TRUE(torch::equal(state.at("units.layer3_0.bn1.weight"), torch::ones({256})));
+  EXPECT_TRUE(torch::equal(state.at("units.layer3_0.bn1.bias"), torch::zeros({256})));
+  // Linear keeps PyTorch's default: uniform(-1/sqrt(in), 1/sqrt(in)).
+  const double bound = 1.0 / std::sqrt(512.0);
+  EXPECT_LE(state.at("units.head.fc.weight").abs().max().item<double>(), bound);
+}
+
+// Golden values: a Python mirror of torchvision's resnet18 (same module
+// construction order, same init loop) after torch.manual_seed(0), PyTorch 2.11.
+// Equal values mean the model draws from the global RNG exactly as torchvision
+// does.  Regenerate if a PyTorch upgrade changes its CPU RNG algorithms.
+TEST_F(ResNetModel, Seed0Resnet18MatchesTorchvisionDrawOrder) {
+  torch::manual_seed(0);
+  ResNet model(ResNetOptions{});
+  const auto state = State(*model);
+  const std::vector<std::pair<std::string, double>> sums = {
+      {"units.stem.conv1.weight", -5.018750191},
+      {"units.layer1_0.conv1.weight", -1.89275074},
+      {"units.layer2_0.downsample.0.weight", 12.32741356},
+      {"units.layer4_1.conv1.weight", -12.35355186},
+      {"units.head.fc.weight", 22.25875854},
+      {"units.head.fc.bias", -0.2986614108}};
+  for (const auto& [name, sum] : sums) {
+    EXPECT_NEAR(state.at(name).sum().item<double>(), sum, 1e-4) << name;
+  }
+  EXPECT_NEAR(state.at("units.head.fc.weight").flatten()[0].item<double>(), -0.02031549625, 1e-9);
+}
+
+// --- norm kinds -------------------------------------------------------------
+
+template <typename Impl>
+int CountModules(torch::nn::Module& module) {
+  int n = 0;
+  for (const auto& m : module.modules()) n += m->as<Impl>() != nullptr;
+  return n;
+}
+
+TEST_F(ResNetNorm, ParseAndNameRoundTrip) {
+  for (NormKind kind : {NormKind::kBatch, NormKind::kGroup, NormKind::kFrozenBatch}) {
+    EXPECT_EQ(ParseNormKind(NormKindName(kind)), kind);
+  }
+  EXPECT_EQ(ParseNormKind("frozen-bn"), NormKind::kFrozenBatch);
+  const std::string message = InvalidArgumentMessage([] { ParseNormKind("layer"); });
+  EXPECT_NE(message.find("'layer'"), std::string::npos) << message;
+  EXPECT_NE(message.find("batch, group, frozen-bn"), std::string::npos) << message;
+}
+
+TEST_F(ResNetNorm, GroupNormUsesGcdGroupsAndNoBatchNorm) {
+  ResNetOptions options = Small(18, NormKind::kGroup);
+  options.width = 48;  // stages of 48, 96, 192, 384 channels: 16, 32, 32, 32 groups
+  ResNet model(options);
+  EXPECT_EQ(CountModules<torch::nn::BatchNorm2dImpl>(*model), 0);
+  std::vector<int64_t> groups;
+  for (const auto& m : model->modules()) {
+    if (auto* gn = m->as<torch::nn::GroupNormImpl>()) {
+      EXPECT_EQ(gn->options.num_channels() % gn->options.num_groups(), 0);
+      EXPECT_TRUE(gn->options.affine());
+      groups.push_back(gn->options.num_groups());
+    }
+  }
+  ASSERT_FALSE(groups.empty());
+  EXPECT_EQ(groups.front(), 16);  // stem: gcd(32, 48)
+  EXPECT_EQ(groups.back(), 32);   // layer4: gcd(32, 384)
+}
+
+TEST_F(ResNetNorm, GroupNormSampleDoesNotDependOnBatch) {
+  ResNet model(Small(18, NormKind::kGroup));
+  model->train();
+  torch::NoGradGuard no_grad;
+  const torch::Tensor batch = torch::randn({4, 3, 32, 32});
+  const torch::Tensor together = model->forward(batch);
+  const torch::Tensor alone = model->forward(batch.slice(0, 0, 1));
+  EXPECT_TRUE(torch::allclose(together.slice(0, 0, 1), alone, /*rtol=*/0, /*atol=*/1e-6));
+
+  // Control: batch norm in training mode does mix samples, so the check above
+  // can tell the difference.
+  ResNet batch_norm(Small(18, NormKind::kBatch));
+  batch_norm->train();
+  EXPECT_FALSE(torch::allclose(batch_norm->forward(batch).slice(0, 0, 1),
+                               batch_norm->forward(batch.slice(0, 0, 2)).slice(0, 0, 1), 0, 1e-6));
+}
+
+TEST_F(ResNetNorm, FrozenBatchNormStatisticsNeverUpdate) {
+  ResNet model(Small(18, NormKind::kFrozenBatch));
+  EXPECT_EQ(CountModules<torch::nn::BatchNorm2dImpl>(*model), 0);
+  std::map<std::string, torch::Tensor> before;
+  for (const auto& b : model->named_buffers()) before[b.key()] = b.value().clone();
+  ASSERT_FALSE(before.empty());
+
+  model->train();
+  const torch::Tensor input = torch::randn({4, 3, 32, 32}) * 3 + 2;
+  const torch::Tensor train_out = model->forward(input);
+  for (const auto& b : model->named_buffers()) {
+    EXPECT_TRUE(torch::equal(b.value(), before.at(b.key()))) << b.key();
+  }
+  // Always normalises with the running statistics: train == eval.
+  model->eval();
+  EXPECT_TRUE(torch::equal(train_out, model->forward(input)));
+  // The affine parameters still learn.
+  train_out.sum().backward();
+  const auto params = model->named_parameters();
+  ASSERT_TRUE(params["units.stem.bn1.weight"].grad().defined());
+
+  // Control: plain batch norm does update its statistics in training mode.
+  ResNet batch_norm(Small(18, NormKind::kBatch));
+  batch_norm->train();
+  const torch::Tensor mean_before = batch_norm->named_buffers()["units.stem.bn1.running_mean"].clone();
+  torch::NoGradGuard no_grad;
+  batch_norm->forward(input);
+  EXPECT_FALSE(torch::equal(batch_norm->named_buffers()["units.stem.bn1.running_mean"], mean_before));
+}
+
+TEST_F(ResNetNorm, BackwardReachesEveryParameterForEachKind) {
+  for (NormKind kind : {NormKind::kBatch, NormKind::kGroup, NormKind::kFrozenBatch}) {
+    ResNet model(Small(18, kind));
+    model->train();
+    model->forward(torch::randn({2, 3, 32, 32})).sum().backward();
+    for (const auto& p : model->named_parameters()) {
+      EXPECT_TRUE(p.value().grad().defined()) << NormKindName(kind) << " " << p.key();
+    }
+  }
+}
+
+// --- options ----------------------------------------------------------------
+
+TEST_F(ResNetOptionsValidation, BadValuesThrowNamingTheValue) {
+  struct Case {
+    std::function<void(ResNetOptions&)> edit;
+    std::vector<std::string> needles;
+  };
+  const std::vector<Case> cases = {
+      {[](ResNetOptions& o) { o.depth = 20; }, {"depth 20", "18, 34, 50, 101, 152"}},
+      {[](ResNetOptions& o) { o.num_classes = 0; }, {"num_classes 0", "at least 1"}},
+      {[](ResNetOptions& o) { o.in_channels = -2; }, {"in_channels -2", "at least 1"}},
+      {[](ResNetOptions& o) { o.width = 0; }, {"width 0", "at least 1"}},
+      {[](ResNetOptions& o) { o.norm = static_cast<NormKind>(42); }, {"42", "frozen-bn"}},
+  };
+  for (const auto& c : cases) {
+    ResNetOptions options;
+    c.edit(options);
+    const std::string message = InvalidArgumentMessage([&] { ValidateResNetOptions(options); });
+    for (const auto& needle : c.needles) {
+      EXPECT_NE(message.find(needle), std::string::npos) << "'" << needle << "' not in: " << message;
+    }
+    // The constructor validates too.
+    EXPECT_THROW(ResNet{options}, std::invalid_argument);
+  }
+  EXPECT_NO_THROW(ValidateResNetOptions(ResNetOptions{}));
+}
+
+TEST_F(ResNetOptionsValidation, AnyPositiveWidthWorksWithGroupNorm) {
+  for (int64_t width : {1, 3, 5}) {
+    ResNetOptions options = Small(18, NormKind::kGroup);
+    options.width = width;
+    EXPECT_NO_THROW(ValidateResNetOptions(options));
+    ResNet model(options);
+    torch::NoGradGuard no_grad;
+    EXPECT_EQ(model->forward(torch::randn({1, 3, 8, 8})).sizes(), (std::vector<int64_t>{1, 10}));
+  }
+}
+
+}  // namespace
+}  // namespace ddpbench
