@@ -53,8 +53,7 @@ int RunConfig::Depth() const {
 }
 
 void ValidateConfig(const RunConfig& c) {
-  std::vector<std::string> strategies = StrategyNames();
-  CheckMember("--strategy", c.strategy, strategies);
+  FindStrategy(c.strategy);  // names the registered strategies if unknown
   CheckAtLeast("--gpus", c.gpus, 1);
   if (c.gpus > 1024) throw ConfigError(fmt::format("--gpus={}: must be at most 1024", c.gpus));
   CheckMember("--device", c.device, {"auto", "cuda", "cpu"});

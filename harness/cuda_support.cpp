@@ -8,7 +8,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
-#include <nccl.h>
+#include <torch/csrc/cuda/nccl.h>
 #endif
 
 #include <fmt/format.h>
@@ -30,8 +30,9 @@ std::string CudaRuntimeVersion() {
   return fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
 }
 std::string NcclVersion() {
-  int v = 0;
-  if (ncclGetVersion(&v) != ncclSuccess) return "";
+  // The NCCL that LibTorch loaded (and its process groups use).
+  auto v = torch::cuda::nccl::version();
+  if (v == 0) return "";
   return fmt::format("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100);
 }
 CudaMemoryPeaks CudaPeaks(int device) {

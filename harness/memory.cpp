@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <mutex>
+#include <new>
 
 #include "harness/cuda_support.h"
 
@@ -29,30 +30,38 @@ void Add(int device, int64_t bytes) {
   }
 }
 
-// The original allocation and whom it was charged to, freed together.
-struct TrackedContext {
+// Each block carries a 64-byte header (the original allocation and whom it
+// was charged to) in front of the data, because c10 requires a CPU DataPtr's
+// context to be its data pointer; 64 bytes keep c10's 64-byte alignment.
+struct TrackedHeader {
   c10::DataPtr inner;
   int64_t bytes;
   int device;
 };
+constexpr size_t kHeader = 64;
+static_assert(sizeof(TrackedHeader) <= kHeader, "tracked header too large");
 
-void DeleteTracked(void* ctx) {
-  auto* tracked = static_cast<TrackedContext*>(ctx);
-  Add(tracked->device, -tracked->bytes);
-  delete tracked;
+void DeleteTracked(void* data) {
+  auto* header = reinterpret_cast<TrackedHeader*>(static_cast<char*>(data) - kHeader);
+  Add(header->device, -header->bytes);
+  c10::DataPtr inner = std::move(header->inner);
+  header->~TrackedHeader();
+  // `inner` frees the whole block when it goes out of scope.
 }
 
 class TrackingAllocator final : public c10::Allocator {
  public:
   explicit TrackingAllocator(c10::Allocator* base) : base_(base) {}
   c10::DataPtr allocate(size_t n) override {
-    c10::DataPtr inner = base_->allocate(n);
-    void* data = inner.get();
+    c10::DataPtr inner = base_->allocate(n + kHeader);
+    char* block = static_cast<char*>(inner.get());
     int device = t_device;
     Add(device, static_cast<int64_t>(n));
-    auto* ctx = new TrackedContext{std::move(inner), static_cast<int64_t>(n), device};
-    return {data, ctx, &DeleteTracked, c10::Device(c10::DeviceType::CPU)};
+    new (block) TrackedHeader{std::move(inner), static_cast<int64_t>(n), device};
+    void* data = block + kHeader;
+    return {data, data, &DeleteTracked, c10::Device(c10::DeviceType::CPU)};
   }
+  c10::DeleterFnPtr raw_deleter() const override { return &DeleteTracked; }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }

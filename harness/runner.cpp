@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
+#include <sys/stat.h>
 #include <thread>
 
 #include <fmt/format.h>
@@ -344,7 +344,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   if (config.strategy != "single") {
     std::string baseline = !config.baseline.empty() ? config.baseline : config.out;
     double base = 0;
-    if (!baseline.empty() && std::filesystem::exists(baseline) &&
+    if (!baseline.empty() && [&] { struct stat st {}; return ::stat(baseline.c_str(), &st) == 0; }() &&
         FindBaselineThroughput(ReadRows(baseline), row, &base)) {
       row["baseline_throughput_img_s"] = Num(base, 2);
       row["scaling_efficiency"] = Num(throughput / (config.gpus * base), 4);
