@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <sys/stat.h>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -142,6 +143,9 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
       config.batch_size * (entry.info.parallelism == Parallelism::kDataInProcess ? config.gpus : 1);
   spec.batch_size = process_batch;
   const int64_t global_batch = config.batch_size * replicas;
+  // Host-side data (the dataset cache, prefetched batches) is not device
+  // memory: load it outside any device's scope.
+  std::optional<CpuDeviceScope> host_scope(std::in_place, -1);
   DatasetInfo info = DescribeDataset(spec);
 
   ResNetOptions model;
@@ -167,6 +171,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   ctx.timer = &timer;
 
   auto train = MakeTrainSource(spec, dist.rank, dist.world);
+  host_scope.reset();
   int64_t total_steps, timed_steps;
   if (config.epochs > 0) {
     total_steps = std::llround(config.epochs * train->BatchesPerEpoch());
@@ -238,7 +243,11 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   // Accuracy on the test set.
   double accuracy = -1;
   if (info.real && config.eval) {
-    auto test = MakeTestSource(spec, dist.rank, dist.world);
+    std::unique_ptr<BatchSource> test;
+    {
+      CpuDeviceScope host(-1);
+      test = MakeTestSource(spec, dist.rank, dist.world);
+    }
     int64_t correct = 0, total = 0;
     torch::NoGradGuard no_grad;
     for (int64_t b = 0; test && (config.eval_batches == 0 || b < config.eval_batches); ++b) {
