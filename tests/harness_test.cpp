@@ -9,6 +9,7 @@
 
 #include <map>
 #include <set>
+#include <cctype>
 #include <thread>
 
 #include "harness/config.h"
@@ -100,7 +101,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlag{"--split=4,x", "--split=4,x: must be a comma list of unit counts"},
         BadFlag{"--chunks=0", "--chunks=0: must be at least 1"},
         BadFlag{"--schedule=interleaved", "--schedule=interleaved: not accepted; accepted values: gpipe|1f1b"},
-        BadFlag{"--no-such-flag", "--no-such-flag"}));
+        BadFlag{"--no-such-flag", "--no-such-flag"}),
+    [](const ::testing::TestParamInfo<BadFlag>& info) {
+      std::string name;
+      for (char c : info.param.arg) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      return name + "_" + std::to_string(info.index);
+    });
 
 TEST(Config, StepsAndEpochsAreExclusive) {
   EXPECT_NE(ParseError({"--steps=5", "--epochs=1"}).find("give one of them, not both"), std::string::npos);
