@@ -58,6 +58,8 @@ struct BadFlag {
   std::string expect;  // the bad value and a word of what is accepted
 };
 
+void PrintTo(const BadFlag& flag, std::ostream* os) { *os << flag.arg; }
+
 class BadFlags : public ::testing::TestWithParam<BadFlag> {};
 
 TEST_P(BadFlags, OneMessageNamingTheValue) {
