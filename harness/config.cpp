@@ -85,6 +85,12 @@ void ValidateConfig(const RunConfig& c) {
   if (!(c.verify_tolerance > 0)) throw ConfigError(fmt::format("--verify-tolerance={}: must be > 0", c.verify_tolerance));
   if (!(c.bucket_cap_mb > 0)) throw ConfigError(fmt::format("--bucket-cap-mb={}: must be > 0", c.bucket_cap_mb));
   CheckAtLeast("--grad-accum", c.grad_accum, int64_t{1});
+  if (c.grad_accum > 1 && c.strategy != "ddp")
+    throw ConfigError(fmt::format("--grad-accum={}: gradient accumulation is a ddp option; use it with "
+                                  "--strategy=ddp or leave it at 1", c.grad_accum));
+  if (c.batch_size % c.grad_accum != 0)
+    throw ConfigError(fmt::format("--grad-accum={}: must divide --batch-size={} (each step splits the batch "
+                                  "into that many micro-batches)", c.grad_accum, c.batch_size));
   CheckMember("--compression", c.compression, {"none", "fp16", "bf16"});
   if (!(c.timeout_s > 0)) throw ConfigError(fmt::format("--timeout={}: must be > 0 seconds", c.timeout_s));
   CheckMember("--zero-reduce", c.zero_reduce, {"reduce-scatter", "all-reduce"});
@@ -163,6 +169,7 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
     throw ConfigError(e.what());
   }
   c.eval = !no_eval;
+  c.gpus_given = app.count("--gpus") > 0;
   std::string command;
   for (int i = 0; i < argc; ++i) command += (i ? " " : "") + ShellQuote(argv[i]);
   c.command = command;

@@ -21,6 +21,7 @@ struct RunConfig {
   std::string strategy = "single";
   bool list = false;
   int gpus = 1;                    // logical devices (CUDA GPUs, or CPU thread groups)
+  bool gpus_given = false;         // --gpus was on the command line
   std::string device = "auto";     // auto|cuda|cpu
   int threads_per_device = 1;      // CPU: intra-op threads per logical device
   bool oversubscribe = false;      // allow more devices/ranks than hardware

@@ -4,10 +4,29 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include <exception>
+
 namespace ddpbench {
+
+namespace {
+thread_local const char* g_collective = nullptr;
+thread_local const char* g_failed = nullptr;
+}  // namespace
+
+CollectiveLabel::CollectiveLabel(const char* name)
+    : previous_(g_collective), uncaught_(std::uncaught_exceptions()) {
+  g_collective = name;
+}
+CollectiveLabel::~CollectiveLabel() {
+  if (std::uncaught_exceptions() > uncaught_ && !g_failed) g_failed = g_collective;
+  g_collective = previous_;
+}
+const char* CurrentCollective() { return g_collective; }
+const char* FailedCollective() { return g_failed; }
 
 void DistContext::Barrier() {
   if (world == 1 || !group) return;
+  CollectiveLabel label("barrier");
   // A tiny all-reduce rather than barrier(): it works the same on Gloo and
   // NCCL and honours the group's timeout.
   AllReduceSum(0.0);
@@ -15,6 +34,7 @@ void DistContext::Barrier() {
 
 std::vector<double> DistContext::AllGather(const std::vector<double>& values) {
   if (world == 1 || !group) return values;
+  CollectiveLabel label("all-gather of the figures");
   auto opts = torch::TensorOptions().dtype(torch::kFloat64).device(device);
   auto mine = torch::tensor(values, torch::kFloat64).to(device);
   std::vector<std::vector<at::Tensor>> outputs(1);
@@ -32,6 +52,7 @@ std::vector<double> DistContext::AllGather(const std::vector<double>& values) {
 namespace {
 double Reduce(DistContext& d, double value, c10d::ReduceOp::RedOpType op) {
   if (d.world == 1 || !d.group) return value;
+  CollectiveLabel label(CurrentCollective() ? CurrentCollective() : "all-reduce of a figure");
   std::vector<at::Tensor> t{torch::full({1}, value, torch::kFloat64).to(d.device)};
   d.group->allreduce(t, c10d::AllreduceOptions{op})->wait();
   return t[0].item<double>();

@@ -24,6 +24,15 @@ struct DistContext {
   std::string backend;            // gloo|nccl ("" when world == 1)
   c10::intrusive_ptr<c10d::ProcessGroup> group;
   torch::Device device = torch::kCPU;  // where collective buffers live (NCCL: the GPU)
+  // Rendezvous (from the launcher, harness/launcher.h).
+  std::string master_addr;
+  int master_port = 0;
+  bool store_served = false;  // else rank 0 serves the TCPStore
+
+  // Joins the other ranks: c10d TCPStore rendezvous, then a Gloo (CPU) or
+  // NCCL (CUDA) process group whose collectives time out after timeout_s.
+  // Throws with the address and the rank when the rendezvous fails.
+  void Connect(double timeout_s, bool cuda);
 
   bool is_root() const { return rank == 0; }
   void Barrier();
@@ -32,5 +41,22 @@ struct DistContext {
   double AllReduceSum(double value);
   double AllReduceMax(double value);
 };
+
+// Names the collective this thread is in, so that a failure or a timeout is
+// reported as "rank 1: DDP gradient all-reduce: ..." (see CurrentCollective).
+class CollectiveLabel {
+ public:
+  explicit CollectiveLabel(const char* name);
+  ~CollectiveLabel();
+  CollectiveLabel(const CollectiveLabel&) = delete;
+  CollectiveLabel& operator=(const CollectiveLabel&) = delete;
+
+ private:
+  const char* previous_;
+  int uncaught_;
+};
+const char* CurrentCollective();  // nullptr outside any labelled collective
+// The innermost labelled collective that an exception left (nullptr if none).
+const char* FailedCollective();
 
 }  // namespace ddpbench

@@ -10,6 +10,7 @@
 #include "datasets/dataset.h"
 #include "harness/config.h"
 #include "harness/dist.h"
+#include "harness/launcher.h"
 #include "harness/log.h"
 #include "harness/results.h"
 #include "harness/runner.h"
@@ -20,6 +21,27 @@ namespace {
 int Fail(int code, const std::string& message) {
   fmt::print(stderr, "ddpbench: error: {}\n", message);
   return code;
+}
+
+// The exception in flight as one error line and the documented exit code;
+// `where` (rank, collective) prefixes failures that are not bad input.
+int FailWithCurrentException(const std::string& where) {
+  using namespace ddpbench;
+  try {
+    throw;
+  } catch (const ConfigError& e) {
+    return Fail(2, e.what());
+  } catch (const DataError& e) {
+    return Fail(2, e.what());
+  } catch (const std::invalid_argument& e) {
+    return Fail(2, e.what());
+  } catch (const ResultsError& e) {
+    return Fail(4, e.what());
+  } catch (const c10::Error& e) {
+    return Fail(1, where + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return Fail(1, where + e.what());
+  }
 }
 
 void PrintStrategies() {
@@ -46,20 +68,47 @@ int main(int argc, char** argv) {
     return 0;
   }
   DistContext dist;
+  try {
+    // Ranks: join a launcher's, or start --gpus of them (multi-process
+    // strategies) after checking the flags and data once, here.
+    const StrategyEntry& entry = FindStrategy(config.strategy);
+    const bool multi = entry.info.parallelism == Parallelism::kDataMultiProcess;
+    LaunchEnv env = DetectLaunchEnv(ProcessEnv());
+    if (multi && env.launcher != "spawn" && env.world == 1 && (env.launcher == "none" || config.gpus > 1)) {
+      PreflightCheck(config, config.gpus);
+      return SpawnRanks(config, config.gpus, argc, argv);
+    }
+    if (!multi && env.world > 1)
+      throw ConfigError(fmt::format("--strategy={} runs in one process, but {} started {} ranks; use ddp or "
+                                    "zero1 under a launcher, or start one process", config.strategy,
+                                    env.launcher, env.world));
+    if (multi) {
+      if (config.gpus_given && config.gpus != env.world)
+        throw ConfigError(fmt::format("--gpus={}: {} started {} ranks; leave --gpus out under a launcher or "
+                                      "make it equal", config.gpus, env.launcher, env.world));
+      config.gpus = env.world;
+      dist.rank = env.rank;
+      dist.local_rank = env.local_rank;
+      dist.world = env.world;
+      dist.local_world = env.local_world;
+      dist.launcher = env.launcher;
+      dist.master_addr = env.master_addr;
+      dist.master_port = env.master_port;
+      dist.store_served = env.store_served;
+    }
+  } catch (...) {
+    return FailWithCurrentException("");
+  }
   SetLogRank(dist.rank);
+  // Failures of a rank name it, and the collective it was in.
+  auto where = [&] {
+    std::string w = dist.world > 1 ? fmt::format("rank {}: ", dist.rank) : "";
+    if (const char* c = FailedCollective()) w += fmt::format("{}: ", c);
+    return w;
+  };
   try {
     return RunBenchmark(config, dist);
-  } catch (const ConfigError& e) {
-    return Fail(2, e.what());
-  } catch (const DataError& e) {
-    return Fail(2, e.what());
-  } catch (const std::invalid_argument& e) {
-    return Fail(2, e.what());
-  } catch (const ResultsError& e) {
-    return Fail(4, e.what());
-  } catch (const c10::Error& e) {
-    return Fail(1, e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    return Fail(1, e.what());
+  } catch (...) {
+    return FailWithCurrentException(where());
   }
 }

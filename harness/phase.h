@@ -55,6 +55,9 @@ class PhaseTimer {
   // Times `phase` on the timer's device (or `device`, for stages on others).
   Scope Measure(Phase phase) { return Scope(this, phase, device_); }
   Scope Measure(Phase phase, torch::Device device) { return Scope(this, phase, device); }
+  // Adds `ms` of CPU-timed work to `phase` (e.g. communication measured by a
+  // strategy from its own timestamps).
+  void Add(Phase phase, double ms) { AddCpu(phase, ms); }
   void StartStep();
   // Milliseconds spent in each phase since StartStep (CUDA: waits for events).
   std::array<double, kNumPhases> FinishStep();

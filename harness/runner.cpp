@@ -13,6 +13,8 @@
 #include <cmath>
 #include <sys/stat.h>
 #include <optional>
+#include <sched.h>
+#include <cstring>
 #include <thread>
 
 #include <fmt/format.h>
@@ -108,54 +110,111 @@ struct Progress {
 
 }  // namespace
 
-int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
-  RunConfig config = config_in;
-  const StrategyEntry& entry = FindStrategy(config.strategy);
+namespace {
+
+// What a run needs before anything is built: resolved device, the devices of
+// this process, the data and model shapes. Every check that can fail on a bad
+// flag or bad data happens here, so a spawning parent can run it once before
+// it starts any rank (one message, not one per rank).
+struct PreparedRun {
+  RunConfig config;
+  std::vector<torch::Device> devices;
+  bool oversubscribed = false;
+  DataSpec spec;
+  DatasetInfo info;
+  ResNetOptions model;
+  int64_t replicas = 1, process_batch = 0, global_batch = 0;
+};
+
+PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, const DistContext& dist) {
+  PreparedRun run;
+  RunConfig& config = run.config;
+  config = config_in;
   if (config.device == "auto") config.device = CudaAvailable() ? "cuda" : "cpu";
   if (config.device == "cuda" && !CudaAvailable())
     throw ConfigError("--device=cuda: no CUDA device is available here; accepted: --device=cpu or auto");
-  const bool cuda = config.device == "cuda";
+  run.devices = ResolveDevices(config, entry.info, dist, &run.oversubscribed);
 
-  bool oversubscribed = false;
-  std::vector<torch::Device> devices = ResolveDevices(config, entry.info, dist, &oversubscribed);
-  dist.device = cuda ? devices.front() : torch::Device(torch::kCPU);
-
-  // A logical CPU device is threads_per_device intra-op threads.
-  if (!cuda) {
-    at::set_num_threads(config.threads_per_device);
-    InstallCpuMemoryTracker();
-  }
-  CpuDeviceScope main_device(0);
-
-  // Data and model shape.
-  DataSpec spec;
+  DataSpec& spec = run.spec;
   spec.name = config.dataset;
   spec.data_dir = config.data_dir;
   spec.image_size = config.image_size == 0 && config.dataset == "synthetic" ? 224 : config.image_size;
   spec.seed = config.seed;
   spec.augment = config.augment;
   spec.prefetch = config.prefetch;
-  spec.device = devices.front();
+  spec.device = run.devices.front();
   spec.synthetic_classes = config.num_classes > 0 ? config.num_classes : 1000;
-  const int64_t replicas = entry.info.parallelism == Parallelism::kDataInProcess ? config.gpus
-                           : entry.info.parallelism == Parallelism::kDataMultiProcess ? dist.world : 1;
-  const int64_t process_batch =
+  run.replicas = entry.info.parallelism == Parallelism::kDataInProcess      ? config.gpus
+                 : entry.info.parallelism == Parallelism::kDataMultiProcess ? dist.world
+                                                                            : 1;
+  run.process_batch =
       config.batch_size * (entry.info.parallelism == Parallelism::kDataInProcess ? config.gpus : 1);
-  spec.batch_size = process_batch;
-  const int64_t global_batch = config.batch_size * replicas;
-  // Host-side data (the dataset cache, prefetched batches) is not device
-  // memory: load it outside any device's scope.
-  std::optional<CpuDeviceScope> host_scope(std::in_place, -1);
-  DatasetInfo info = DescribeDataset(spec);
-
-  ResNetOptions model;
+  spec.batch_size = run.process_batch;
+  run.global_batch = config.batch_size * run.replicas;
+  {
+    // Host-side data (the dataset cache) is not device memory.
+    CpuDeviceScope host(-1);
+    run.info = DescribeDataset(spec);
+  }
+  ResNetOptions& model = run.model;
   model.depth = config.Depth();
-  model.num_classes = info.num_classes;
-  model.in_channels = info.channels;
+  model.num_classes = run.info.num_classes;
+  model.in_channels = run.info.channels;
   model.small_input = config.small_input;
   model.width = config.width;
   model.norm = ParseNormKind(config.norm);
   ValidateResNetOptions(model);
+  return run;
+}
+
+// Ranks share the machine's cores: rank r of a CPU run gets its own
+// threads_per_device cores (unless oversubscribed), as a GPU rank gets its GPU.
+void PinRankToCores(int local_rank, int threads) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
+  std::vector<int> cores;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed)) cores.push_back(c);
+  if (static_cast<int>(cores.size()) < (local_rank + 1) * threads) return;
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  for (int i = 0; i < threads; ++i) CPU_SET(cores[local_rank * threads + i], &mine);
+  if (sched_setaffinity(0, sizeof(mine), &mine) != 0)
+    LogWarn("could not pin rank {} to its cores: {}", local_rank, std::strerror(errno));
+}
+
+}  // namespace
+
+void PreflightCheck(const RunConfig& config, int world) {
+  DistContext dist;
+  dist.world = dist.local_world = world;
+  PrepareRun(config, FindStrategy(config.strategy), dist);
+}
+
+int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
+  const StrategyEntry& entry = FindStrategy(config_in.strategy);
+  PreparedRun run = PrepareRun(config_in, entry, dist);
+  RunConfig& config = run.config;
+  const bool cuda = config.device == "cuda";
+  const bool oversubscribed = run.oversubscribed;
+  const std::vector<torch::Device>& devices = run.devices;
+  dist.device = cuda ? devices.front() : torch::Device(torch::kCPU);
+
+  // A logical CPU device is threads_per_device intra-op threads.
+  if (!cuda) {
+    if (entry.info.parallelism == Parallelism::kDataMultiProcess && dist.world > 1 && !oversubscribed)
+      PinRankToCores(dist.local_rank, config.threads_per_device);
+    at::set_num_threads(config.threads_per_device);
+    InstallCpuMemoryTracker();
+  }
+  if (entry.info.parallelism == Parallelism::kDataMultiProcess) dist.Connect(config.timeout_s, cuda);
+  CpuDeviceScope main_device(0);
+
+  const DataSpec& spec = run.spec;
+  const DatasetInfo& info = run.info;
+  const ResNetOptions& model = run.model;
+  const int64_t replicas = run.replicas, process_batch = run.process_batch, global_batch = run.global_batch;
 
   double lr = config.lr;
   if (config.lr_scaling == "linear") lr *= static_cast<double>(replicas);
@@ -170,8 +229,11 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   ctx.lr = lr;
   ctx.timer = &timer;
 
-  auto train = MakeTrainSource(spec, dist.rank, dist.world);
-  host_scope.reset();
+  std::unique_ptr<BatchSource> train;
+  {
+    CpuDeviceScope host(-1);
+    train = MakeTrainSource(spec, dist.rank, dist.world);
+  }
   int64_t total_steps, timed_steps;
   if (config.epochs > 0) {
     total_steps = std::llround(config.epochs * train->BatchesPerEpoch());

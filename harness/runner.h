@@ -15,6 +15,11 @@ struct DistContext;
 
 int RunBenchmark(const RunConfig& config, DistContext& dist);
 
+// Every check RunBenchmark makes before building anything (flags against the
+// hardware, data files, model shape), for a run of `world` local ranks; throws
+// ConfigError / DataError. A spawning parent calls it once before the ranks.
+void PreflightCheck(const RunConfig& config, int world);
+
 // Scaling efficiency against the newest matching single-device row of
 // `rows` (same model, dataset, per-device batch, device, threads...); returns
 // false when there is none. Exposed for tests.

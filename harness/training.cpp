@@ -42,6 +42,16 @@ double OptimizerStateMb(torch::optim::Optimizer& optimizer) {
   return bytes / (1024.0 * 1024.0);
 }
 
+torch::Tensor PredictLogits(ResNet& model, const std::string& amp, torch::Device device,
+                            const torch::Tensor& images) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  AutocastGuard autocast(amp, device);
+  auto logits = model->forward(images.to(device));
+  model->train();
+  return logits;
+}
+
 torch::Tensor ClassificationLoss(const torch::Tensor& logits, const torch::Tensor& labels) {
   return torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels);
 }

@@ -28,6 +28,11 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const RunConfig& config,
 // Bytes of optimizer state (momentum buffers, Adam moments) held, in MiB.
 double OptimizerStateMb(torch::optim::Optimizer& optimizer);
 
+// Logits of `images` in eval mode under --amp, no autograd; the model is put
+// back in train mode.
+torch::Tensor PredictLogits(ResNet& model, const std::string& amp, torch::Device device,
+                            const torch::Tensor& images);
+
 // Mean cross-entropy in float32 (logits may be reduced precision under AMP).
 torch::Tensor ClassificationLoss(const torch::Tensor& logits, const torch::Tensor& labels);
 

@@ -9,7 +9,7 @@ cd "$ROOT"
 
 DEB_PACKAGES=(
   build-essential cmake ninja-build ccache git pkg-config python3-venv
-  libcli11-dev nlohmann-json3-dev libcsv-dev zlib1g-dev
+  libcli11-dev nlohmann-json3-dev libcsv-dev zlib1g-dev libgloo-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist
   slurm-wlm munge openmpi-bin libopenmpi-dev iproute2 procps util-linux

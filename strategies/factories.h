@@ -6,4 +6,5 @@
 
 namespace ddpbench {
 std::unique_ptr<Strategy> MakeSingleStrategy();
+std::unique_ptr<Strategy> MakeDdpStrategy();
 }  // namespace ddpbench

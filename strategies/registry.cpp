@@ -14,6 +14,10 @@ const std::vector<StrategyEntry>& StrategyTable() {
       {{"single", "one device: the reference every other strategy is checked against",
         Parallelism::kNone, false},
        MakeSingleStrategy},
+      {{"ddp", "DistributedDataParallel: one rank per device, PyTorch's c10d::Reducer (bucketed all-reduce "
+               "overlapping backward)",
+        Parallelism::kDataMultiProcess, true},
+       MakeDdpStrategy},
   };
   return table;
 }

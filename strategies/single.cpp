@@ -48,12 +48,7 @@ class SingleStrategy final : public Strategy {
   }
 
   torch::Tensor Predict(const torch::Tensor& images) override {
-    torch::NoGradGuard no_grad;
-    model_->eval();
-    AutocastGuard amp(config_->amp, device_);
-    auto logits = model_->forward(images.to(device_));
-    model_->train();
-    return logits;
+    return PredictLogits(model_, config_->amp, device_, images);
   }
 
   std::vector<torch::Tensor> Parameters() override { return model_->parameters(); }

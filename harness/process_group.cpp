@@ -1,0 +1,93 @@
+// Rendezvous and process group of one rank: c10d's TCPStore (served by the
+// launcher, or by rank 0) and c10d's own Gloo or NCCL backend, exactly what
+// torch.distributed.init_process_group builds. This is the only file that
+// includes ProcessGroupGloo.hpp: the torch wheel ships no Gloo headers, so it
+// is compiled against Debian's libgloo-dev headers (declarations only; every
+// Gloo symbol comes from libtorch_cpu, and the class holds Gloo objects only
+// through shared_ptr, so its layout does not depend on the Gloo version).
+#include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef DDPBENCH_WITH_CUDA
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <chrono>
+#include <cstdlib>
+#include <sstream>
+
+#include "harness/dist.h"
+#include "harness/log.h"
+
+namespace ddpbench {
+namespace {
+
+// GLOO_SOCKET_IFNAME=eth0,eth1 as in torch.distributed: one Gloo device per
+// interface; otherwise the address this host's name resolves to.
+std::vector<std::shared_ptr<::gloo::transport::Device>> GlooDevices() {
+  std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
+  if (const char* names = std::getenv("GLOO_SOCKET_IFNAME"); names && *names) {
+    std::stringstream ss(names);
+    std::string name;
+    while (std::getline(ss, name, ','))
+      if (!name.empty()) devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+  }
+  if (devices.empty()) devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  return devices;
+}
+
+}  // namespace
+
+void DistContext::Connect(double timeout_s, bool cuda) {
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<uint16_t>(master_port);
+  opts.isServer = rank == 0 && !store_served;
+  opts.numWorkers = world;
+  opts.waitWorkers = false;
+  opts.timeout = timeout;
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(master_addr, opts);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format("rank {}: rendezvous at {}:{} ({}) failed: {}", rank, master_addr,
+                                         master_port, opts.isServer ? "serving the store" : "store client",
+                                         e.what()));
+  }
+  // A prefix of our own, so a launcher's keys (torchrun's agent) never collide.
+  store = c10::make_intrusive<c10d::PrefixStore>("ddpbench/", store);
+
+  auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, rank, world);
+  if (cuda) {
+#ifdef DDPBENCH_WITH_CUDA
+    auto options = c10d::ProcessGroupNCCL::Options::create();
+    options->timeout = timeout;
+    auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world, options);
+    nccl->setTimeout(timeout);
+    pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::NCCL, nccl);
+    pg->setDefaultBackend(c10d::ProcessGroup::NCCL);
+    backend = "nccl";
+#else
+    throw std::runtime_error("this build of ddpbench has no NCCL");
+#endif
+  } else {
+    auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+    options->devices = GlooDevices();
+    c10::intrusive_ptr<c10d::Backend> gloo;
+    try {
+      gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, options);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(fmt::format("rank {}: connecting the Gloo process group ({} ranks via {}:{}) "
+                                           "failed: {}", rank, world, master_addr, master_port, e.what()));
+    }
+    pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::GLOO, gloo);
+    pg->setDefaultBackend(c10d::ProcessGroup::GLOO);
+    backend = "gloo";
+  }
+  group = pg;
+  LogInfo("joined {} ranks ({}, rendezvous {}:{})", world, backend, master_addr, master_port);
+}
+
+}  // namespace ddpbench

@@ -1,0 +1,260 @@
+// ddp: one rank per device on PyTorch's own DDP engine, built the way
+// torch.nn.parallel.DistributedDataParallel builds it, so the figures describe
+// what PyTorch DDP users get: parameters and buffers broadcast from rank 0,
+// c10d::Reducer with one bucket for the first iteration and buckets rebuilt in
+// backward order after it (compute_bucket_assignment_by_size with a 1 MiB
+// first bucket and --bucket-cap-mb), bucketed all-reduce overlapping backward,
+// buffers broadcast before every forward, no synchronisation on accumulation
+// micro-steps (no_sync). The one addition is a communication hook that does
+// exactly what torch's allreduce_hook / fp16_compress_hook / bf16_compress_hook
+// do and also timestamps every bucket, so the row can say how long all-reduce
+// took and how much of it was hidden behind backward.
+#include <torch/csrc/distributed/c10d/comm.hpp>
+#include <torch/csrc/distributed/c10d/logger.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <mutex>
+
+#include "harness/config.h"
+#include "harness/dist.h"
+#include "harness/phase.h"
+#include "harness/training.h"
+#include "strategies/factories.h"
+
+namespace ddpbench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int64_t kFirstBucketBytes = 1024 * 1024;  // torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
+constexpr size_t kBroadcastBytes = 250 * 1024 * 1024;  // DDP's _DEFAULT ... broadcast_bucket_size
+
+// Start and end of every bucket's all-reduce in one backward.
+struct CommTimeline {
+  std::mutex mutex;
+  std::vector<std::pair<Clock::time_point, Clock::time_point>> intervals;
+  void Add(Clock::time_point start, Clock::time_point end) {
+    std::lock_guard<std::mutex> lock(mutex);
+    intervals.emplace_back(start, end);
+  }
+};
+
+// torch's allreduce_hook (divide by the world, all-reduce the bucket), or its
+// fp16/bf16 compress hooks (the same on a half-precision copy), timestamped.
+class TimedAllReduceHook final
+    : public c10d::CppCommHookInterface<c10::intrusive_ptr<c10d::ProcessGroup>> {
+ public:
+  TimedAllReduceHook(c10::intrusive_ptr<c10d::ProcessGroup> group, std::optional<at::ScalarType> wire,
+                     std::shared_ptr<CommTimeline> timeline)
+      : CppCommHookInterface(std::move(group)), wire_(wire), timeline_(std::move(timeline)) {}
+
+  c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
+    const auto start = Clock::now();
+    at::Tensor buffer = bucket.getBufferRef();
+    at::Tensor sent = wire_ ? buffer.to(*wire_) : buffer;
+    sent.div_(state_->getSize());
+    std::vector<at::Tensor> tensors{sent};
+    auto future = state_->allreduce(tensors)->getFuture();
+    auto timeline = timeline_;
+    const bool copy_back = wire_.has_value();
+    return future->then(
+        [buffer, copy_back, timeline, start](c10::ivalue::Future& done) {
+          at::Tensor reduced = done.value().toTensorVector()[0];
+          if (copy_back) buffer.copy_(reduced);
+          timeline->Add(start, Clock::now());
+          return c10::IValue(buffer);
+        },
+        c10::TensorType::get());
+  }
+
+ private:
+  std::optional<at::ScalarType> wire_;
+  std::shared_ptr<CommTimeline> timeline_;
+};
+
+// Length of the union of `intervals`, and of its part before `until`.
+std::pair<double, double> UnionMs(std::vector<std::pair<Clock::time_point, Clock::time_point>> intervals,
+                                  Clock::time_point until) {
+  std::sort(intervals.begin(), intervals.end());
+  double total = 0, before = 0;
+  Clock::time_point cur_start{}, cur_end{};
+  bool open = false;
+  auto close = [&] {
+    if (!open) return;
+    total += std::chrono::duration<double, std::milli>(cur_end - cur_start).count();
+    auto cut = std::min(cur_end, until);
+    if (cut > cur_start) before += std::chrono::duration<double, std::milli>(cut - cur_start).count();
+  };
+  for (const auto& [s, e] : intervals) {
+    if (open && s <= cur_end) {
+      cur_end = std::max(cur_end, e);
+      continue;
+    }
+    close();
+    cur_start = s;
+    cur_end = e;
+    open = true;
+  }
+  close();
+  return {total, before};
+}
+
+class DdpStrategy final : public Strategy {
+ public:
+  void Setup(const RunContext& ctx) override {
+    config_ = ctx.config;
+    timer_ = ctx.timer;
+    dist_ = ctx.dist;
+    device_ = ctx.devices.front();
+    TORCH_CHECK(dist_->group, "ddp needs a process group");
+    model_ = BuildModel(ctx.model, config_->seed, device_);
+    for (auto& p : model_->parameters())
+      if (p.requires_grad()) params_.push_back(p);
+    buffers_ = model_->buffers();
+
+    // DDP's _sync_module_states: rank 0's parameters and buffers everywhere.
+    {
+      torch::NoGradGuard no_grad;
+      CollectiveLabel label("DDP broadcast of the initial parameters and buffers");
+      std::vector<at::Tensor> states = params_;
+      states.insert(states.end(), buffers_.begin(), buffers_.end());
+      c10d::broadcast_coalesced(dist_->group, states, kBroadcastBytes, 0);
+    }
+
+    // As DDP with find_unused_parameters=False: a single bucket for the first
+    // iteration, rebuilt from the real gradient order after it.
+    std::vector<bool> sparse(params_.size(), false);
+    auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(
+        params_, {std::numeric_limits<size_t>::max()}, sparse);
+    std::reverse(buckets.begin(), buckets.end());
+    std::unordered_map<size_t, std::string> names;
+    auto named = model_->named_parameters();
+    for (size_t i = 0, j = 0; i < named.size(); ++i)
+      if (named[i].value().requires_grad()) names[j++] = named[i].key();
+    const int64_t cap = static_cast<int64_t>(config_->bucket_cap_mb * 1024 * 1024);
+    reducer_ = std::make_shared<c10d::Reducer>(params_, buckets, dist_->group, sparse, cap,
+                                               /*find_unused_parameters=*/false,
+                                               /*gradient_as_bucket_view=*/false, names,
+                                               config_->bucket_cap_mb == 25.0 ? kFirstBucketBytes : cap,
+                                               /*skip_all_reduce_unused_params=*/false,
+                                               /*use_python_reducer=*/false, std::vector<int64_t>{});
+    logger_ = std::make_shared<c10d::Logger>(reducer_);
+    reducer_->set_logger(logger_);
+    timeline_ = std::make_shared<CommTimeline>();
+    std::optional<at::ScalarType> wire;
+    if (config_->compression == "fp16") wire = at::kHalf;
+    if (config_->compression == "bf16") wire = at::kBFloat16;
+    reducer_->register_comm_hook(std::make_unique<TimedAllReduceHook>(dist_->group, wire, timeline_));
+
+    optimizer_ = MakeOptimizer(*config_, model_->parameters(), ctx.lr);
+    scaler_ = std::make_unique<LossScaler>(config_->amp, device_);
+  }
+
+  StepResult Step(const Batch& batch) override {
+    model_->train();
+    optimizer_->zero_grad();
+    const int64_t micro = config_->grad_accum;
+    auto images = batch.images.to(device_).chunk(micro);
+    auto labels = batch.labels.to(device_).chunk(micro);
+    torch::Tensor total_loss = torch::zeros({}, torch::TensorOptions().device(device_));
+    double comm_ms = 0, hidden_ms = 0;
+    for (int64_t m = 0; m < micro; ++m) {
+      const bool sync = m == micro - 1;  // no_sync() on every micro-step but the last
+      torch::Tensor loss;
+      {
+        auto scope = timer_->Measure(Phase::kForward);
+        if (sync) reducer_->prepare_for_forward();
+        {
+          CollectiveLabel label("DDP bucket rebuild");
+          reducer_->rebuild_buckets();
+        }
+        if (sync && dist_->world > 1 && !buffers_.empty()) {
+          CollectiveLabel label("DDP buffer broadcast");
+          torch::NoGradGuard no_grad;
+          c10d::broadcast_coalesced(dist_->group, buffers_, kBroadcastBytes, 0);
+        }
+        AutocastGuard amp(config_->amp, device_);
+        auto logits = model_->forward(images[m]);
+        loss = ClassificationLoss(logits, labels[m]);
+        if (sync) reducer_->prepare_for_backward({});
+      }
+      {
+        auto scope = timer_->Measure(Phase::kBackward);
+        CollectiveLabel label("DDP gradient all-reduce");
+        timeline_->intervals.clear();
+        const auto start = Clock::now();
+        scaler_->Scale(loss / static_cast<double>(micro)).backward();
+        if (sync && !timeline_->intervals.empty()) {
+          // Backward compute ends when the last bucket is handed to all-reduce.
+          Clock::time_point compute_end = start;
+          for (const auto& iv : timeline_->intervals) compute_end = std::max(compute_end, iv.first);
+          auto [total, before] = UnionMs(timeline_->intervals, compute_end);
+          comm_ms += total;
+          hidden_ms += before;
+        }
+      }
+      total_loss += loss.detach();
+    }
+    if (comm_ms > 0 && !device_.is_cuda()) timer_->Add(Phase::kCommunication, comm_ms);
+    comm_ms_.push_back(comm_ms);
+    hidden_ms_.push_back(hidden_ms);
+    {
+      auto scope = timer_->Measure(Phase::kOptimizer);
+      if (scaler_->enabled()) {
+        // Gradients are identical on every rank after the all-reduce, so
+        // every rank takes the same skip-or-step decision.
+        scaler_->StepAndUpdate(*optimizer_, scaler_->Unscale(params_));
+      } else {
+        optimizer_->step();
+      }
+    }
+    return {total_loss / static_cast<double>(micro)};
+  }
+
+  torch::Tensor Predict(const torch::Tensor& images) override {
+    return PredictLogits(model_, config_->amp, device_, images);
+  }
+
+  std::vector<torch::Tensor> Parameters() override { return model_->parameters(); }
+  double OptimizerStateMb() override { return ddpbench::OptimizerStateMb(*optimizer_); }
+
+  std::map<std::string, std::string> Extras() override {
+    std::map<std::string, std::string> extras = {
+        {"bucket_cap_mb", fmt::format("{}", config_->bucket_cap_mb)},
+        {"grad_accum", std::to_string(config_->grad_accum)},
+        {"compression", config_->compression}};
+    // Over the timed steps only (the first `warmup` steps are warm-up). CPU
+    // only: with NCCL a future completes when the work is enqueued, not done.
+    double comm = 0, hidden = 0;
+    for (size_t i = static_cast<size_t>(config_->warmup); i < comm_ms_.size(); ++i) {
+      comm += comm_ms_[i];
+      hidden += hidden_ms_[i];
+    }
+    if (!device_.is_cuda() && comm > 0) extras["allreduce_hidden_frac"] = fmt::format("{:.3f}", hidden / comm);
+    return extras;
+  }
+
+ private:
+  const RunConfig* config_ = nullptr;
+  PhaseTimer* timer_ = nullptr;
+  DistContext* dist_ = nullptr;
+  torch::Device device_ = torch::kCPU;
+  ResNet model_{nullptr};
+  std::vector<torch::Tensor> params_, buffers_;
+  std::shared_ptr<c10d::Reducer> reducer_;
+  std::shared_ptr<c10d::Logger> logger_;
+  std::shared_ptr<CommTimeline> timeline_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<LossScaler> scaler_;
+  std::vector<double> comm_ms_, hidden_ms_;
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> MakeDdpStrategy() { return std::make_unique<DdpStrategy>(); }
+
+}  // namespace ddpbench

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# DDP end to end through the real binary, ranks spawned by ddpbench itself:
+# parity with single on 2 ranks (also with gradient accumulation), the row's
+# distributed columns and scaling efficiency; bad inputs give one message and
+# no row; a rank killed with SIGKILL, and a rank stuck in a collective (past
+# --timeout), end the whole run non-zero within 30 s, naming the rank, with no
+# row written.
+set -euo pipefail
+BIN="$1"; SRC="$2"
+TMP="$(mktemp -d)"; trap 'pkill -KILL -P $$ 2>/dev/null || true; rm -rf "$TMP"' EXIT
+PY="$SRC/.venv/bin/python"; [[ -x "$PY" ]] || PY=python3
+fail() { echo "FAIL: $*"; exit 1; }
+COMMON=(--device=cpu --small-input --width=8 --image-size=16 --batch-size=16 --warmup=2 --progress=off)
+
+"$BIN" --list | grep -q "^ddp " || fail "--list does not show ddp"
+
+"$BIN" --strategy=single "${COMMON[@]}" --steps=6 --out="$TMP/r.csv"
+"$BIN" --strategy=ddp --gpus=2 "${COMMON[@]}" --steps=6 --verify --out="$TMP/r.csv"
+"$BIN" --strategy=ddp --gpus=2 "${COMMON[@]}" --steps=4 --grad-accum=2 --verify --out="$TMP/r.csv"
+"$BIN" --strategy=ddp --gpus=2 "${COMMON[@]}" --steps=4 --compression=bf16 --bucket-cap-mb=0.05 --out="$TMP/r.csv"
+"$PY" - "$TMP/r.csv" <<'PYEOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 4, len(rows)
+single, ddp, accum, bf16 = rows
+for r in (ddp, accum, bf16):
+    assert r["strategy"] == "ddp" and r["gpus"] == "2" and r["world_size"] == "2", r
+    assert r["launcher"] == "spawn" and r["global_batch"] == "32" and r["per_device_batch"] == "16", r
+    assert len(r["mem_per_device_mb"].split("/")) == 2, r["mem_per_device_mb"]  # one device per rank
+    assert float(r["peak_mem_mb"]) > 0 and len(r["throughput_per_rank_img_s"].split("/")) == 2, r
+    assert float(r["communication_ms"]) > 0, r["communication_ms"]
+    assert 0.0 <= float(r["allreduce_hidden_frac"]) <= 1.0, r["allreduce_hidden_frac"]
+    assert r["optimizer_state_mb"] and float(r["optimizer_state_mb"].split("/")[0]) > 0, r
+for r in (ddp, accum):
+    assert r["parity_ok"] == "true", (r["parity_max_abs_diff"], r["parity_model"])
+    assert float(r["parity_max_abs_diff"]) <= 1e-4, r["parity_max_abs_diff"]
+    assert "norm=group" in r["parity_model"], r["parity_model"]
+assert accum["grad_accum"] == "2" and bf16["compression"] == "bf16" and bf16["bucket_cap_mb"] == "0.05"
+# Scaling efficiency against the single row of the same file.
+eff = float(ddp["scaling_efficiency"])
+expect = float(ddp["throughput_img_s"]) / (2 * float(single["throughput_img_s"]))
+assert abs(eff - expect) < 1e-3 * max(1, expect), (eff, expect)
+print("ddp rows ok: parity", ddp["parity_max_abs_diff"], accum["parity_max_abs_diff"],
+      "efficiency", eff, "hidden", ddp["allreduce_hidden_frac"])
+PYEOF
+
+cp "$TMP/r.csv" "$TMP/before.csv"
+unchanged() { cmp -s "$TMP/r.csv" "$TMP/before.csv" || fail "$1: results file changed"; }
+bad() {
+  local expect="$1"; shift
+  set +e; out="$(timeout 60 "$BIN" --strategy=ddp "${COMMON[@]}" --steps=2 "$@" --out="$TMP/r.csv" 2>&1 </dev/null)"; rc=$?; set -e
+  [[ $rc -eq 2 ]] || fail "$* exited $rc (want 2): $out"
+  [[ $(grep -c "ddpbench: error:" <<<"$out") -eq 1 ]] || fail "$*: want exactly one error line: $out"
+  grep -q "ddpbench: error: .*$expect" <<<"$out" || fail "$*: message lacks '$expect': $out"
+  unchanged "$*"
+}
+G=$(( $(nproc) + 1 ))
+bad "--gpus=$G x --threads-per-device=1: $G threads but this machine has" --gpus=$G
+bad "--grad-accum=3: must divide --batch-size=16" --gpus=2 --grad-accum=3
+bad "--compression=int8: not accepted; accepted values: none|fp16|bf16" --gpus=2 --compression=int8
+bad "--timeout=0: must be > 0" --gpus=2 --timeout=0
+bad "--bucket-cap-mb=-1: must be > 0" --gpus=2 --bucket-cap-mb=-1
+bad "data directory for 'cifar10' does not exist" --gpus=2 --dataset=cifar10 --data-dir="$TMP/none"
+set +e; out="$("$BIN" --strategy=single --grad-accum=2 --steps=1 2>&1)"; rc=$?; set -e
+[[ $rc -eq 2 ]] && grep -q "gradient accumulation is a ddp option" <<<"$out" || fail "grad-accum on single: $rc $out"
+
+# The rank of a child process, from its environment.
+rank_pid() {  # parent-pid rank
+  for c in $(pgrep -P "$1"); do
+    tr '\0' '\n' < "/proc/$c/environ" 2>/dev/null | grep -qx "RANK=$2" && { echo "$c"; return; }
+  done
+}
+start_long_run() {  # extra flags; sets PARENT, waits until both ranks train
+  "$BIN" --strategy=ddp --gpus=2 "${COMMON[@]}" --steps=100000 "$@" --out="$TMP/r.csv" >"$TMP/run.log" 2>&1 &
+  PARENT=$!
+  for _ in $(seq 1 300); do
+    [[ $(grep -c "joined 2 ranks" "$TMP/run.log") -eq 2 ]] && break
+    sleep 0.1
+  done
+  sleep 1.5
+  [[ -n "$(rank_pid "$PARENT" 1)" ]] || fail "rank 1 not found: $(cat "$TMP/run.log")"
+}
+wait_parent() {  # seconds-limit -> sets RC, ELAPSED
+  local start=$SECONDS
+  for _ in $(seq 1 $(( $1 * 10 ))); do kill -0 "$PARENT" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$PARENT" 2>/dev/null; then kill -KILL "$PARENT"; fail "run still alive after $1 s: $(tail -5 "$TMP/run.log")"; fi
+  set +e; wait "$PARENT"; RC=$?; set -e
+  ELAPSED=$(( SECONDS - start ))
+}
+
+# A rank killed with SIGKILL mid-run.
+start_long_run
+kill -KILL "$(rank_pid "$PARENT" 1)"
+wait_parent 30
+[[ $RC -ne 0 ]] || fail "killed rank: exit 0"
+grep -q "ddpbench: error: rank 1 (pid [0-9]*) was killed by signal 9" "$TMP/run.log" || fail "no message naming rank 1: $(tail -5 "$TMP/run.log")"
+unchanged "SIGKILL"
+echo "SIGKILL of rank 1: run ended with exit $RC after ${ELAPSED}s"
+
+# A rank that stops answering: the other's collective times out (--timeout).
+start_long_run --timeout=5
+kill -STOP "$(rank_pid "$PARENT" 1)"
+wait_parent 30
+[[ $RC -ne 0 ]] || fail "stuck rank: exit 0"
+grep -q "ddpbench: error: rank 0: DDP .*" "$TMP/run.log" || fail "no message naming rank 0's collective: $(tail -5 "$TMP/run.log")"
+grep -q "ddpbench: error: rank 0 (pid [0-9]*) exited with code 1" "$TMP/run.log" || fail "parent did not name rank 0: $(tail -5 "$TMP/run.log")"
+unchanged "stuck rank"
+echo "stuck rank 1 (SIGSTOP): run ended with exit $RC after ${ELAPSED}s: $(grep 'rank 0: DDP' "$TMP/run.log" | head -1 | cut -c1-160)"
+echo "ddp_cli: all checks passed"
