@@ -6,4 +6,7 @@
 
 namespace ddpbench {
 std::unique_ptr<Strategy> MakeSingleStrategy();
+std::unique_ptr<Strategy> MakeDpStrategy();
+std::unique_ptr<Strategy> MakeMpStrategy();
+std::unique_ptr<Strategy> MakePmpStrategy();
 }  // namespace ddpbench
