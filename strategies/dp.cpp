@@ -113,12 +113,7 @@ class DataParallelStrategy final : public Strategy {
 
     {
       auto scope = timer_->Measure(Phase::kOptimizer, main);
-      if (scaler_->enabled()) {
-        auto params = model_->parameters();
-        scaler_->StepAndUpdate(*optimizer_, scaler_->Unscale(params));
-      } else {
-        optimizer_->step();
-      }
+      scaler_->Step(*optimizer_, model_->parameters());
     }
     return {loss.detach()};
   }
