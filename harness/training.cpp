@@ -102,4 +102,9 @@ void LossScaler::StepAndUpdate(torch::optim::Optimizer& optimizer, const torch::
   at::_amp_update_scale_(scale_, growth_tracker_, found_inf, 2.0, 0.5, 2000);
 }
 
+void LossScaler::Step(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& params) {
+  if (enabled_) StepAndUpdate(optimizer, Unscale(params));
+  else optimizer.step();
+}
+
 }  // namespace ddpbench

@@ -64,6 +64,9 @@ class LossScaler {
   torch::Tensor Unscale(const std::vector<torch::Tensor>& params);
   // Steps `optimizer` unless found_inf, then updates the scale.
   void StepAndUpdate(torch::optim::Optimizer& optimizer, const torch::Tensor& found_inf);
+  // The optimizer step of one device's parameters: unscale, step unless a
+  // gradient overflowed, update the scale (fp16); a plain step otherwise.
+  void Step(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& params);
 
  private:
   bool enabled_ = false;

@@ -6,5 +6,8 @@
 
 namespace ddpbench {
 std::unique_ptr<Strategy> MakeSingleStrategy();
+std::unique_ptr<Strategy> MakeDpStrategy();
 std::unique_ptr<Strategy> MakeDdpStrategy();
+std::unique_ptr<Strategy> MakeMpStrategy();
+std::unique_ptr<Strategy> MakePmpStrategy();
 }  // namespace ddpbench

@@ -14,10 +14,19 @@ const std::vector<StrategyEntry>& StrategyTable() {
       {{"single", "one device: the reference every other strategy is checked against",
         Parallelism::kNone, false},
        MakeSingleStrategy},
+      {{"dp", "DataParallel: replicas on every device of one process, batch scattered, gradients reduced to device 0",
+        Parallelism::kDataInProcess, true},
+       MakeDpStrategy},
       {{"ddp", "DistributedDataParallel: one rank per device, PyTorch's c10d::Reducer (bucketed all-reduce "
                "overlapping backward)",
         Parallelism::kDataMultiProcess, true},
        MakeDdpStrategy},
+      {{"mp", "model parallel: the model's units split over the devices, one stage working at a time",
+        Parallelism::kModel, false},
+       MakeMpStrategy},
+      {{"pmp", "pipelined model parallel: micro-batches through the stages at once (GPipe or 1F1B)",
+        Parallelism::kModel, true},
+       MakePmpStrategy},
   };
   return table;
 }

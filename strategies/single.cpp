@@ -37,12 +37,7 @@ class SingleStrategy final : public Strategy {
     }
     {
       auto scope = timer_->Measure(Phase::kOptimizer);
-      if (scaler_->enabled()) {
-        auto params = model_->parameters();
-        scaler_->StepAndUpdate(*optimizer_, scaler_->Unscale(params));
-      } else {
-        optimizer_->step();
-      }
+      scaler_->Step(*optimizer_, model_->parameters());
     }
     return {loss.detach()};
   }

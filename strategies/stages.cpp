@@ -1,0 +1,215 @@
+#include "strategies/stages.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "datasets/dataset.h"
+#include "harness/config.h"
+#include "harness/log.h"
+#include "strategies/device_workers.h"
+
+namespace ddpbench {
+namespace {
+
+std::string UnitList(const std::vector<std::string>& names) {
+  return fmt::format("{} units: {}", names.size(), fmt::join(names, ", "));
+}
+
+// The image height/width of the run's batches (the runner's rule: synthetic
+// data is 224 px unless --image-size says otherwise; real data its own size).
+int64_t RunImageSize(const RunConfig& config) {
+  if (config.image_size > 0) return config.image_size;
+  if (config.dataset == "synthetic") return 224;
+  DataSpec spec;
+  spec.name = config.dataset;
+  spec.data_dir = config.data_dir;
+  spec.seed = config.seed;
+  spec.prefetch = 0;
+  return DescribeDataset(spec).height;
+}
+
+}  // namespace
+
+std::vector<int> BalanceSplit(const std::vector<double>& costs, int parts) {
+  const int n = static_cast<int>(costs.size());
+  TORCH_CHECK(parts >= 1 && parts <= n, "BalanceSplit: ", parts, " stages for ", n, " units");
+  std::vector<double> prefix(n + 1, 0.0);
+  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + costs[i];
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  // best[p][i]: the smallest possible largest stage cost when the first i
+  // units form p stages; cut[p][i]: where the last of those stages begins.
+  std::vector<std::vector<double>> best(parts + 1, std::vector<double>(n + 1, kInf));
+  std::vector<std::vector<int>> cut(parts + 1, std::vector<int>(n + 1, -1));
+  best[0][0] = 0;
+  for (int p = 1; p <= parts; ++p) {
+    for (int i = p; i <= n - (parts - p); ++i) {
+      for (int j = p - 1; j < i; ++j) {
+        if (best[p - 1][j] == kInf) continue;
+        double worst = std::max(best[p - 1][j], prefix[i] - prefix[j]);
+        if (worst < best[p][i]) {
+          best[p][i] = worst;
+          cut[p][i] = j;
+        }
+      }
+    }
+  }
+  std::vector<int> counts(parts);
+  for (int p = parts, i = n; p >= 1; --p) {
+    const int j = cut[p][i];
+    counts[p - 1] = i - j;
+    i = j;
+  }
+  return counts;
+}
+
+void CheckStageCount(const std::string& strategy, int devices, const std::vector<std::string>& unit_names) {
+  const int units = static_cast<int>(unit_names.size());
+  if (devices > units)
+    throw ConfigError(fmt::format(
+        "--gpus={}: {} puts at least one unit on each device, but the model has only {}; accepted: --gpus=1..{}",
+        devices, strategy, UnitList(unit_names), units));
+}
+
+std::vector<int> ParseSplit(const std::string& split, int devices, const std::vector<std::string>& unit_names) {
+  const int units = static_cast<int>(unit_names.size());
+  const std::string accepted = fmt::format(
+      "accepted: {} comma-separated unit counts >= 1 (one per --gpus device) summing to {}; the model has {}",
+      devices, units, UnitList(unit_names));
+  std::vector<int> counts;
+  std::stringstream ss(split);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    size_t pos = 0;
+    int v = -1;
+    try {
+      v = std::stoi(part, &pos);
+    } catch (...) {
+    }
+    if (v < 1 || pos != part.size()) throw ConfigError(fmt::format("--split={}: '{}' is not a unit count; {}", split, part, accepted));
+    counts.push_back(v);
+  }
+  if (split.empty() || split.back() == ',') throw ConfigError(fmt::format("--split={}: empty count; {}", split, accepted));
+  if (static_cast<int>(counts.size()) != devices)
+    throw ConfigError(fmt::format("--split={}: {} counts for --gpus={}; {}", split, counts.size(), devices, accepted));
+  int64_t sum = 0;
+  for (int c : counts) sum += c;
+  if (sum != units) throw ConfigError(fmt::format("--split={}: the counts sum to {}, not {}; {}", split, sum, units, accepted));
+  return counts;
+}
+
+std::string SplitCounts(const std::vector<int>& counts) { return fmt::format("{}", fmt::join(counts, ",")); }
+
+std::string DescribeSplit(const std::vector<int>& counts, const std::vector<std::string>& unit_names) {
+  std::vector<std::string> stages;
+  size_t first = 0;
+  for (int c : counts) {
+    const size_t last = first + c - 1;
+    stages.push_back(c == 1 ? unit_names.at(first) : unit_names.at(first) + ".." + unit_names.at(last));
+    first = last + 1;
+  }
+  return fmt::format("{}", fmt::join(stages, " | "));
+}
+
+std::vector<double> MeasureUnitTimes(const ResNet& model, const torch::Tensor& sample, int repeats) {
+  auto copy = std::dynamic_pointer_cast<ResNetImpl>(model->clone());
+  copy->train();
+  const torch::Device device = sample.device();
+  const size_t n = copy->unit_names().size();
+  std::vector<double> best(n, std::numeric_limits<double>::infinity());
+  for (int round = 0; round <= repeats; ++round) {  // round 0 warms up
+    torch::Tensor x = sample;
+    size_t u = 0;
+    for (auto& unit : *copy->units()) {
+      WaitForCurrentStream(device);
+      auto t0 = std::chrono::steady_clock::now();
+      torch::Tensor in = u == 0 ? x : x.detach().requires_grad_();
+      torch::Tensor y = unit.forward(in);
+      y.backward(torch::ones_like(y));
+      WaitForCurrentStream(device);
+      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (round > 0) best[u] = std::min(best[u], ms);
+      x = y.detach();
+      ++u;
+    }
+  }
+  return best;
+}
+
+std::vector<int> ChooseSplit(const RunConfig& config, const ResNet& model, int devices, int64_t sample_batch) {
+  const auto& names = model->unit_names();
+  CheckStageCount(config.strategy, devices, names);
+  std::vector<int> counts;
+  std::string how;
+  if (!config.split.empty()) {
+    counts = ParseSplit(config.split, devices, names);
+    how = "--split";
+  } else if (config.balance == "time") {
+    const torch::Device device = model->parameters().front().device();
+    const int64_t size = RunImageSize(config);
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(config.seed);
+    auto sample = torch::randn({sample_batch, model->options().in_channels, size, size}, generator).to(device);
+    auto times = MeasureUnitTimes(model, sample);
+    counts = BalanceSplit(times, devices);
+    std::vector<std::string> shown;
+    for (double t : times) shown.push_back(fmt::format("{:.2f}", t));
+    LogInfo("unit forward+backward ms on a batch of {}: {}", sample_batch, fmt::join(shown, " "));
+    how = "balanced by measured time";
+  } else {
+    auto params = model->UnitParameterCounts();
+    counts = BalanceSplit(std::vector<double>(params.begin(), params.end()), devices);
+    how = "balanced by parameter count";
+  }
+  std::vector<int64_t> params = model->UnitParameterCounts(), per_stage;
+  size_t first = 0;
+  for (int c : counts) {
+    int64_t sum = 0;
+    for (int i = 0; i < c; ++i) sum += params[first + i];
+    per_stage.push_back(sum);
+    first += c;
+  }
+  LogInfo("{} split ({}): {} = {} units, {} parameters", config.strategy, how, DescribeSplit(counts, names),
+          SplitCounts(counts), fmt::join(per_stage, "/"));
+  return counts;
+}
+
+PipelineSchedule ParsePipelineSchedule(const std::string& name) {
+  if (name == "gpipe") return PipelineSchedule::kGPipe;
+  if (name == "1f1b") return PipelineSchedule::k1F1B;
+  throw ConfigError(fmt::format("--schedule={}: not accepted; accepted values: gpipe|1f1b", name));
+}
+
+std::vector<PipelineOp> StageSchedule(PipelineSchedule schedule, int stage, int stages, int micro_batches) {
+  TORCH_CHECK(stage >= 0 && stage < stages && micro_batches >= 1, "StageSchedule: stage ", stage, " of ", stages,
+              ", ", micro_batches, " micro-batches");
+  std::vector<PipelineOp> ops;
+  if (schedule == PipelineSchedule::kGPipe) {
+    for (int m = 0; m < micro_batches; ++m) ops.push_back({true, m});
+    for (int m = micro_batches - 1; m >= 0; --m) ops.push_back({false, m});
+    return ops;
+  }
+  // 1F1B (PipeDream-Flush): enough forwards to fill the pipeline below this
+  // stage, then alternate, then drain.
+  const int warmup = std::min(stages - 1 - stage, micro_batches);
+  int f = 0, b = 0;
+  for (; f < warmup; ++f) ops.push_back({true, f});
+  for (; f < micro_batches; ++f, ++b) {
+    ops.push_back({true, f});
+    ops.push_back({false, b});
+  }
+  for (; b < micro_batches; ++b) ops.push_back({false, b});
+  return ops;
+}
+
+double TheoreticalBubble(int stages, int micro_batches) {
+  return static_cast<double>(stages - 1) / (micro_batches + stages - 1);
+}
+
+}  // namespace ddpbench
