@@ -387,8 +387,15 @@ TEST(Strategies, PredictMatchesSingle) {
 // ---------------------------------------------------------------------------
 // Through the binary.
 
+// A case run through the binary: its arguments and what the run must say
+// (the parity model checked, or the start of the error message).
+struct Case {
+  std::string args;
+  std::string expect;
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.args; }
+
 // A test name from a case's command line: "--gpus=2" -> "__gpus_2_<index>".
-template <typename Case>
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   std::string name;
   for (char c : info.param.args) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
@@ -438,12 +445,6 @@ void ExpectParity(const RunResult& r, const std::string& model) {
   EXPECT_EQ(r.row.at("parity_model"), model);
 }
 
-struct ParityCase {
-  std::string args;
-  std::string parity_model;
-};
-void PrintTo(const ParityCase& c, std::ostream* os) { *os << c.args; }
-
 // Where the maths is equal the parameters differ only by float rounding
 // (about 1e-6 here). On some seeds and shapes a ReLU input lies within
 // rounding distance of zero and flips between the two runs, and the next
@@ -451,11 +452,11 @@ void PrintTo(const ParityCase& c, std::ostream* os) { *os << c.args; }
 // the same for dp and pmp, and PyTorch shows the same (full batch against
 // chunks). The cases below are shapes where no ReLU flips; Adam (whose
 // first step is about lr x sign(g)) is left out for the same reason.
-class Parity : public ::testing::TestWithParam<ParityCase> {};
+class Parity : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Parity, MatchesSingleWithinTolerance) {
   auto r = RunRow(GetParam().args + " --verify --verify-tolerance=1e-4");
-  ExpectParity(r, GetParam().parity_model);
+  ExpectParity(r, GetParam().expect);
   if (!r.row.empty()) ExpectMemoryPerDevice(r.row, std::stoul(r.row.at("gpus")));
 }
 
@@ -463,17 +464,17 @@ INSTANTIATE_TEST_SUITE_P(
     ModelParallel, Parity,
     ::testing::Values(
         // BatchNorm statistics per replica / micro-batch: checked on GroupNorm.
-        ParityCase{"--strategy=dp --gpus=2 --batch-size=4", "resnet18 norm=group amp=off"},
+        Case{"--strategy=dp --gpus=2 --batch-size=4", "resnet18 norm=group amp=off"},
         // mp is the single-device maths, BatchNorm included.
-        ParityCase{"--strategy=mp --gpus=2 --batch-size=8", "resnet18 norm=batch amp=off"},
-        ParityCase{"--strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --schedule=gpipe", "resnet18 norm=group amp=off"},
-        ParityCase{"--strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --schedule=1f1b", "resnet18 norm=group amp=off"},
+        Case{"--strategy=mp --gpus=2 --batch-size=8", "resnet18 norm=batch amp=off"},
+        Case{"--strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --schedule=gpipe", "resnet18 norm=group amp=off"},
+        Case{"--strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --schedule=1f1b", "resnet18 norm=group amp=off"},
         // Three stages, uneven explicit split, more micro-batches than stages.
-        ParityCase{"--strategy=pmp --gpus=3 --oversubscribe --split=2,5,3 --batch-size=12 --chunks=6 --schedule=1f1b",
+        Case{"--strategy=pmp --gpus=3 --oversubscribe --split=2,5,3 --batch-size=12 --chunks=6 --schedule=1f1b",
                    "resnet18 norm=group amp=off"},
-        ParityCase{"--strategy=mp --gpus=3 --oversubscribe --balance=time --batch-size=8", "resnet18 norm=batch amp=off"},
-        ParityCase{"--strategy=dp --gpus=3 --oversubscribe --batch-size=4", "resnet18 norm=group amp=off"}),
-    CaseName<ParityCase>);
+        Case{"--strategy=mp --gpus=3 --oversubscribe --balance=time --batch-size=8", "resnet18 norm=batch amp=off"},
+        Case{"--strategy=dp --gpus=3 --oversubscribe --batch-size=4", "resnet18 norm=group amp=off"}),
+    CaseName);
 
 TEST(Row, PmpRecordsSplitScheduleAndBubble) {
   for (std::string schedule : {"gpipe", "1f1b"}) {
@@ -527,13 +528,7 @@ TEST(Row, MixedPrecisionRuns) {
   }
 }
 
-struct BadInput {
-  std::string args;
-  std::string expect;
-};
-void PrintTo(const BadInput& b, std::ostream* os) { *os << b.args; }
-
-class BadInputs : public ::testing::TestWithParam<BadInput> {};
+class BadInputs : public ::testing::TestWithParam<Case> {};
 
 TEST_P(BadInputs, ExitTwoWithOneMessageAndNoRow) {
   TempDir dir;
@@ -548,21 +543,21 @@ TEST_P(BadInputs, ExitTwoWithOneMessageAndNoRow) {
 INSTANTIATE_TEST_SUITE_P(
     ModelParallel, BadInputs,
     ::testing::Values(
-        BadInput{"--strategy=pmp --gpus=2 --batch-size=8 --chunks=3",
+        Case{"--strategy=pmp --gpus=2 --batch-size=8 --chunks=3",
                  "--chunks=3: --batch-size=8 does not divide into 3 equal micro-batches; accepted: a divisor of 8 (1, 2, 4, 8)"},
-        BadInput{"--strategy=pmp --gpus=2 --batch-size=4 --chunks=8", "--chunks=8: --batch-size=4 does not divide"},
-        BadInput{"--strategy=pmp --gpus=2 --chunks=0", "--chunks=0: must be at least 1"},
-        BadInput{"--strategy=pmp --gpus=2 --chunks=-2", "--chunks=-2: must be at least 1"},
-        BadInput{"--strategy=pmp --gpus=11 --oversubscribe", "--gpus=11: pmp puts at least one unit on each device"},
-        BadInput{"--strategy=mp --gpus=11 --oversubscribe", "--gpus=11: mp puts at least one unit on each device, but the model has only 10 units: stem, layer1.0"},
-        BadInput{"--strategy=mp --gpus=2 --split=4,4", "--split=4,4: the counts sum to 8, not 10"},
-        BadInput{"--strategy=pmp --gpus=2 --split=3,3,4", "--split=3,3,4: 3 counts for --gpus=2"},
-        BadInput{"--strategy=mp --gpus=2 --split=4,x", "--split=4,x"},
-        BadInput{"--strategy=pmp --gpus=2 --schedule=zb", "--schedule=zb: not accepted; accepted values: gpipe|1f1b"},
-        BadInput{"--strategy=mp --gpus=2 --balance=flops", "--balance=flops"},
-        BadInput{"--strategy=dp --gpus=1000", "--gpus=1000 x --threads-per-device=1: 1000 threads but this machine has"},
-        BadInput{"--strategy=pmp --gpus=2 --chunks=3 --verify --batch-size=8", "--chunks=3"}),
-    CaseName<BadInput>);
+        Case{"--strategy=pmp --gpus=2 --batch-size=4 --chunks=8", "--chunks=8: --batch-size=4 does not divide"},
+        Case{"--strategy=pmp --gpus=2 --chunks=0", "--chunks=0: must be at least 1"},
+        Case{"--strategy=pmp --gpus=2 --chunks=-2", "--chunks=-2: must be at least 1"},
+        Case{"--strategy=pmp --gpus=11 --oversubscribe", "--gpus=11: pmp puts at least one unit on each device"},
+        Case{"--strategy=mp --gpus=11 --oversubscribe", "--gpus=11: mp puts at least one unit on each device, but the model has only 10 units: stem, layer1.0"},
+        Case{"--strategy=mp --gpus=2 --split=4,4", "--split=4,4: the counts sum to 8, not 10"},
+        Case{"--strategy=pmp --gpus=2 --split=3,3,4", "--split=3,3,4: 3 counts for --gpus=2"},
+        Case{"--strategy=mp --gpus=2 --split=4,x", "--split=4,x"},
+        Case{"--strategy=pmp --gpus=2 --schedule=zb", "--schedule=zb: not accepted; accepted values: gpipe|1f1b"},
+        Case{"--strategy=mp --gpus=2 --balance=flops", "--balance=flops"},
+        Case{"--strategy=dp --gpus=1000", "--gpus=1000 x --threads-per-device=1: 1000 threads but this machine has"},
+        Case{"--strategy=pmp --gpus=2 --chunks=3 --verify --batch-size=8", "--chunks=3"}),
+    CaseName);
 
 }  // namespace
 }  // namespace ddpbench
