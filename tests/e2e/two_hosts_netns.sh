@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Two hosts: rank 0 and rank 1 in two network namespaces joined by a veth
+# pair, each namespace with only loopback and its end of the pair, with its own
+# address (10.213.N.1 and .2). They join with the plain environment launcher
+# (RANK, WORLD_SIZE, MASTER_ADDR = rank 0's address, MASTER_PORT) and Gloo
+# bound to the veth (GLOO_SOCKET_IFNAME), and train together: both exit 0,
+# both log the rendezvous at 10.213.N.1, the single row (rank 0's) says
+# launcher=env, world_size=2, gpus=2, parity with the single-device run, and
+# the gradients' bytes crossed the veth pair in both directions.
+set -euo pipefail
+BIN="$1"; SRC="$2"
+TMP="$(mktemp -d)"
+source "$SRC/tests/e2e/lib/launch_common.sh"
+clear_launcher_env
+
+NA="ddpA$$"; NB="ddpB$$"; VA="ddpva$$"; VB="ddpvb$$"   # interface names: at most 15 characters
+NET="10.213.$(($$ % 250 + 1))"; ADDR_A="$NET.1"; ADDR_B="$NET.2"
+MADE=()
+cleanup() {
+  set +e
+  kill_children
+  local n
+  for n in "${MADE[@]}"; do ip netns del "$n" 2>/dev/null; done
+  ip link del "$VA" 2>/dev/null   # only if it never moved into a namespace
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+command -v ip >/dev/null || skip "ip not installed: Debian's iproute2 is missing (scripts/setup.sh installs it)"
+[[ $(id -u) -eq 0 ]] || skip "network namespaces need root (running as uid $(id -u))"
+for n in "$NA" "$NB"; do
+  out="$(ip netns add "$n" 2>&1)" || skip "network namespaces cannot be made here: ip netns add $n: $out"
+  MADE+=("$n")
+done
+out="$(ip link add "$VA" type veth peer name "$VB" 2>&1)" || skip "veth pairs cannot be made here: $out"
+ip link set "$VA" netns "$NA"
+ip link set "$VB" netns "$NB"
+ip -n "$NA" addr add "$ADDR_A/24" dev "$VA"
+ip -n "$NB" addr add "$ADDR_B/24" dev "$VB"
+for n in "$NA" "$NB"; do ip -n "$n" link set lo up; done
+ip -n "$NA" link set "$VA" up
+ip -n "$NB" link set "$VB" up
+# Each namespace: loopback and its veth end, nothing else.
+links() { ip -n "$1" -o link show | awk -F': ' '{print $2}' | cut -d@ -f1 | sort | tr '\n' ' '; }
+[[ "$(links "$NA")" == "$VA lo " ]] || fail "namespace $NA has interfaces: $(links "$NA")"
+[[ "$(links "$NB")" == "$VB lo " ]] || fail "namespace $NB has interfaces: $(links "$NB")"
+
+bytes() {  # namespace interface rx|tx
+  ip -n "$1" -s -j link show dev "$2" | "$PY" -c "import json, sys; print(json.load(sys.stdin)[0]['stats64']['$3']['bytes'])"
+}
+TX_A0="$(bytes "$NA" "$VA" tx)"; TX_B0="$(bytes "$NB" "$VB" tx)"
+
+# A fresh namespace has every port free: the usual 29500.
+run_rank() {  # rank namespace interface
+  timeout -k 5 120 ip netns exec "$2" env RANK="$1" WORLD_SIZE=2 MASTER_ADDR="$ADDR_A" MASTER_PORT=29500 \
+    GLOO_SOCKET_IFNAME="$3" "$BIN" "${WORK[@]}" --out="$TMP/r.csv" >"$TMP/rank$1.log" 2>&1
+}
+run_rank 0 "$NA" "$VA" & R0=$!
+run_rank 1 "$NB" "$VB" & R1=$!
+wait_pid "$R0" 150 "rank 0"; RC0=$RC
+wait_pid "$R1" 150 "rank 1"; RC1=$RC
+[[ $RC0 -eq 0 && $RC1 -eq 0 ]] || fail "rank 0 exited $RC0, rank 1 exited $RC1: $(tail -n 20 "$TMP"/rank*.log)"
+for r in 0 1; do
+  grep -q "\[rank $r\] \[info\] joined 2 ranks (gloo, rendezvous $ADDR_A:29500)" "$TMP/rank$r.log" \
+    || fail "rank $r did not join via $ADDR_A:29500: $(cat "$TMP/rank$r.log")"
+done
+check_row "$TMP/r.csv" env
+
+# Gradients crossed the pair both ways: at least 1 MB each (each all-reduce
+# of this model moves about its 0.9 MB of gradients through each end).
+TX_A=$(( $(bytes "$NA" "$VA" tx) - TX_A0 )); TX_B=$(( $(bytes "$NB" "$VB" tx) - TX_B0 ))
+RX_A="$(bytes "$NA" "$VA" rx)"
+echo "veth traffic: $ADDR_A sent $TX_A bytes, $ADDR_B sent $TX_B bytes"
+((TX_A > 1000000 && TX_B > 1000000)) || fail "too little traffic over the veth pair: $TX_A and $TX_B bytes"
+((RX_A >= TX_B)) || fail "$VA received $RX_A bytes, less than the $TX_B bytes $VB sent"
+echo "two_hosts_netns: all checks passed"
