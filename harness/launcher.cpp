@@ -144,6 +144,25 @@ LaunchEnv DetectLaunchEnv(const EnvLookup& env) {
     torch_style("spawn");
   } else if (env("TORCHELASTIC_RUN_ID")) {
     torch_style("torchrun");
+  } else if (env("OMPI_COMM_WORLD_RANK")) {
+    // Before Slurm: mpirun inside an allocation starts its daemons with srun,
+    // so its ranks also carry a (one-task) step's SLURM_* variables.
+    e.launcher = "mpi";
+    Vars v(env, e.launcher);
+    e.world = v.Int("OMPI_COMM_WORLD_SIZE", 1);
+    e.rank = v.Int("OMPI_COMM_WORLD_RANK", 0);
+    e.local_rank = v.IntOr("OMPI_COMM_WORLD_LOCAL_RANK", 0, 0);
+    e.local_world = v.IntOr("OMPI_COMM_WORLD_LOCAL_SIZE", 1, e.world);
+    if (v.Has("MASTER_ADDR")) {
+      e.master_addr = v.Str("MASTER_ADDR");
+    } else if (e.local_world == e.world) {
+      e.master_addr = "127.0.0.1";
+    } else {
+      throw ConfigError(fmt::format(
+          "mpirun started {} ranks on several hosts but MASTER_ADDR is not set: export rank 0's host "
+          "(mpirun -x MASTER_ADDR=HOST -x MASTER_PORT=PORT)", e.world));
+    }
+    e.master_port = v.IntOr("MASTER_PORT", 1, 29500);
   } else if (env("SLURM_STEP_NUM_TASKS") && env("SLURM_PROCID")) {
     // srun: one task per rank. (A batch script's own shell has SLURM_NTASKS
     // but no step variables, so ddpbench run there spawns its ranks itself.)
@@ -161,23 +180,6 @@ LaunchEnv DetectLaunchEnv(const EnvLookup& env) {
     // One port per job, as Lightning derives it, unless MASTER_PORT is set.
     e.master_port = v.Has("MASTER_PORT") ? v.Int("MASTER_PORT", 1)
                                         : 15000 + v.IntOr("SLURM_JOB_ID", 0, 0) % 10000;
-  } else if (env("OMPI_COMM_WORLD_RANK")) {
-    e.launcher = "mpi";
-    Vars v(env, e.launcher);
-    e.world = v.Int("OMPI_COMM_WORLD_SIZE", 1);
-    e.rank = v.Int("OMPI_COMM_WORLD_RANK", 0);
-    e.local_rank = v.IntOr("OMPI_COMM_WORLD_LOCAL_RANK", 0, 0);
-    e.local_world = v.IntOr("OMPI_COMM_WORLD_LOCAL_SIZE", 1, e.world);
-    if (v.Has("MASTER_ADDR")) {
-      e.master_addr = v.Str("MASTER_ADDR");
-    } else if (e.local_world == e.world) {
-      e.master_addr = "127.0.0.1";
-    } else {
-      throw ConfigError(fmt::format(
-          "mpirun started {} ranks on several hosts but MASTER_ADDR is not set: export rank 0's host "
-          "(mpirun -x MASTER_ADDR=HOST -x MASTER_PORT=PORT)", e.world));
-    }
-    e.master_port = v.IntOr("MASTER_PORT", 1, 29500);
   } else if (env("RANK") && env("WORLD_SIZE")) {
     torch_style("env");
   } else {

@@ -8,6 +8,28 @@
 #include "strategies/factories.h"
 
 namespace ddpbench {
+namespace {
+
+// The batches of `inner` with float64 images (labels unchanged).
+class Float64Source final : public BatchSource {
+ public:
+  explicit Float64Source(std::unique_ptr<BatchSource> inner) : inner_(std::move(inner)) {}
+  Batch Next() override {
+    Batch b = inner_->Next();
+    b.images = b.images.to(torch::kDouble);
+    return b;
+  }
+  int64_t BatchesPerEpoch() const override { return inner_->BatchesPerEpoch(); }
+
+ private:
+  std::unique_ptr<BatchSource> inner_;
+};
+
+std::unique_ptr<BatchSource> MakeParitySource(const DataSpec& data, int rank, int world) {
+  return std::make_unique<Float64Source>(MakeTrainSource(data, rank, world));
+}
+
+}  // namespace
 
 ParityResult RunParityCheck(const StrategyEntry& entry, const RunContext& ctx, const DataSpec& spec) {
   const RunConfig& base = *ctx.config;
@@ -19,7 +41,12 @@ ParityResult RunParityCheck(const StrategyEntry& entry, const RunContext& ctx, c
 
   ParityResult result;
   result.steps = config.verify_steps;
-  result.model = base.model + " norm=" + config.norm + " amp=off";
+  // Float64: summing a batch in chunks (dp, pmp, ddp, zero1) rounds
+  // differently from summing it whole; in float32 that 1e-7 can flip a ReLU
+  // within a few steps and jump to 1e-4..1e-3 (PyTorch itself does the same).
+  // In float64 the rounding is ~1e-16, so any visible difference is maths.
+  model.dtype = torch::kDouble;
+  result.model = base.model + " norm=" + config.norm + " amp=off dtype=float64";
 
   DataSpec data = spec;
   data.augment = base.augment;
@@ -34,7 +61,7 @@ ParityResult RunParityCheck(const StrategyEntry& entry, const RunContext& ctx, c
   // The strategy under test, on this process's own batches.
   auto strategy = entry.make();
   strategy->Setup(run);
-  auto source = MakeTrainSource(data, ctx.dist->rank, ctx.dist->world);
+  auto source = MakeParitySource(data, ctx.dist->rank, ctx.dist->world);
   for (int64_t s = 0; s < config.verify_steps; ++s) strategy->Step(source->Next());
   auto params = strategy->Parameters();
 
@@ -49,7 +76,7 @@ ParityResult RunParityCheck(const StrategyEntry& entry, const RunContext& ctx, c
     auto reference = MakeSingleStrategy();
     reference->Setup(ref);
     std::vector<std::unique_ptr<BatchSource>> sources;
-    for (int r = 0; r < ctx.dist->world; ++r) sources.push_back(MakeTrainSource(data, r, ctx.dist->world));
+    for (int r = 0; r < ctx.dist->world; ++r) sources.push_back(MakeParitySource(data, r, ctx.dist->world));
     for (int64_t s = 0; s < config.verify_steps; ++s) {
       std::vector<torch::Tensor> images, labels;
       for (auto& src : sources) {

@@ -10,6 +10,12 @@ namespace ddpbench {
 ResNet BuildModel(const ResNetOptions& options, uint64_t seed, torch::Device device) {
   torch::manual_seed(seed);
   ResNet model(options);
+  if (options.dtype != torch::kFloat) {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) p.set_data(p.data().to(options.dtype));
+    for (auto& b : model->buffers())
+      if (b.is_floating_point()) b.set_data(b.data().to(options.dtype));
+  }
   model->to(device);
   return model;
 }
@@ -53,7 +59,9 @@ torch::Tensor PredictLogits(ResNet& model, const std::string& amp, torch::Device
 }
 
 torch::Tensor ClassificationLoss(const torch::Tensor& logits, const torch::Tensor& labels) {
-  return torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels);
+  // Float32 at least: reduced-precision logits are widened, Double kept.
+  return torch::nn::functional::cross_entropy(
+      logits.scalar_type() == torch::kDouble ? logits : logits.to(torch::kFloat), labels);
 }
 
 AutocastGuard::AutocastGuard(const std::string& amp, torch::Device device) {

@@ -19,8 +19,8 @@ namespace ddpbench {
 
 struct RunConfig;
 
-// torch::manual_seed(seed), then a ResNet on `device`: every strategy starts
-// from bit-identical weights.
+// torch::manual_seed(seed), then a ResNet on `device` in options.dtype: every
+// strategy starts from bit-identical weights.
 ResNet BuildModel(const ResNetOptions& options, uint64_t seed, torch::Device device);
 
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const RunConfig& config,
@@ -33,7 +33,8 @@ double OptimizerStateMb(torch::optim::Optimizer& optimizer);
 torch::Tensor PredictLogits(ResNet& model, const std::string& amp, torch::Device device,
                             const torch::Tensor& images);
 
-// Mean cross-entropy in float32 (logits may be reduced precision under AMP).
+// Mean cross-entropy in float32, or float64 for float64 logits (logits may be
+// reduced precision under AMP).
 torch::Tensor ClassificationLoss(const torch::Tensor& logits, const torch::Tensor& labels);
 
 // Autocast for --amp=bf16|fp16 on `device`'s type while alive (thread-local,

@@ -28,6 +28,9 @@ struct ResNetOptions {
   bool small_input = false;     // 3x3 stride-1 stem, no max-pool (28/32 px)
   int64_t width = 64;           // channels of the first stage (torchvision: 64)
   NormKind norm = NormKind::kBatch;
+  // Floating-point parameters and buffers (BuildModel converts; the parity
+  // check runs in Double so that only the maths, not rounding, can differ).
+  c10::ScalarType dtype = c10::ScalarType::Float;
 };
 
 // Throws std::invalid_argument naming the bad value and what is accepted.

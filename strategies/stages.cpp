@@ -155,7 +155,7 @@ std::vector<int> ChooseSplit(const RunConfig& config, const ResNet& model, int d
     const torch::Device device = model->parameters().front().device();
     const int64_t size = RunImageSize(config);
     auto generator = at::make_generator<at::CPUGeneratorImpl>(config.seed);
-    auto sample = torch::randn({sample_batch, model->options().in_channels, size, size}, generator).to(device);
+    auto sample = torch::randn({sample_batch, model->options().in_channels, size, size}, generator).to(device, model->options().dtype);
     auto times = MeasureUnitTimes(model, sample);
     counts = BalanceSplit(times, devices);
     std::vector<std::string> shown;

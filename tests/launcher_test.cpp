@@ -101,6 +101,16 @@ TEST(Launcher, OpenMpi) {
   EXPECT_EQ(e.master_port, 29500);
 }
 
+TEST(Launcher, OpenMpiInsideASlurmStepIsOpenMpi) {
+  LaunchEnv e = DetectLaunchEnv(Env({{"SLURM_STEP_NUM_TASKS", "1"}, {"SLURM_PROCID", "0"},
+                                     {"SLURM_STEP_NODELIST", "n1"}, {"OMPI_COMM_WORLD_RANK", "1"},
+                                     {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                     {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
+  EXPECT_EQ(e.launcher, "mpi");
+  EXPECT_EQ(e.rank, 1);
+  EXPECT_EQ(e.world, 2);
+}
+
 TEST(Launcher, OpenMpiAcrossHostsNeedsMasterAddr) {
   std::string message = DetectError({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"},
                                      {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});

@@ -34,17 +34,17 @@ for r in rows[1:]:
     assert len(mem) == 2 and all(m > 0 for m in mem), (r["strategy"], r["mem_per_device_mb"])
     assert float(r["throughput_img_s"]) > 0 and float(r["forward_ms"]) > 0 and float(r["backward_ms"]) > 0
 for r in rows[1:5]:
-    assert r["parity_ok"] == "true" and float(r["parity_max_abs_diff"]) <= 1e-4, (r["strategy"], r["parity_max_abs_diff"])
+    assert r["parity_ok"] == "true" and float(r["parity_max_abs_diff"]) <= 1e-10, (r["strategy"], r["parity_max_abs_diff"])
 # dp: batch per device, global = 2x; its efficiency against the single row (same per-device batch).
 assert dp["per_device_batch"] == "8" and dp["global_batch"] == "16", dp
-assert float(dp["scaling_efficiency"]) > 0 and dp["parity_model"] == "resnet18 norm=group amp=off", dp
+assert float(dp["scaling_efficiency"]) > 0 and dp["parity_model"] == "resnet18 norm=group amp=off dtype=float64", dp
 assert dp["split"] == dp["bubble_measured"] == "", dp
 # mp: the same maths as single, BatchNorm included; one micro-batch.
-assert mp["parity_model"] == "resnet18 norm=batch amp=off" and mp["split"] == "8,2" and mp["chunks"] == "1", mp
+assert mp["parity_model"] == "resnet18 norm=batch amp=off dtype=float64" and mp["split"] == "8,2" and mp["chunks"] == "1", mp
 assert abs(float(mp["bubble_theory"]) - 0.5) < 1e-9 and mp["schedule"] == "", mp
 for r, sched in ((gpipe, "gpipe"), (f1b, "1f1b")):
     assert r["schedule"] == sched and r["chunks"] == "4" and r["split"] == "8,2", r
-    assert r["parity_model"] == "resnet18 norm=group amp=off", r
+    assert r["parity_model"] == "resnet18 norm=group amp=off dtype=float64", r
     assert abs(float(r["bubble_theory"]) - 1 / 5) < 1e-4, r["bubble_theory"]
     assert 0 <= float(r["bubble_measured"]) < 1, r["bubble_measured"]
     busy = [float(x) for x in r["stage_busy_ms"].split("/")]

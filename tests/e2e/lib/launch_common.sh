@@ -40,7 +40,7 @@ want = {"strategy": "ddp", "launcher": launcher, "world_size": "2", "gpus": "2",
         "per_device_batch": "16", "global_batch": "32", "parity_ok": "true"}
 for k, v in want.items():
     assert r[k] == v, f"{k}={r[k]!r}, want {v!r}"
-assert float(r["parity_max_abs_diff"]) <= 1e-4, r["parity_max_abs_diff"]
+assert float(r["parity_max_abs_diff"]) <= 1e-10, r["parity_max_abs_diff"]
 assert len(r["throughput_per_rank_img_s"].split("/")) == 2, r["throughput_per_rank_img_s"]
 assert float(r["throughput_img_s"]) > 0 and float(r["communication_ms"]) > 0, r
 print(f"row ok: launcher={launcher} world_size=2 gpus=2 parity_ok=true "
