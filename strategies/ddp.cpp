@@ -24,24 +24,13 @@
 #include "harness/dist.h"
 #include "harness/phase.h"
 #include "harness/training.h"
+#include "strategies/data_parallel.h"
 #include "strategies/factories.h"
 
 namespace ddpbench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-constexpr int64_t kFirstBucketBytes = 1024 * 1024;  // torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
-constexpr size_t kBroadcastBytes = 250 * 1024 * 1024;  // DDP's _DEFAULT ... broadcast_bucket_size
-
-// Start and end of every bucket's all-reduce in one backward.
-struct CommTimeline {
-  std::mutex mutex;
-  std::vector<std::pair<Clock::time_point, Clock::time_point>> intervals;
-  void Add(Clock::time_point start, Clock::time_point end) {
-    std::lock_guard<std::mutex> lock(mutex);
-    intervals.emplace_back(start, end);
-  }
-};
+using Clock = CommClock;
 
 // torch's allreduce_hook (divide by the world, all-reduce the bucket), or its
 // fp16/bf16 compress hooks (the same on a half-precision copy), timestamped.
@@ -75,33 +64,6 @@ class TimedAllReduceHook final
   std::optional<at::ScalarType> wire_;
   std::shared_ptr<CommTimeline> timeline_;
 };
-
-// Length of the union of `intervals`, and of its part before `until`.
-std::pair<double, double> UnionMs(std::vector<std::pair<Clock::time_point, Clock::time_point>> intervals,
-                                  Clock::time_point until) {
-  std::sort(intervals.begin(), intervals.end());
-  double total = 0, before = 0;
-  Clock::time_point cur_start{}, cur_end{};
-  bool open = false;
-  auto close = [&] {
-    if (!open) return;
-    total += std::chrono::duration<double, std::milli>(cur_end - cur_start).count();
-    auto cut = std::min(cur_end, until);
-    if (cut > cur_start) before += std::chrono::duration<double, std::milli>(cut - cur_start).count();
-  };
-  for (const auto& [s, e] : intervals) {
-    if (open && s <= cur_end) {
-      cur_end = std::max(cur_end, e);
-      continue;
-    }
-    close();
-    cur_start = s;
-    cur_end = e;
-    open = true;
-  }
-  close();
-  return {total, before};
-}
 
 class DdpStrategy final : public Strategy {
  public:

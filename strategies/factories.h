@@ -7,4 +7,5 @@
 namespace ddpbench {
 std::unique_ptr<Strategy> MakeSingleStrategy();
 std::unique_ptr<Strategy> MakeDdpStrategy();
+std::unique_ptr<Strategy> MakeZero1Strategy();
 }  // namespace ddpbench

@@ -18,6 +18,10 @@ const std::vector<StrategyEntry>& StrategyTable() {
                "overlapping backward)",
         Parallelism::kDataMultiProcess, true},
        MakeDdpStrategy},
+      {{"zero1", "ZeRO-1: one rank per device, optimizer state sharded 1/N (bucketed reduce-scatter or all-reduce "
+                 "overlapping backward, one all-gather of the updated parameters)",
+        Parallelism::kDataMultiProcess, true},
+       MakeZero1Strategy},
   };
   return table;
 }
