@@ -29,6 +29,28 @@ struct CommTimeline {
     std::lock_guard<std::mutex> lock(mutex);
     intervals.emplace_back(start, end);
   }
+  // The union of the intervals, and its part before backward's compute ended
+  // (when the last bucket was handed over), in ms; {0, 0} when empty.
+  std::pair<double, double> BackwardMs();
+};
+
+// Gradient communication per step, and its part hidden behind backward.
+struct OverlapStats {
+  std::vector<double> comm_ms, hidden_ms;
+  void Add(double comm, double hidden) {
+    comm_ms.push_back(comm);
+    hidden_ms.push_back(hidden);
+  }
+  // hidden / communication over the steps from `first` on (the timed steps
+  // when `first` is the warm-up); negative when nothing was communicated.
+  double HiddenFraction(size_t first) const {
+    double comm = 0, hidden = 0;
+    for (size_t i = first; i < comm_ms.size(); ++i) {
+      comm += comm_ms[i];
+      hidden += hidden_ms[i];
+    }
+    return comm > 0 ? hidden / comm : -1;
+  }
 };
 
 // Length of the union of `intervals`, and of its part before `until`, in ms.
@@ -56,6 +78,14 @@ inline std::pair<double, double> UnionMs(
   }
   close();
   return {total, before};
+}
+
+inline std::pair<double, double> CommTimeline::BackwardMs() {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (intervals.empty()) return {0, 0};
+  CommClock::time_point compute_end = intervals.front().first;
+  for (const auto& iv : intervals) compute_end = std::max(compute_end, iv.first);
+  return UnionMs(intervals, compute_end);
 }
 
 }  // namespace ddpbench

@@ -148,13 +148,9 @@ class DdpStrategy final : public Strategy {
         auto scope = timer_->Measure(Phase::kBackward);
         CollectiveLabel label("DDP gradient all-reduce");
         timeline_->intervals.clear();
-        const auto start = Clock::now();
         scaler_->Scale(loss / static_cast<double>(micro)).backward();
-        if (sync && !timeline_->intervals.empty()) {
-          // Backward compute ends when the last bucket is handed to all-reduce.
-          Clock::time_point compute_end = start;
-          for (const auto& iv : timeline_->intervals) compute_end = std::max(compute_end, iv.first);
-          auto [total, before] = UnionMs(timeline_->intervals, compute_end);
+        if (sync) {
+          auto [total, before] = timeline_->BackwardMs();
           comm_ms += total;
           hidden_ms += before;
         }
@@ -162,8 +158,7 @@ class DdpStrategy final : public Strategy {
       total_loss += loss.detach();
     }
     if (comm_ms > 0 && !device_.is_cuda()) timer_->Add(Phase::kCommunication, comm_ms);
-    comm_ms_.push_back(comm_ms);
-    hidden_ms_.push_back(hidden_ms);
+    overlap_.Add(comm_ms, hidden_ms);
     {
       auto scope = timer_->Measure(Phase::kOptimizer);
       if (scaler_->enabled()) {
@@ -191,12 +186,8 @@ class DdpStrategy final : public Strategy {
         {"compression", config_->compression}};
     // Over the timed steps only (the first `warmup` steps are warm-up). CPU
     // only: with NCCL a future completes when the work is enqueued, not done.
-    double comm = 0, hidden = 0;
-    for (size_t i = static_cast<size_t>(config_->warmup); i < comm_ms_.size(); ++i) {
-      comm += comm_ms_[i];
-      hidden += hidden_ms_[i];
-    }
-    if (!device_.is_cuda() && comm > 0) extras["allreduce_hidden_frac"] = fmt::format("{:.3f}", hidden / comm);
+    const double hidden = overlap_.HiddenFraction(static_cast<size_t>(config_->warmup));
+    if (!device_.is_cuda() && hidden >= 0) extras["allreduce_hidden_frac"] = fmt::format("{:.3f}", hidden);
     return extras;
   }
 
@@ -212,7 +203,7 @@ class DdpStrategy final : public Strategy {
   std::shared_ptr<CommTimeline> timeline_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<LossScaler> scaler_;
-  std::vector<double> comm_ms_, hidden_ms_;
+  OverlapStats overlap_;
 };
 
 }  // namespace

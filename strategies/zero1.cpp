@@ -183,16 +183,12 @@ class Zero1Strategy final : public Strategy {
       for (size_t b = 0; b < n; ++b) remaining_[b] = 0;
       LaunchReady();
       for (size_t b = 0; b < n; ++b) FinishReduction(b);
-      if (comm_ && !device_.is_cuda() && !timeline_->intervals.empty()) {
-        // Backward compute ends when the last bucket is handed over.
-        CommClock::time_point compute_end = timeline_->intervals.front().first;
-        for (const auto& iv : timeline_->intervals) compute_end = std::max(compute_end, iv.first);
-        std::tie(comm_ms, hidden_ms) = UnionMs(timeline_->intervals, compute_end);
+      if (comm_ && !device_.is_cuda()) {
+        std::tie(comm_ms, hidden_ms) = timeline_->BackwardMs();
         timer_->Add(Phase::kCommunication, comm_ms);
       }
     }
-    comm_ms_.push_back(comm_ms);
-    hidden_ms_.push_back(hidden_ms);
+    overlap_.Add(comm_ms, hidden_ms);
     {
       auto scope = timer_->Measure(Phase::kOptimizer);
       if (scaler_->enabled()) {
@@ -230,12 +226,8 @@ class Zero1Strategy final : public Strategy {
                                                  {"zero_reduce", config_->zero_reduce}};
     // The share of the gradient reduction hidden behind backward, over the
     // timed steps (CPU only, as ddp's; the all-gather is never hidden).
-    double comm = 0, hidden = 0;
-    for (size_t i = static_cast<size_t>(config_->warmup); i < comm_ms_.size(); ++i) {
-      comm += comm_ms_[i];
-      hidden += hidden_ms_[i];
-    }
-    if (!device_.is_cuda() && comm > 0) extras["allreduce_hidden_frac"] = fmt::format("{:.3f}", hidden / comm);
+    const double hidden = overlap_.HiddenFraction(static_cast<size_t>(config_->warmup));
+    if (!device_.is_cuda() && hidden >= 0) extras["allreduce_hidden_frac"] = fmt::format("{:.3f}", hidden);
     return extras;
   }
 
@@ -316,7 +308,7 @@ class Zero1Strategy final : public Strategy {
   std::vector<c10::intrusive_ptr<c10::ivalue::Future>> done_;
   std::vector<torch::Tensor> received_;
   std::shared_ptr<CommTimeline> timeline_;
-  std::vector<double> comm_ms_, hidden_ms_;
+  OverlapStats overlap_;
 };
 
 }  // namespace
