@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ZeRO-1 end to end through the real binary, ranks spawned by ddpbench itself:
 # parity with single after K steps on 2 ranks with SGD (momentum) and Adam, with
-# both --zero-reduce values and with many small buckets, and on 1 rank; the
+# both --zero-reduce values and with many small buckets, on 1 and 3 ranks; the
 # row's columns; optimizer_state_mb per rank about 1/N of ddp's for Adam on 2
 # and 4 ranks (4 oversubscribed is fine for a memory figure); fp16 and bf16
 # AMP run; bad inputs give one message and leave the results file unchanged.
@@ -21,6 +21,7 @@ z1 --gpus=2 --steps=3 --verify --optimizer=sgd --zero-reduce=all-reduce --weight
 z1 --gpus=2 --steps=3 --verify --optimizer=adam --lr=0.001 --zero-reduce=all-reduce
 z1 --gpus=2 --steps=3 --verify --optimizer=adam --lr=0.001 --bucket-cap-mb=0.02 --weight-decay=0.01
 z1 --gpus=1 --steps=3 --verify --optimizer=adam --lr=0.001
+z1 --gpus=3 --oversubscribe --steps=2 --verify --optimizer=sgd --bucket-cap-mb=0.05  # padded slices
 z1 --gpus=2 --steps=2 --amp=fp16
 z1 --gpus=2 --steps=2 --amp=bf16 --optimizer=adam --lr=0.001
 # Optimizer state per rank against ddp's, Adam, 2 and 4 ranks.
@@ -32,9 +33,9 @@ done
 "$PY" - "$TMP/r.csv" <<'PYEOF'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-assert len(rows) == 12, len(rows)
-sgd, adam, sgd_ar, adam_ar, small, world1, fp16, bf16, ddp2, z2, ddp4, z4 = rows
-for r in (sgd, adam, sgd_ar, adam_ar, small, world1):
+assert len(rows) == 13, len(rows)
+sgd, adam, sgd_ar, adam_ar, small, world1, world3, fp16, bf16, ddp2, z2, ddp4, z4 = rows
+for r in (sgd, adam, sgd_ar, adam_ar, small, world1, world3):
     assert r["strategy"] == "zero1", r
     assert r["parity_ok"] == "true", (r["command"], r["parity_max_abs_diff"], r["parity_model"])
     assert float(r["parity_max_abs_diff"]) <= 1e-4, (r["command"], r["parity_max_abs_diff"])
@@ -49,6 +50,7 @@ for r in (sgd, adam, sgd_ar, adam_ar, small, fp16, bf16, z2):
 assert sgd["zero_reduce"] == "reduce-scatter" and sgd_ar["zero_reduce"] == "all-reduce", sgd["zero_reduce"]
 assert sgd["bucket_cap_mb"] == "25" and small["bucket_cap_mb"] == "0.02", small["bucket_cap_mb"]
 assert world1["world_size"] == "1" and not world1["communication_ms"], world1
+assert world3["world_size"] == "3" and len(world3["optimizer_state_mb"].split("/")) == 3, world3
 assert fp16["amp"] == "fp16" and bf16["amp"] == "bf16"
 # SGD keeps one momentum buffer, Adam two moments: twice as much state.
 s, a = float(sgd["optimizer_state_mb"].split("/")[0]), float(adam["optimizer_state_mb"].split("/")[0])
@@ -64,7 +66,8 @@ for n, ddp, z in ((2, ddp2, z2), (4, ddp4, z4)):
           f"peak mem ddp {ddp['mem_per_device_mb']}, zero1 {z['mem_per_device_mb']}")
 print("zero1 rows ok: parity sgd", sgd["parity_max_abs_diff"], "adam", adam["parity_max_abs_diff"],
       "all-reduce", sgd_ar["parity_max_abs_diff"], adam_ar["parity_max_abs_diff"], "small buckets",
-      small["parity_max_abs_diff"], "world 1", world1["parity_max_abs_diff"])
+      small["parity_max_abs_diff"], "world 1", world1["parity_max_abs_diff"], "world 3",
+      world3["parity_max_abs_diff"])
 PYEOF
 
 cp "$TMP/r.csv" "$TMP/before.csv"
