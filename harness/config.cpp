@@ -92,6 +92,9 @@ void ValidateConfig(const RunConfig& c) {
     throw ConfigError(fmt::format("--grad-accum={}: must divide --batch-size={} (each step splits the batch "
                                   "into that many micro-batches)", c.grad_accum, c.batch_size));
   CheckMember("--compression", c.compression, {"none", "fp16", "bf16"});
+  if (c.compression != "none" && c.strategy == "zero1")
+    throw ConfigError(fmt::format("--compression={}: gradient compression is a ddp option; zero1 reduces "
+                                  "gradients in full precision (leave --compression at none)", c.compression));
   if (!(c.timeout_s > 0)) throw ConfigError(fmt::format("--timeout={}: must be > 0 seconds", c.timeout_s));
   CheckMember("--zero-reduce", c.zero_reduce, {"reduce-scatter", "all-reduce"});
   CheckMember("--balance", c.balance, {"params", "time"});

@@ -24,24 +24,13 @@
 #include "harness/dist.h"
 #include "harness/phase.h"
 #include "harness/training.h"
+#include "strategies/data_parallel.h"
 #include "strategies/factories.h"
 
 namespace ddpbench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-constexpr int64_t kFirstBucketBytes = 1024 * 1024;  // torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
-constexpr size_t kBroadcastBytes = 250 * 1024 * 1024;  // DDP's _DEFAULT ... broadcast_bucket_size
-
-// Start and end of every bucket's all-reduce in one backward.
-struct CommTimeline {
-  std::mutex mutex;
-  std::vector<std::pair<Clock::time_point, Clock::time_point>> intervals;
-  void Add(Clock::time_point start, Clock::time_point end) {
-    std::lock_guard<std::mutex> lock(mutex);
-    intervals.emplace_back(start, end);
-  }
-};
+using Clock = CommClock;
 
 // torch's allreduce_hook (divide by the world, all-reduce the bucket), or its
 // fp16/bf16 compress hooks (the same on a half-precision copy), timestamped.
@@ -75,33 +64,6 @@ class TimedAllReduceHook final
   std::optional<at::ScalarType> wire_;
   std::shared_ptr<CommTimeline> timeline_;
 };
-
-// Length of the union of `intervals`, and of its part before `until`.
-std::pair<double, double> UnionMs(std::vector<std::pair<Clock::time_point, Clock::time_point>> intervals,
-                                  Clock::time_point until) {
-  std::sort(intervals.begin(), intervals.end());
-  double total = 0, before = 0;
-  Clock::time_point cur_start{}, cur_end{};
-  bool open = false;
-  auto close = [&] {
-    if (!open) return;
-    total += std::chrono::duration<double, std::milli>(cur_end - cur_start).count();
-    auto cut = std::min(cur_end, until);
-    if (cut > cur_start) before += std::chrono::duration<double, std::milli>(cut - cur_start).count();
-  };
-  for (const auto& [s, e] : intervals) {
-    if (open && s <= cur_end) {
-      cur_end = std::max(cur_end, e);
-      continue;
-    }
-    close();
-    cur_start = s;
-    cur_end = e;
-    open = true;
-  }
-  close();
-  return {total, before};
-}
 
 class DdpStrategy final : public Strategy {
  public:
@@ -186,13 +148,9 @@ class DdpStrategy final : public Strategy {
         auto scope = timer_->Measure(Phase::kBackward);
         CollectiveLabel label("DDP gradient all-reduce");
         timeline_->intervals.clear();
-        const auto start = Clock::now();
         scaler_->Scale(loss / static_cast<double>(micro)).backward();
-        if (sync && !timeline_->intervals.empty()) {
-          // Backward compute ends when the last bucket is handed to all-reduce.
-          Clock::time_point compute_end = start;
-          for (const auto& iv : timeline_->intervals) compute_end = std::max(compute_end, iv.first);
-          auto [total, before] = UnionMs(timeline_->intervals, compute_end);
+        if (sync) {
+          auto [total, before] = timeline_->BackwardMs();
           comm_ms += total;
           hidden_ms += before;
         }
@@ -200,8 +158,7 @@ class DdpStrategy final : public Strategy {
       total_loss += loss.detach();
     }
     if (comm_ms > 0 && !device_.is_cuda()) timer_->Add(Phase::kCommunication, comm_ms);
-    comm_ms_.push_back(comm_ms);
-    hidden_ms_.push_back(hidden_ms);
+    overlap_.Add(comm_ms, hidden_ms);
     {
       auto scope = timer_->Measure(Phase::kOptimizer);
       if (scaler_->enabled()) {
@@ -229,12 +186,8 @@ class DdpStrategy final : public Strategy {
         {"compression", config_->compression}};
     // Over the timed steps only (the first `warmup` steps are warm-up). CPU
     // only: with NCCL a future completes when the work is enqueued, not done.
-    double comm = 0, hidden = 0;
-    for (size_t i = static_cast<size_t>(config_->warmup); i < comm_ms_.size(); ++i) {
-      comm += comm_ms_[i];
-      hidden += hidden_ms_[i];
-    }
-    if (!device_.is_cuda() && comm > 0) extras["allreduce_hidden_frac"] = fmt::format("{:.3f}", hidden / comm);
+    const double hidden = overlap_.HiddenFraction(static_cast<size_t>(config_->warmup));
+    if (!device_.is_cuda() && hidden >= 0) extras["allreduce_hidden_frac"] = fmt::format("{:.3f}", hidden);
     return extras;
   }
 
@@ -250,7 +203,7 @@ class DdpStrategy final : public Strategy {
   std::shared_ptr<CommTimeline> timeline_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<LossScaler> scaler_;
-  std::vector<double> comm_ms_, hidden_ms_;
+  OverlapStats overlap_;
 };
 
 }  // namespace

@@ -10,4 +10,5 @@ std::unique_ptr<Strategy> MakeDpStrategy();
 std::unique_ptr<Strategy> MakeDdpStrategy();
 std::unique_ptr<Strategy> MakeMpStrategy();
 std::unique_ptr<Strategy> MakePmpStrategy();
+std::unique_ptr<Strategy> MakeZero1Strategy();
 }  // namespace ddpbench

@@ -27,6 +27,10 @@ const std::vector<StrategyEntry>& StrategyTable() {
       {{"pmp", "pipelined model parallel: micro-batches through the stages at once (GPipe or 1F1B)",
         Parallelism::kModel, true},
        MakePmpStrategy},
+      {{"zero1", "ZeRO-1: one rank per device, optimizer state sharded 1/N (bucketed reduce-scatter or all-reduce "
+                 "overlapping backward, one all-gather of the updated parameters)",
+        Parallelism::kDataMultiProcess, true},
+       MakeZero1Strategy},
   };
   return table;
 }
