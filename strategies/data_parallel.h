@@ -16,7 +16,7 @@
 
 namespace ddpbench {
 
-constexpr int64_t kFirstBucketBytes = 1024 * 1024;  // torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
+constexpr int64_t kFirstBucketBytes = 1024 * 1024;     // torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 constexpr size_t kBroadcastBytes = 250 * 1024 * 1024;  // DDP's _DEFAULT ... broadcast_bucket_size
 
 using CommClock = std::chrono::steady_clock;
@@ -55,7 +55,8 @@ struct OverlapStats {
 
 // Length of the union of `intervals`, and of its part before `until`, in ms.
 inline std::pair<double, double> UnionMs(
-    std::vector<std::pair<CommClock::time_point, CommClock::time_point>> intervals, CommClock::time_point until) {
+    std::vector<std::pair<CommClock::time_point, CommClock::time_point>> intervals,
+    CommClock::time_point until) {
   std::sort(intervals.begin(), intervals.end());
   double total = 0, before = 0;
   CommClock::time_point cur_start{}, cur_end{};

@@ -176,7 +176,8 @@ class Zero1Strategy final : public Strategy {
     double comm_ms = 0, hidden_ms = 0;
     {
       auto scope = timer_->Measure(Phase::kBackward);
-      CollectiveLabel label(reduce_scatter_ ? "ZeRO-1 gradient reduce-scatter" : "ZeRO-1 gradient all-reduce");
+      CollectiveLabel label(reduce_scatter_ ? "ZeRO-1 gradient reduce-scatter"
+                                            : "ZeRO-1 gradient all-reduce");
       scaler_->Scale(loss).backward();
       // Buckets whose parameters got no gradient (none in a ResNet) still
       // take part, in order, so every rank issues the same collectives.

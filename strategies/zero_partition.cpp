@@ -31,13 +31,16 @@ int ZeroPartition::OwnerOf(int64_t index) const {
 ZeroPartition PartitionForZero(const std::vector<int64_t>& numels, int64_t element_bytes,
                                int64_t bucket_cap_bytes, int64_t first_bucket_cap_bytes, int world,
                                int64_t align) {
-  if (world < 1) throw std::invalid_argument(fmt::format("ZeRO partition: world size {} (must be >= 1)", world));
+  if (world < 1)
+    throw std::invalid_argument(fmt::format("ZeRO partition: world size {} (must be >= 1)", world));
   if (element_bytes < 1)
-    throw std::invalid_argument(fmt::format("ZeRO partition: element size {} bytes (must be >= 1)", element_bytes));
+    throw std::invalid_argument(
+        fmt::format("ZeRO partition: element size {} bytes (must be >= 1)", element_bytes));
   if (bucket_cap_bytes < 1 || first_bucket_cap_bytes < 1)
     throw std::invalid_argument(fmt::format("ZeRO partition: bucket caps {} and {} bytes (must be >= 1)",
                                             bucket_cap_bytes, first_bucket_cap_bytes));
-  if (align < 1) throw std::invalid_argument(fmt::format("ZeRO partition: alignment {} (must be >= 1)", align));
+  if (align < 1)
+    throw std::invalid_argument(fmt::format("ZeRO partition: alignment {} (must be >= 1)", align));
   for (size_t i = 0; i < numels.size(); ++i)
     if (numels[i] < 0)
       throw std::invalid_argument(fmt::format("ZeRO partition: parameter {} has {} elements", i, numels[i]));

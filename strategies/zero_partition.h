@@ -26,9 +26,9 @@ struct ZeroSlot {
 };
 
 struct ZeroBucket {
-  int64_t offset = 0;       // first element in the flat buffer
-  int64_t numel = 0;        // padded length: world x shard_numel
-  int64_t shard_numel = 0;  // elements of each rank's slice
+  int64_t offset = 0;          // first element in the flat buffer
+  int64_t numel = 0;           // padded length: world x shard_numel
+  int64_t shard_numel = 0;     // elements of each rank's slice
   std::vector<size_t> params;  // indices into the partition's input, in layout order
 
   // Rank r's slice is [SliceBegin(r), SliceBegin(r) + shard_numel).

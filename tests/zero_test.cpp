@@ -137,7 +137,8 @@ TEST(ZeroPartition, BalancedByBytesOnAResNet) {
     // Every rank holds the same number of elements; padding is under 0.1%,
     // so the parameter bytes each rank owns are within 0.1% of 1/world.
     EXPECT_LT(p.total_numel - total, total / 1000);
-    for (int64_t o : owned) EXPECT_NEAR(static_cast<double>(o), static_cast<double>(total) / world, total / 1000.0);
+    for (int64_t o : owned)
+      EXPECT_NEAR(static_cast<double>(o), static_cast<double>(total) / world, total / 1000.0);
   }
 }
 
@@ -207,7 +208,8 @@ TEST(ZeroOptimizer, ShardedFlatStepsEqualPerParameterSteps) {
     auto p = PartitionForZero(numels, 4, 40, 40, world, 2);
     auto flat = torch::zeros({p.total_numel});
     auto flat_grad = torch::zeros({p.total_numel});
-    for (size_t i = 0; i < ref.size(); ++i) flat.narrow(0, p.slots[i].offset, numels[i]).copy_(ref[i].flatten());
+    for (size_t i = 0; i < ref.size(); ++i)
+      flat.narrow(0, p.slots[i].offset, numels[i]).copy_(ref[i].flatten());
     for (auto& t : ref) t.requires_grad_(true);
     auto reference = MakeOptimizer(config, ref, 0.05);
     std::vector<std::unique_ptr<torch::optim::Optimizer>> ranks;
@@ -231,8 +233,8 @@ TEST(ZeroOptimizer, ShardedFlatStepsEqualPerParameterSteps) {
       for (auto& o : ranks) o->step();
     }
     for (size_t i = 0; i < ref.size(); ++i)
-      EXPECT_TRUE(torch::allclose(flat.narrow(0, p.slots[i].offset, numels[i]), ref[i].detach().flatten(), 1e-6,
-                                  1e-7))
+      EXPECT_TRUE(torch::allclose(flat.narrow(0, p.slots[i].offset, numels[i]), ref[i].detach().flatten(),
+                                  1e-6, 1e-7))
           << "parameter " << i;
     // Each rank's state covers only its slices: 1/world of the buffer per state tensor.
     const double per_state = name == "adam" ? 2 : 1;
