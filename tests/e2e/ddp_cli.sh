@@ -44,16 +44,9 @@ print("ddp rows ok: parity", ddp["parity_max_abs_diff"], accum["parity_max_abs_d
       "efficiency", eff, "hidden", ddp["allreduce_hidden_frac"])
 PYEOF
 
-cp "$TMP/r.csv" "$TMP/before.csv"
-unchanged() { cmp -s "$TMP/r.csv" "$TMP/before.csv" || fail "$1: results file changed"; }
-bad() {
-  local expect="$1"; shift
-  set +e; out="$(timeout 60 "$BIN" --strategy=ddp "${COMMON[@]}" --steps=2 "$@" --out="$TMP/r.csv" 2>&1 </dev/null)"; rc=$?; set -e
-  [[ $rc -eq 2 ]] || fail "$* exited $rc (want 2): $out"
-  [[ $(grep -c "ddpbench: error:" <<<"$out") -eq 1 ]] || fail "$*: want exactly one error line: $out"
-  grep -q "ddpbench: error: .*$expect" <<<"$out" || fail "$*: message lacks '$expect': $out"
-  unchanged "$*"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib/bad_input.sh"
+snapshot_results
+bad() { bad_input ddp "$@"; }
 G=$(( $(nproc) + 1 ))
 bad "--gpus=$G x --threads-per-device=1: $G threads but this machine has" --gpus=$G
 bad "--grad-accum=3: must divide --batch-size=16" --gpus=2 --grad-accum=3

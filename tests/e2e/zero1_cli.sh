@@ -70,16 +70,9 @@ print("zero1 rows ok: parity sgd", sgd["parity_max_abs_diff"], "adam", adam["par
       world3["parity_max_abs_diff"])
 PYEOF
 
-cp "$TMP/r.csv" "$TMP/before.csv"
-unchanged() { cmp -s "$TMP/r.csv" "$TMP/before.csv" || fail "$1: results file changed"; }
-bad() {
-  local expect="$1"; shift
-  set +e; out="$(timeout 60 "$BIN" --strategy=zero1 "${COMMON[@]}" --steps=2 "$@" --out="$TMP/r.csv" 2>&1 </dev/null)"; rc=$?; set -e
-  [[ $rc -eq 2 ]] || fail "$* exited $rc (want 2): $out"
-  [[ $(grep -c "ddpbench: error:" <<<"$out") -eq 1 ]] || fail "$*: want exactly one error line: $out"
-  grep -q "ddpbench: error: .*$expect" <<<"$out" || fail "$*: message lacks '$expect': $out"
-  unchanged "$*"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib/bad_input.sh"
+snapshot_results
+bad() { bad_input zero1 "$@"; }
 G=$(( $(nproc) + 1 ))
 bad "--gpus=$G x --threads-per-device=1: $G threads but this machine has" --gpus=$G
 bad "--zero-reduce=broadcast: not accepted; accepted values: reduce-scatter|all-reduce" --gpus=2 --zero-reduce=broadcast
