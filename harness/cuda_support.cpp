@@ -6,6 +6,7 @@
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #include <torch/csrc/cuda/nccl.h>
@@ -43,7 +44,12 @@ CudaMemoryPeaks CudaPeaks(int device) {
           static_cast<double>(stats.reserved_bytes[agg].peak)};
 }
 void CudaResetPeak(int device) { c10::cuda::CUDACachingAllocator::resetPeakStats(device); }
-void CudaSynchronize(int device) { c10::cuda::device_synchronize(); }
+void CudaSynchronize(int device) {
+  // device_synchronize() waits for the current device only: make `device`
+  // current for the call, so a multi-GPU step is timed to its last GPU.
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  c10::cuda::device_synchronize();
+}
 
 struct CudaEventPair::Impl {
   at::cuda::CUDAEvent start{cudaEventDefault};
