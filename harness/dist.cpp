@@ -3,6 +3,8 @@
 #include "harness/dist.h"
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/comm.hpp>
+#include <torch/torch.h>
 
 #include <exception>
 
@@ -47,6 +49,14 @@ std::vector<double> DistContext::AllGather(const std::vector<double>& values) {
     all.insert(all.end(), cpu.data_ptr<double>(), cpu.data_ptr<double>() + cpu.numel());
   }
   return all;
+}
+
+void DistContext::BroadcastFromRoot(const std::vector<at::Tensor>& tensors, const char* label) {
+  if (world == 1 || !group || tensors.empty()) return;
+  constexpr size_t kBroadcastBytes = 250 * 1024 * 1024;  // DDP's broadcast_bucket_size
+  torch::NoGradGuard no_grad;
+  CollectiveLabel collective(label);
+  c10d::broadcast_coalesced(group, tensors, kBroadcastBytes, 0);
 }
 
 namespace {

@@ -39,6 +39,11 @@ struct DistContext {
   // Every rank's values, concatenated in rank order (all ranks get them).
   std::vector<double> AllGather(const std::vector<double>& values);
   double AllReduceSum(double value);
+  // Rank 0's values of `tensors` on every rank, coalesced into 250 MiB
+  // buffers as torch's DDP does (its _sync_module_states and buffer
+  // broadcast); `label` names the collective in errors. No-op for world 1
+  // or no tensors.
+  void BroadcastFromRoot(const std::vector<at::Tensor>& tensors, const char* label);
   double AllReduceMax(double value);
 };
 

@@ -1,5 +1,5 @@
 // What the multi-process data-parallel strategies (ddp, zero1) share: torch
-// DDP's bucket and broadcast sizes, and the timestamps of the asynchronous
+// DDP's bucket sizes, and the timestamps of the asynchronous
 // collectives of one backward pass (CPU only: with NCCL a future completes
 // when the work is enqueued, not done) with the length of their union: how
 // long communication took, and how much of it happened before backward's
@@ -17,7 +17,6 @@
 namespace ddpbench {
 
 constexpr int64_t kFirstBucketBytes = 1024 * 1024;     // torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
-constexpr size_t kBroadcastBytes = 250 * 1024 * 1024;  // DDP's _DEFAULT ... broadcast_bucket_size
 
 using CommClock = std::chrono::steady_clock;
 

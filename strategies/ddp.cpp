@@ -79,13 +79,9 @@ class DdpStrategy final : public Strategy {
     buffers_ = model_->buffers();
 
     // DDP's _sync_module_states: rank 0's parameters and buffers everywhere.
-    {
-      torch::NoGradGuard no_grad;
-      CollectiveLabel label("DDP broadcast of the initial parameters and buffers");
-      std::vector<at::Tensor> states = params_;
-      states.insert(states.end(), buffers_.begin(), buffers_.end());
-      c10d::broadcast_coalesced(dist_->group, states, kBroadcastBytes, 0);
-    }
+    std::vector<at::Tensor> states = params_;
+    states.insert(states.end(), buffers_.begin(), buffers_.end());
+    dist_->BroadcastFromRoot(states, "DDP broadcast of the initial parameters and buffers");
 
     // As DDP with find_unused_parameters=False: a single bucket for the first
     // iteration, rebuilt from the real gradient order after it.
@@ -134,11 +130,7 @@ class DdpStrategy final : public Strategy {
           CollectiveLabel label("DDP bucket rebuild");
           reducer_->rebuild_buckets();
         }
-        if (sync && dist_->world > 1 && !buffers_.empty()) {
-          CollectiveLabel label("DDP buffer broadcast");
-          torch::NoGradGuard no_grad;
-          c10d::broadcast_coalesced(dist_->group, buffers_, kBroadcastBytes, 0);
-        }
+        if (sync) dist_->BroadcastFromRoot(buffers_, "DDP buffer broadcast");
         AutocastGuard amp(config_->amp, device_);
         auto logits = model_->forward(images[m]);
         loss = ClassificationLoss(logits, labels[m]);

@@ -115,11 +115,9 @@ class Zero1Strategy final : public Strategy {
     }
     // DDP's _sync_module_states: rank 0's parameters and buffers everywhere.
     if (comm_) {
-      torch::NoGradGuard no_grad;
-      CollectiveLabel label("ZeRO-1 broadcast of the initial parameters and buffers");
       std::vector<at::Tensor> states{flat_params_};
       states.insert(states.end(), buffers_.begin(), buffers_.end());
-      c10d::broadcast_coalesced(dist_->group, states, kBroadcastBytes, 0);
+      dist_->BroadcastFromRoot(states, "ZeRO-1 broadcast of the initial parameters and buffers");
     }
 
     const auto& buckets = partition_.buckets;
@@ -164,11 +162,7 @@ class Zero1Strategy final : public Strategy {
     torch::Tensor loss;
     {
       auto scope = timer_->Measure(Phase::kForward);
-      if (comm_ && !buffers_.empty()) {
-        CollectiveLabel label("ZeRO-1 buffer broadcast");
-        torch::NoGradGuard no_grad;
-        c10d::broadcast_coalesced(dist_->group, buffers_, kBroadcastBytes, 0);
-      }
+      if (comm_) dist_->BroadcastFromRoot(buffers_, "ZeRO-1 buffer broadcast");
       AutocastGuard amp(config_->amp, device_);
       auto logits = model_->forward(batch.images.to(device_));
       loss = ClassificationLoss(logits, batch.labels.to(device_));
