@@ -187,12 +187,5 @@ sleep 1
 RANKS="$(pids_in_tmp)"
 VICTIM="$(pid_with_env SLURM_PROCID=1 $RANKS)" || fail "rank 1 not found under srun"
 SURVIVOR="$(pid_with_env SLURM_PROCID=0 $RANKS)" || fail "rank 0 not found under srun"
-kill -KILL "$VICTIM"
-START=$SECONDS
-wait_pid "$JOB" 60 "srun after SIGKILL of rank 1"
-[[ $RC -ne 0 && $RC -ne 124 ]] || fail "srun exited $RC after rank 1 was killed (want non-zero, not the timeout)"
-grep -q "task 1: Killed" "$TMP/killed.log" || fail "srun does not report rank 1's SIGKILL: $(tail -30 "$TMP/killed.log")"
-[[ ! -s "$TMP/killed.csv" ]] || fail "a row was written by the failed run: $(cat "$TMP/killed.csv")"
-gone_soon "$SURVIVOR" "rank 0"
-echo "SIGKILL of rank 1: srun exited $RC after $((SECONDS - START)) s, no row"
+expect_rank1_kill_fails_run srun "$VICTIM" "$SURVIVOR" "task 1: Killed"
 echo "launch_slurm: all checks passed"

@@ -40,12 +40,5 @@ wait_joined "$TMP/killed.log" 90 "$JOB"
 sleep 1
 VICTIM="$(pid_with_env RANK=1 $(descendants "$JOB"))" || fail "rank 1 not found under torchrun"
 SURVIVOR="$(pid_with_env RANK=0 $(descendants "$JOB"))" || fail "rank 0 not found under torchrun"
-kill -KILL "$VICTIM"
-START=$SECONDS
-wait_pid "$JOB" 60 "torchrun after SIGKILL of rank 1"
-[[ $RC -ne 0 && $RC -ne 124 ]] || fail "torchrun exited $RC after rank 1 was killed (want non-zero, not the timeout)"
-grep -q "Signal 9 (SIGKILL)\|exitcode *: -9" "$TMP/killed.log" || fail "torchrun does not report rank 1's SIGKILL: $(tail -30 "$TMP/killed.log")"
-[[ ! -s "$TMP/killed.csv" ]] || fail "a row was written by the failed run: $(cat "$TMP/killed.csv")"
-gone_soon "$SURVIVOR" "rank 0"
-echo "SIGKILL of rank 1: torchrun exited $RC after $((SECONDS - START)) s, no row"
+expect_rank1_kill_fails_run torchrun "$VICTIM" "$SURVIVOR" "Signal 9 (SIGKILL)\|exitcode *: -9"
 echo "launch_torchrun: all checks passed"

@@ -112,3 +112,19 @@ gone_soon() {  # pid what
   kill -KILL "$1" 2>/dev/null || true
   fail "$2 (pid $1) is still running 10 s after its launcher exited"
 }
+
+# Kills rank 1 (pid VICTIM) of the run whose launcher is $JOB, writing to
+# $TMP/killed.log and $TMP/killed.csv: the launcher must fail (not time out)
+# within 60 s and report it (REPORT, a grep pattern), no row may be written,
+# and rank 0 (pid SURVIVOR) must be gone soon after.
+expect_rank1_kill_fails_run() {  # launcher-name victim survivor report-pattern
+  local name="$1" victim="$2" survivor="$3" report="$4" start
+  kill -KILL "$victim"
+  start=$SECONDS
+  wait_pid "$JOB" 60 "$name after SIGKILL of rank 1"
+  [[ $RC -ne 0 && $RC -ne 124 ]] || fail "$name exited $RC after rank 1 was killed (want non-zero, not the timeout)"
+  grep -q "$report" "$TMP/killed.log" || fail "$name does not report rank 1's SIGKILL: $(tail -30 "$TMP/killed.log")"
+  [[ ! -s "$TMP/killed.csv" ]] || fail "a row was written by the failed run: $(cat "$TMP/killed.csv")"
+  gone_soon "$survivor" "rank 0"
+  echo "SIGKILL of rank 1: $name exited $RC after $((SECONDS - start)) s, no row"
+}
