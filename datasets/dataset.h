@@ -43,6 +43,7 @@ struct DataSpec {
   bool augment = false;            // random crop (pad 4) + horizontal flip, train only
   int prefetch = 2;                // batches prepared ahead on background threads
   torch::Device device = torch::kCPU;
+  bool channels_last = false;      // images handed over in channels-last (NHWC) strides
   // Synthetic only:
   int64_t synthetic_classes = 1000;
   int64_t synthetic_channels = 3;

@@ -180,6 +180,7 @@ struct Transform {
   bool augment = false;
   uint64_t seed = 0;
   bool pin = false;  // pin host memory (CUDA destinations only)
+  bool channels_last = false;  // hand images over in NHWC strides
 
   // Random crop (zero padding kPad) and horizontal flip per sample, decided by
   // hash(seed, epoch, dataset index): a sample's augmentation does not depend
@@ -216,6 +217,7 @@ struct Transform {
                                 .align_corners(false));
     }
     x.sub_(mean).div_(std);
+    if (channels_last) x = x.contiguous(at::MemoryFormat::ChannelsLast);
     if (pin) {
       x = x.pin_memory();
       batch.labels = batch.labels.pin_memory();
@@ -235,6 +237,7 @@ Transform MakeTransform(const DataSpec& spec, const Traits& t, std::shared_ptr<c
   tr.augment = spec.augment;
   tr.seed = spec.seed;
   tr.pin = spec.device.is_cuda();
+  tr.channels_last = spec.channels_last;
   return tr;
 }
 

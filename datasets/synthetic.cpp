@@ -35,6 +35,7 @@ class SyntheticSource final : public BatchSource {
       Batch b;
       b.images = torch::randn({spec.batch_size, spec.synthetic_channels, side, side}, gen, torch::kFloat)
                      .to(spec.device);
+      if (spec.channels_last) b.images = b.images.contiguous(at::MemoryFormat::ChannelsLast);
       b.labels = torch::randint(0, spec.synthetic_classes, {spec.batch_size}, gen, torch::kLong).to(spec.device);
       pool_.push_back(std::move(b));
     }

@@ -75,6 +75,12 @@ void ValidateConfig(const RunConfig& c) {
   CheckAtLeast("--warmup", c.warmup, int64_t{0});
   CheckMember("--amp", c.amp, {"off", "bf16", "fp16"});
   CheckMember("--optimizer", c.optimizer, {"sgd", "adam"});
+  CheckMember("--memory-format", c.memory_format, {"auto", "channels_last", "contiguous"});
+  CheckMember("--tf32", c.tf32, {"on", "off", "all"});
+  CheckMember("--optimizer-impl", c.optimizer_impl, {"auto", "fused", "foreach", "per-param"});
+  if (c.cuda_graphs && c.device == "cpu")
+    throw ConfigError("--cuda-graphs: CUDA graphs need --device=cuda (or auto on a machine with a GPU); "
+                      "leave the flag out on CPU");
   if (!(c.lr > 0) || !std::isfinite(c.lr)) throw ConfigError(fmt::format("--lr={}: must be a positive number", c.lr));
   CheckMember("--lr-scaling", c.lr_scaling, {"none", "linear", "sqrt"});
   if (c.momentum < 0 || c.momentum >= 1) throw ConfigError(fmt::format("--momentum={}: must be in [0, 1)", c.momentum));
@@ -145,6 +151,12 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--momentum", c.momentum, "SGD momentum");
   app.add_option("--weight-decay", c.weight_decay, "weight decay");
   app.add_option("--seed", c.seed, "seed for weights, data order and augmentation");
+  app.add_option("--memory-format", c.memory_format,
+                 "auto (CUDA: channels_last, CPU: contiguous)|channels_last|contiguous, for weights and images");
+  app.add_option("--tf32", c.tf32, "CUDA TF32: on (convolutions, PyTorch's default)|off|all (also matmul)");
+  app.add_option("--optimizer-impl", c.optimizer_impl,
+                 "auto (CUDA: fused, CPU: per-param)|fused|foreach|per-param optimizer kernels");
+  app.add_flag("--cuda-graphs", c.cuda_graphs, "CUDA: capture the whole training step once, then replay it");
   app.add_option("--out", c.out, "CSV file to append the result row to");
   app.add_option("--baseline", c.baseline, "CSV holding the single-device row for scaling efficiency (default: --out)");
   app.add_option("--progress", c.progress, "auto (when stderr is a terminal)|on|off");

@@ -53,6 +53,12 @@ struct RunConfig {
   double weight_decay = 0.0;
   uint64_t seed = 42;
 
+  // Speed (issue 9): how the step runs, never what it computes.
+  std::string memory_format = "auto";  // auto|channels_last|contiguous (auto: by device)
+  std::string tf32 = "on";             // on (PyTorch default: convolutions only)|off|all
+  std::string optimizer_impl = "auto"; // auto|fused|foreach|per-param
+  bool cuda_graphs = false;            // capture the step once, replay it
+
   // Output.
   std::string out;                 // CSV file to append the row to ("" : none)
   std::string baseline;            // CSV with the single-device row for scaling

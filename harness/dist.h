@@ -29,10 +29,14 @@ struct DistContext {
   int master_port = 0;
   bool store_served = false;  // else rank 0 serves the TCPStore
 
-  // Joins the other ranks: c10d TCPStore rendezvous, then a Gloo (CPU) or
-  // NCCL (CUDA) process group whose collectives time out after timeout_s.
-  // Throws with the address and the rank when the rendezvous fails.
-  void Connect(double timeout_s, bool cuda);
+  // Joins the other ranks: c10d TCPStore rendezvous, then an NCCL process
+  // group (`nccl`) or a Gloo one (CPU tensors, and CUDA tensors too when
+  // `cuda`: ranks that share a GPU) whose collectives time out after
+  // timeout_s. Throws with the address and the rank when the rendezvous fails.
+  void Connect(double timeout_s, bool cuda, bool nccl);
+  // Shuts the process group down (NCCL: its communicators, so that no
+  // destroy_process_group warning is printed at exit). Collective.
+  void Shutdown();
 
   bool is_root() const { return rank == 0; }
   void Barrier();

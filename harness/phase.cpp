@@ -74,11 +74,21 @@ void PhaseTimer::StartStep() {
   cuda_events_.clear();
 }
 
-std::array<double, kNumPhases> PhaseTimer::FinishStep() {
+void PhaseTimer::EndStep(bool counted) {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::array<double, kNumPhases> ms = cpu_ms_;
-  for (auto& [phase, events] : cuda_events_) ms[static_cast<int>(phase)] += events->ElapsedMs();
-  return ms;
+  if (counted) {
+    for (int p = 0; p < kNumPhases; ++p) totals_[p] += cpu_ms_[p];
+    for (auto& e : cuda_events_) pending_.push_back(std::move(e));
+  }
+  cpu_ms_.fill(0);
+  cuda_events_.clear();
+}
+
+std::array<double, kNumPhases> PhaseTimer::Totals() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [phase, events] : pending_) totals_[static_cast<int>(phase)] += events->ElapsedMs();
+  pending_.clear();
+  return totals_;
 }
 
 }  // namespace ddpbench

@@ -1,7 +1,8 @@
 // Phase timing and NVTX ranges in one RAII scope, so every timed phase is also
 // visible in Nsight under the "ddpbench" domain with the same name. CPU phases
 // use the wall clock; CUDA phases use events on the current stream and are
-// read after the step's synchronisation. Pipeline stages time their phases
+// read only after the last timed step (no host synchronisation per step, so
+// the CPU can run ahead of the GPU as it does in plain PyTorch). Pipeline stages time their phases
 // from several threads: a phase's figure is then the busy time summed over
 // devices.
 #pragma once
@@ -59,8 +60,12 @@ class PhaseTimer {
   // strategy from its own timestamps).
   void Add(Phase phase, double ms) { AddCpu(phase, ms); }
   void StartStep();
-  // Milliseconds spent in each phase since StartStep (CUDA: waits for events).
-  std::array<double, kNumPhases> FinishStep();
+  // Ends the step begun by StartStep; its phases count in Totals() only when
+  // `counted` (timed steps, not warm-up). Never waits for the device.
+  void EndStep(bool counted);
+  // Milliseconds spent in each phase over all counted steps (CUDA: waits for
+  // the recorded events, so call it after the timed loop).
+  std::array<double, kNumPhases> Totals();
 
  private:
   void AddCpu(Phase phase, double ms);
@@ -68,8 +73,10 @@ class PhaseTimer {
 
   torch::Device device_;
   std::mutex mutex_;
-  std::array<double, kNumPhases> cpu_ms_{};
-  std::vector<std::pair<Phase, std::shared_ptr<CudaEventPair>>> cuda_events_;
+  std::array<double, kNumPhases> cpu_ms_{};  // this step
+  std::vector<std::pair<Phase, std::shared_ptr<CudaEventPair>>> cuda_events_;  // this step
+  std::array<double, kNumPhases> totals_{};  // counted steps, resolved
+  std::vector<std::pair<Phase, std::shared_ptr<CudaEventPair>>> pending_;  // counted, unread
 };
 
 }  // namespace ddpbench

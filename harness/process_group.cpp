@@ -40,7 +40,7 @@ std::vector<std::shared_ptr<::gloo::transport::Device>> GlooDevices() {
 
 }  // namespace
 
-void DistContext::Connect(double timeout_s, bool cuda) {
+void DistContext::Connect(double timeout_s, bool cuda, bool nccl) {
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<uint16_t>(master_port);
@@ -60,7 +60,7 @@ void DistContext::Connect(double timeout_s, bool cuda) {
   store = c10::make_intrusive<c10d::PrefixStore>("ddpbench/", store);
 
   auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, rank, world);
-  if (cuda) {
+  if (nccl) {
 #ifdef DDPBENCH_WITH_CUDA
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = timeout;
@@ -83,11 +83,19 @@ void DistContext::Connect(double timeout_s, bool cuda) {
                                            "failed: {}", rank, world, master_addr, master_port, e.what()));
     }
     pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::GLOO, gloo);
+    if (cuda) pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::GLOO, gloo);
     pg->setDefaultBackend(c10d::ProcessGroup::GLOO);
     backend = "gloo";
   }
   group = pg;
   LogInfo("joined {} ranks ({}, rendezvous {}:{})", world, backend, master_addr, master_port);
+}
+
+void DistContext::Shutdown() {
+  if (!group) return;
+  Barrier();  // no rank tears its communicators down while another still uses them
+  group->shutdown();
+  group.reset();
 }
 
 }  // namespace ddpbench

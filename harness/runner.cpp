@@ -1,19 +1,18 @@
-// The harness loop. Everything a row reports is measured here, the same way
-// for every strategy: warm-up excluded, device-synchronised step times,
-// per-phase times, memory per device, accuracy on the test set, parity.
+// One process's run, in order: prepare (flags against the hardware, data,
+// model shape), set the process up, check parity, run the timed loop
+// (step_loop.cpp), evaluate, gather every rank's figures into one RunResult,
+// and (rank 0) report it (reporter.cpp). Everything is measured the same way
+// for every strategy.
 #include "harness/runner.h"
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
-#include "harness/log.h"
+#include <sched.h>
+#include <sys/stat.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <sys/stat.h>
-#include <optional>
-#include <sched.h>
 #include <cstring>
 #include <thread>
 
@@ -24,45 +23,17 @@
 #include "harness/dist.h"
 #include "harness/memory.h"
 #include "harness/parity.h"
+#include "harness/log.h"
+#include "harness/mfu.h"
 #include "harness/phase.h"
+#include "harness/run_result.h"
+#include "harness/step_loop.h"
+#include "harness/training.h"
 #include "strategies/registry.h"
 
 namespace ddpbench {
 
-double Percentile(std::vector<double> values, double p) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * values.size()));
-  return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
-}
-
-bool FindBaselineThroughput(const std::vector<Row>& rows, const Row& row, double* throughput) {
-  static const char* kMatch[] = {"model", "dataset", "per_device_batch", "device", "threads_per_device",
-                                 "image_size", "amp", "width", "small_input", "norm", "device_name"};
-  for (auto it = rows.rbegin(); it != rows.rend(); ++it) {
-    const Row& r = *it;
-    auto get = [&](const Row& x, const char* k) {
-      auto f = x.find(k);
-      return f == x.end() ? std::string() : f->second;
-    };
-    if (get(r, "strategy") != "single" || get(r, "gpus") != "1") continue;
-    bool same = true;
-    for (const char* k : kMatch) same = same && get(r, k) == get(row, k);
-    if (!same || get(r, "throughput_img_s").empty()) continue;
-    *throughput = std::stod(get(r, "throughput_img_s"));
-    return *throughput > 0;
-  }
-  return false;
-}
-
 namespace {
-
-std::string Num(double v, int digits = 3) { return fmt::format("{:.{}f}", v, digits); }
-std::string JoinNums(const std::vector<double>& v, int digits = 1) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "/" : "") + Num(v[i], digits);
-  return s;
-}
 
 // The devices this process drives, and whether that oversubscribes hardware.
 std::vector<torch::Device> ResolveDevices(const RunConfig& c, const StrategyInfo& info,
@@ -98,19 +69,7 @@ std::vector<torch::Device> ResolveDevices(const RunConfig& c, const StrategyInfo
   return devices;
 }
 
-struct Progress {
-  bool on;
-  void Update(int64_t step, int64_t total, bool warmup, double img_s, double loss) {
-    if (!on) return;
-    fmt::print(stderr, "\r{} {:>5}/{:<5} {:>9.1f} img/s  loss {:.4f}   ", warmup ? "warm-up" : "step   ",
-               step, total, img_s, loss);
-    if (step == total) fmt::print(stderr, "\n");
-  }
-};
 
-}  // namespace
-
-namespace {
 
 // What a run needs before anything is built: resolved device, the devices of
 // this process, the data and model shapes. Every check that can fail on a bad
@@ -124,7 +83,25 @@ struct PreparedRun {
   DatasetInfo info;
   ResNetOptions model;
   int64_t replicas = 1, process_batch = 0, global_batch = 0;
+  RunSettings settings;
 };
+
+// How the step runs on this device: memory format, cuDNN autotuning, TF32,
+// optimizer kernels. Flags win; "auto" picks what is fastest on the device.
+RunSettings ResolveSettings(RunConfig& config, const std::vector<torch::Device>& devices) {
+  const bool cuda = config.device == "cuda";
+  if (config.cuda_graphs) {
+    if (!cuda) throw ConfigError("--cuda-graphs: CUDA graphs need a CUDA device; leave the flag out on CPU");
+    throw ConfigError(fmt::format("--cuda-graphs: whole-step capture is not implemented for --strategy={} in "
+                                  "this build; leave the flag out", config.strategy));
+  }
+  RunSettings s;
+  s.memory_format = config.memory_format != "auto" ? config.memory_format : cuda ? "channels_last" : "contiguous";
+  s.tf32 = config.tf32;
+  s.cudnn_benchmark = cuda;
+  s.optimizer_impl = ResolveOptimizerImpl(config, devices.front());
+  return s;
+}
 
 PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, const DistContext& dist) {
   PreparedRun run;
@@ -163,6 +140,8 @@ PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, c
   model.small_input = config.small_input;
   model.width = config.width;
   model.norm = ParseNormKind(config.norm);
+  run.settings = ResolveSettings(config, run.devices);
+  model.channels_last = spec.channels_last = run.settings.memory_format == "channels_last";
   ValidateResNetOptions(model);
   return run;
 }
@@ -184,6 +163,125 @@ void PinRankToCores(int local_rank, int threads) {
     LogWarn("could not pin rank {} to its cores: {}", local_rank, std::strerror(errno));
 }
 
+// The process-wide settings a run needs before anything is built.
+void ConfigureProcess(const PreparedRun& run, const StrategyEntry& entry, DistContext& dist) {
+  const RunConfig& config = run.config;
+  const bool cuda = config.device == "cuda";
+  dist.device = cuda ? run.devices.front() : torch::Device(torch::kCPU);
+  if (cuda) {
+    at::globalContext().setBenchmarkCuDNN(run.settings.cudnn_benchmark);
+    at::globalContext().setAllowTF32CuDNN(run.settings.tf32 != "off");
+    at::globalContext().setAllowTF32CuBLAS(run.settings.tf32 == "all");
+  } else {
+    // A logical CPU device is threads_per_device intra-op threads.
+    if (entry.info.parallelism == Parallelism::kDataMultiProcess && dist.world > 1 && !run.oversubscribed)
+      PinRankToCores(dist.local_rank, config.threads_per_device);
+    at::set_num_threads(config.threads_per_device);
+    InstallCpuMemoryTracker();
+  }
+  // Oversubscribed GPUs cannot host one NCCL rank each: such ranks use Gloo.
+  if (entry.info.parallelism == Parallelism::kDataMultiProcess)
+    dist.Connect(config.timeout_s, cuda, /*nccl=*/cuda && !run.oversubscribed);
+}
+
+LoopPlan PlanSteps(const RunConfig& config, const PreparedRun& run, BatchSource& train, const DistContext& dist) {
+  LoopPlan plan;
+  plan.warmup = config.warmup;
+  if (config.epochs > 0) {
+    const int64_t total = std::llround(config.epochs * train.BatchesPerEpoch());
+    plan.timed = total - config.warmup;
+    if (plan.timed < 1)
+      throw ConfigError(fmt::format("--epochs={}: gives {} steps ({} per epoch), not more than --warmup={}",
+                                    config.epochs, total, train.BatchesPerEpoch(), config.warmup));
+  } else {
+    plan.timed = config.steps;
+  }
+  plan.process_batch = run.process_batch;
+  plan.progress = dist.is_root() && (config.progress == "on" || (config.progress == "auto" && isatty(STDERR_FILENO)));
+  plan.check_every = config.device == "cuda" ? 25 : 1;
+  return plan;
+}
+
+// This rank's figures after the loop.
+RankFigures MeasureRank(const PreparedRun& run, const LoopTimes& times, Strategy& strategy) {
+  RankFigures f;
+  f.wall_ms = times.wall_ms;
+  f.throughput = run.process_batch * static_cast<double>(times.step_ms.size()) * 1000.0 / times.wall_ms;
+  const size_t tail = std::min<size_t>(10, times.losses.size());
+  for (size_t i = times.losses.size() - tail; i < times.losses.size(); ++i) f.final_loss += times.losses[i] / tail;
+  f.peak_rss_mb = PeakRssMb();
+  f.optimizer_state_mb = strategy.OptimizerStateMb();
+  for (size_t i = 0; i < run.devices.size(); ++i) {
+    DeviceMemory m = MeasureDeviceMemory(run.devices[i], static_cast<int>(i));
+    f.mem_allocated_mb.push_back(m.peak_allocated_mb);
+    f.mem_reserved_mb.push_back(m.peak_reserved_mb);
+  }
+  return f;
+}
+
+// Every rank's figures, in rank order (collective; all ranks get them).
+std::vector<RankFigures> GatherRanks(const RankFigures& mine, DistContext& dist) {
+  std::vector<double> flat = {mine.throughput, mine.wall_ms, mine.final_loss, mine.peak_rss_mb,
+                              mine.optimizer_state_mb};
+  for (size_t i = 0; i < mine.mem_allocated_mb.size(); ++i) {
+    flat.push_back(mine.mem_allocated_mb[i]);
+    flat.push_back(mine.mem_reserved_mb[i]);
+  }
+  const size_t stride = flat.size();
+  const std::vector<double> all = dist.AllGather(flat);
+  std::vector<RankFigures> ranks;
+  for (int r = 0; r < dist.world; ++r) {
+    const double* v = all.data() + r * stride;
+    RankFigures f{v[0], v[1], v[2], v[3], v[4], {}, {}};
+    for (size_t i = 5; i + 1 < stride; i += 2) {
+      f.mem_allocated_mb.push_back(v[i]);
+      f.mem_reserved_mb.push_back(v[i + 1]);
+    }
+    ranks.push_back(std::move(f));
+  }
+  return ranks;
+}
+
+RunResult DescribeRun(const PreparedRun& run, const DistContext& dist, double lr) {
+  const RunConfig& c = run.config;
+  RunResult r;
+  r.config = &run.config;
+  r.cuda = c.device == "cuda";
+  r.env = DescribeEnvironment(r.cuda);
+  r.settings = run.settings;
+  r.oversubscribed = run.oversubscribed;
+  r.world = dist.world;
+  r.launcher = dist.launcher;
+  r.device_name = r.cuda ? CudaDeviceName(run.devices.front().index()) : r.env.cpu_model;
+  r.image_size = run.info.height;
+  r.global_batch = run.global_batch;
+  r.lr = lr;
+  r.model_flops_per_img = 6.0 * ResNetForwardMacs(run.model, run.info.height, run.info.width);  // 3 passes x 2 FLOPs
+  if (r.cuda) r.peak_flops = PeakFlops(r.device_name, c.amp, run.settings.tf32);
+  return r;
+}
+
+// Rank 0: the row, its scaling figures, the console line, the file.
+int Report(const RunResult& result) {
+  const RunConfig& config = *result.config;
+  Row row = BuildRow(result);
+  if (config.strategy != "single") {
+    const std::string baseline = !config.baseline.empty() ? config.baseline : config.out;
+    struct stat st {};
+    const bool exists = !baseline.empty() && ::stat(baseline.c_str(), &st) == 0;
+    if (!(exists && AddScaling(ReadRows(baseline), config.gpus, &row)) && !config.baseline.empty())
+      LogWarn("--baseline={}: no matching single-device row; scaling_efficiency left empty", config.baseline);
+  }
+  LogInfo("{}", SummaryLine(result, row));
+  if (!config.out.empty()) AppendRow(config.out, row);
+  if (result.parity && result.parity->max_abs_diff > config.verify_tolerance) {
+    LogError("--verify: parameters differ from the single-device run by {:.3e} > --verify-tolerance={}",
+             result.parity->max_abs_diff, config.verify_tolerance);
+    return 3;
+  }
+  return 0;
+}
+
 }  // namespace
 
 void PreflightCheck(const RunConfig& config, int world) {
@@ -194,248 +292,49 @@ void PreflightCheck(const RunConfig& config, int world) {
 
 int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   const StrategyEntry& entry = FindStrategy(config_in.strategy);
-  PreparedRun run = PrepareRun(config_in, entry, dist);
-  RunConfig& config = run.config;
-  const bool cuda = config.device == "cuda";
-  const bool oversubscribed = run.oversubscribed;
-  const std::vector<torch::Device>& devices = run.devices;
-  dist.device = cuda ? devices.front() : torch::Device(torch::kCPU);
-
-  // A logical CPU device is threads_per_device intra-op threads.
-  if (!cuda) {
-    if (entry.info.parallelism == Parallelism::kDataMultiProcess && dist.world > 1 && !oversubscribed)
-      PinRankToCores(dist.local_rank, config.threads_per_device);
-    at::set_num_threads(config.threads_per_device);
-    InstallCpuMemoryTracker();
-  }
-  if (entry.info.parallelism == Parallelism::kDataMultiProcess) dist.Connect(config.timeout_s, cuda);
+  const PreparedRun run = PrepareRun(config_in, entry, dist);
+  const RunConfig& config = run.config;
+  ConfigureProcess(run, entry, dist);
   CpuDeviceScope main_device(0);
 
-  const DataSpec& spec = run.spec;
-  const DatasetInfo& info = run.info;
-  const ResNetOptions& model = run.model;
-  const int64_t replicas = run.replicas, process_batch = run.process_batch, global_batch = run.global_batch;
-
   double lr = config.lr;
-  if (config.lr_scaling == "linear") lr *= static_cast<double>(replicas);
-  if (config.lr_scaling == "sqrt") lr *= std::sqrt(static_cast<double>(replicas));
+  if (config.lr_scaling == "linear") lr *= static_cast<double>(run.replicas);
+  if (config.lr_scaling == "sqrt") lr *= std::sqrt(static_cast<double>(run.replicas));
+  PhaseTimer timer(run.devices.front());
+  const RunContext ctx{&config, &dist, run.devices, run.model, lr, &timer};
 
-  PhaseTimer timer(devices.front());
-  RunContext ctx;
-  ctx.config = &config;
-  ctx.dist = &dist;
-  ctx.devices = devices;
-  ctx.model = model;
-  ctx.lr = lr;
-  ctx.timer = &timer;
-
-  std::unique_ptr<BatchSource> train;
+  std::unique_ptr<BatchSource> train, test;
   {
-    CpuDeviceScope host(-1);
-    train = MakeTrainSource(spec, dist.rank, dist.world);
+    CpuDeviceScope host(-1);  // host-side data is not device memory
+    train = MakeTrainSource(run.spec, dist.rank, dist.world);
   }
-  int64_t total_steps, timed_steps;
-  if (config.epochs > 0) {
-    total_steps = std::llround(config.epochs * train->BatchesPerEpoch());
-    timed_steps = total_steps - config.warmup;
-    if (timed_steps < 1)
-      throw ConfigError(fmt::format("--epochs={}: gives {} steps ({} per epoch), not more than --warmup={}",
-                                    config.epochs, total_steps, train->BatchesPerEpoch(), config.warmup));
-  } else {
-    timed_steps = config.steps;
-    total_steps = config.warmup + timed_steps;
-  }
+  const LoopPlan plan = PlanSteps(config, run, *train, dist);
 
-  // Correctness before timing.
-  ParityResult parity;
-  if (config.verify) {
+  RunResult result = DescribeRun(run, dist, lr);
+  if (config.verify) {  // correctness before timing
     LogInfo("verifying {} against single for {} steps", config.strategy, config.verify_steps);
-    parity = RunParityCheck(entry, ctx, spec);
-    if (dist.is_root())
-      LogInfo("parity: max |param diff| = {:.3e} ({})", parity.max_abs_diff, parity.model);
+    const ParityResult parity = RunParityCheck(entry, ctx, run.spec);
+    result.parity = ParityFigures{parity.max_abs_diff, parity.steps, parity.model};
+    if (dist.is_root()) LogInfo("parity: max |param diff| = {:.3e} ({})", parity.max_abs_diff, parity.model);
   }
-
   auto strategy = entry.make();
   strategy->Setup(ctx);
-
-  Progress progress{dist.is_root() &&
-                    (config.progress == "on" || (config.progress == "auto" && isatty(STDERR_FILENO)))};
-  std::vector<double> step_ms, losses;
-  std::array<double, kNumPhases> phase_total{};
-  double timed_wall_ms = 0;
-  auto sync = [&] {
-    if (cuda)
-      for (const auto& d : devices) CudaSynchronize(d.index());
-  };
-  for (int64_t s = 0; s < total_steps; ++s) {
-    const bool warm = s < config.warmup;
-    if (s == config.warmup) {
-      sync();
-      dist.Barrier();
-      ResetPeakMemory(devices);
-    }
-    timer.StartStep();
-    auto t0 = std::chrono::steady_clock::now();
-    StepResult result;
-    {
-      NvtxRange range("step");
-      Batch batch;
-      {
-        auto scope = timer.Measure(Phase::kData);
-        batch = train->Next();
-      }
-      result = strategy->Step(batch);
-    }
-    sync();
-    double loss = result.loss.item<double>();
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    auto phases = timer.FinishStep();
-    if (!std::isfinite(loss))
-      throw std::runtime_error(fmt::format("step {}: the loss is {} (diverged); lower --lr", s, loss));
-    if (!warm) {
-      step_ms.push_back(ms);
-      losses.push_back(loss);
-      timed_wall_ms += ms;
-      for (int p = 0; p < kNumPhases; ++p) phase_total[p] += phases[p];
-    }
-    progress.Update(warm ? s + 1 : s - config.warmup + 1, warm ? config.warmup : timed_steps, warm,
-                    process_batch * 1000.0 / ms, loss);
-  }
-
-  // Accuracy on the test set.
-  double accuracy = -1;
-  if (info.real && config.eval) {
-    std::unique_ptr<BatchSource> test;
+  const LoopTimes times = RunSteps(*strategy, *train, timer, dist, run.devices, plan);
+  if (run.info.real && config.eval) {  // made now, so its prefetching cannot slow the timed steps
     {
       CpuDeviceScope host(-1);
-      test = MakeTestSource(spec, dist.rank, dist.world);
+      test = MakeTestSource(run.spec, dist.rank, dist.world);
     }
-    int64_t correct = 0, total = 0;
-    torch::NoGradGuard no_grad;
-    for (int64_t b = 0; test && (config.eval_batches == 0 || b < config.eval_batches); ++b) {
-      Batch batch = test->Next();
-      if (batch.size() == 0) break;
-      auto logits = strategy->Predict(batch.images);
-      correct += logits.argmax(1).to(torch::kCPU).eq(batch.labels.to(torch::kCPU)).sum().item<int64_t>();
-      total += batch.size();
-    }
-    double all_correct = dist.AllReduceSum(static_cast<double>(correct));
-    double all_total = dist.AllReduceSum(static_cast<double>(total));
-    if (all_total > 0) accuracy = all_correct / all_total;
+    result.accuracy = EvaluateAccuracy(*strategy, test.get(), dist, config.eval_batches);
   }
 
-  // Figures of this process, then of every rank (rank order).
-  const size_t tail = std::min<size_t>(10, losses.size());
-  double final_loss = 0;
-  for (size_t i = losses.size() - tail; i < losses.size(); ++i) final_loss += losses[i] / tail;
-  std::vector<double> mine = {process_batch * timed_steps * 1000.0 / timed_wall_ms, timed_wall_ms,
-                              final_loss, PeakRssMb(), strategy->OptimizerStateMb()};
-  for (size_t i = 0; i < devices.size(); ++i) {
-    DeviceMemory m = MeasureDeviceMemory(devices[i], static_cast<int>(i));
-    mine.push_back(m.peak_allocated_mb);
-    mine.push_back(m.peak_reserved_mb);
-  }
-  const size_t stride = mine.size();
-  std::vector<double> all = dist.AllGather(mine);
-  if (!dist.is_root()) return 0;
-
-  std::vector<double> rank_tput, mem_alloc, mem_reserved, opt_state;
-  double max_wall = 0, loss_sum = 0, max_rss = 0;
-  for (int r = 0; r < dist.world; ++r) {
-    const double* v = all.data() + r * stride;
-    rank_tput.push_back(v[0]);
-    max_wall = std::max(max_wall, v[1]);
-    loss_sum += v[2];
-    max_rss = std::max(max_rss, v[3]);
-    opt_state.push_back(v[4]);
-    for (size_t i = 0; i < devices.size(); ++i) {
-      mem_alloc.push_back(v[5 + 2 * i]);
-      mem_reserved.push_back(v[6 + 2 * i]);
-    }
-  }
-  const double throughput = global_batch * timed_steps * 1000.0 / max_wall;
-
-  RunEnvironment env = DescribeEnvironment(cuda);
-  Row row;
-  row["timestamp"] = env.timestamp;
-  row["git_sha"] = kGitSha;
-  row["host"] = env.host;
-  row["strategy"] = config.strategy;
-  row["gpus"] = std::to_string(config.gpus);
-  row["world_size"] = std::to_string(dist.world);
-  row["launcher"] = dist.launcher;
-  row["device"] = config.device;
-  row["device_name"] = cuda ? CudaDeviceName(devices.front().index()) : env.cpu_model;
-  row["threads_per_device"] = cuda ? "" : std::to_string(config.threads_per_device);
-  row["oversubscribed"] = oversubscribed ? "true" : "false";
-  row["model"] = config.model;
-  row["norm"] = config.norm;
-  row["width"] = std::to_string(config.width);
-  row["small_input"] = config.small_input ? "true" : "false";
-  row["dataset"] = config.dataset;
-  row["image_size"] = std::to_string(info.height);
-  row["per_device_batch"] = std::to_string(config.batch_size);
-  row["global_batch"] = std::to_string(global_batch);
-  row["steps"] = std::to_string(timed_steps);
-  row["warmup"] = std::to_string(config.warmup);
-  if (config.epochs > 0) row["epochs"] = fmt::format("{}", config.epochs);
-  row["amp"] = config.amp;
-  row["optimizer"] = config.optimizer;
-  row["lr"] = fmt::format("{}", lr);
-  row["throughput_img_s"] = Num(throughput, 2);
-  row["throughput_per_rank_img_s"] = JoinNums(rank_tput, 2);
-  row["step_ms_p50"] = Num(Percentile(step_ms, 50));
-  row["step_ms_p90"] = Num(Percentile(step_ms, 90));
-  const Phase kReported[] = {Phase::kData, Phase::kForward, Phase::kBackward, Phase::kOptimizer,
-                             Phase::kCommunication};
-  for (Phase p : kReported) {
-    double ms = phase_total[static_cast<int>(p)] / timed_steps;
-    if (p != Phase::kCommunication || ms > 0) row[std::string(PhaseName(p)) + "_ms"] = Num(ms);
-  }
-  row["peak_mem_mb"] = Num(*std::max_element(mem_alloc.begin(), mem_alloc.end()), 1);
-  row["mem_per_device_mb"] = JoinNums(mem_alloc);
-  if (cuda) row["mem_reserved_per_device_mb"] = JoinNums(mem_reserved);
-  if (!cuda) row["peak_rss_mb"] = Num(max_rss, 1);
-  if (opt_state.front() >= 0) row["optimizer_state_mb"] = JoinNums(opt_state, 2);
-  if (accuracy >= 0) row["accuracy"] = Num(accuracy, 4);
-  row["final_loss"] = Num(loss_sum / dist.world, 4);
-  if (config.verify) {
-    row["parity_max_abs_diff"] = fmt::format("{:.3e}", parity.max_abs_diff);
-    row["parity_steps"] = std::to_string(parity.steps);
-    row["parity_model"] = parity.model;
-    row["parity_ok"] = parity.max_abs_diff <= config.verify_tolerance ? "true" : "false";
-  }
-  for (const auto& [k, v] : strategy->Extras()) row[k] = v;
-  row["torch_version"] = env.torch_version;
-  row["cuda_version"] = env.cuda_version;
-  row["nccl_version"] = env.nccl_version;
-  row["cpu_model"] = env.cpu_model;
-  row["command"] = config.command;
-
-  if (config.strategy != "single") {
-    std::string baseline = !config.baseline.empty() ? config.baseline : config.out;
-    double base = 0;
-    if (!baseline.empty() && [&] { struct stat st {}; return ::stat(baseline.c_str(), &st) == 0; }() &&
-        FindBaselineThroughput(ReadRows(baseline), row, &base)) {
-      row["baseline_throughput_img_s"] = Num(base, 2);
-      row["scaling_efficiency"] = Num(throughput / (config.gpus * base), 4);
-    } else if (!config.baseline.empty()) {
-      LogWarn("--baseline={}: no matching single-device row; scaling_efficiency left empty",
-                   config.baseline);
-    }
-  }
-
-  LogInfo("{} gpus={} {}: {:.1f} img/s, step p50 {:.1f} ms, peak mem {} MB{}{}", config.strategy,
-               config.gpus, config.device, throughput, Percentile(step_ms, 50), row["mem_per_device_mb"],
-               accuracy >= 0 ? fmt::format(", accuracy {:.4f}", accuracy) : "",
-               config.verify ? ", parity " + row["parity_max_abs_diff"] : "");
-  if (!config.out.empty()) AppendRow(config.out, row);
-  if (config.verify && parity.max_abs_diff > config.verify_tolerance) {
-    LogError("--verify: parameters differ from the single-device run by {:.3e} > --verify-tolerance={}",
-                  parity.max_abs_diff, config.verify_tolerance);
-    return 3;
-  }
-  return 0;
+  result.timed_steps = plan.timed;
+  result.step_ms = times.step_ms;
+  for (int p = 0; p < kNumPhases; ++p) result.phase_ms[p] = times.phase_ms[p] / plan.timed;
+  result.extras = strategy->Extras();
+  result.ranks = GatherRanks(MeasureRank(run, times, *strategy), dist);
+  dist.Shutdown();
+  return dist.is_root() ? Report(result) : 0;
 }
 
 }  // namespace ddpbench

@@ -8,6 +8,7 @@
 
 #include "harness/config.h"
 #include "harness/results.h"
+#include "harness/run_result.h"  // FindBaselineThroughput, Percentile (tests)
 
 namespace ddpbench {
 
@@ -19,13 +20,5 @@ int RunBenchmark(const RunConfig& config, DistContext& dist);
 // hardware, data files, model shape), for a run of `world` local ranks; throws
 // ConfigError / DataError. A spawning parent calls it once before the ranks.
 void PreflightCheck(const RunConfig& config, int world);
-
-// Scaling efficiency against the newest matching single-device row of
-// `rows` (same model, dataset, per-device batch, device, threads...); returns
-// false when there is none. Exposed for tests.
-bool FindBaselineThroughput(const std::vector<Row>& rows, const Row& row, double* throughput);
-
-// The nearest-rank percentile (p in [0, 100]) of `values`.
-double Percentile(std::vector<double> values, double p);
 
 }  // namespace ddpbench

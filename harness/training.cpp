@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "harness/config.h"
+#include "harness/multi_tensor_optim.h"
 
 namespace ddpbench {
 
@@ -17,11 +18,32 @@ ResNet BuildModel(const ResNetOptions& options, uint64_t seed, torch::Device dev
       if (b.is_floating_point()) b.set_data(b.data().to(options.dtype));
   }
   model->to(device);
+  if (options.channels_last) {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters())
+      if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+  }
   return model;
+}
+
+std::string ResolveOptimizerImpl(const RunConfig& config, torch::Device device) {
+  if (config.optimizer_impl != "auto") return config.optimizer_impl;
+  return device.is_cuda() ? "fused" : "per-param";
 }
 
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const RunConfig& config,
                                                        std::vector<torch::Tensor> params, double lr) {
+  const std::string impl =
+      ResolveOptimizerImpl(config, params.empty() ? torch::Device(torch::kCPU) : params.front().device());
+  if (impl != "per-param") {
+    const OptimizerKernels kernels = ParseOptimizerKernels(impl);
+    if (config.optimizer == "adam")
+      return std::make_unique<MultiTensorAdam>(
+          std::move(params), torch::optim::AdamOptions(lr).weight_decay(config.weight_decay), kernels);
+    return std::make_unique<MultiTensorSGD>(
+        std::move(params),
+        torch::optim::SGDOptions(lr).momentum(config.momentum).weight_decay(config.weight_decay), kernels);
+  }
   if (config.optimizer == "adam") {
     return std::make_unique<torch::optim::Adam>(
         std::move(params), torch::optim::AdamOptions(lr).weight_decay(config.weight_decay));
@@ -106,7 +128,10 @@ torch::Tensor LossScaler::Unscale(const std::vector<torch::Tensor>& params) {
 }
 
 void LossScaler::StepAndUpdate(torch::optim::Optimizer& optimizer, const torch::Tensor& found_inf) {
-  if (found_inf.item<float>() == 0.0f) optimizer.step();
+  // A fused optimizer skips an overflowed step on the device; otherwise the
+  // host has to read the flag (one synchronisation).
+  auto* skipping = dynamic_cast<DeviceSkippingOptimizer*>(&optimizer);
+  if (!(skipping && skipping->StepUnlessInf(found_inf)) && found_inf.item<float>() == 0.0f) optimizer.step();
   at::_amp_update_scale_(scale_, growth_tracker_, found_inf, 2.0, 0.5, 2000);
 }
 

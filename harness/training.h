@@ -23,6 +23,10 @@ struct RunConfig;
 // strategy starts from bit-identical weights.
 ResNet BuildModel(const ResNetOptions& options, uint64_t seed, torch::Device device);
 
+// The optimizer kernels a run uses on `device`: --optimizer-impl, where auto
+// is fused on CUDA and the per-parameter loop on CPU.
+std::string ResolveOptimizerImpl(const RunConfig& config, torch::Device device);
+
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const RunConfig& config,
                                                        std::vector<torch::Tensor> params, double lr);
 // Bytes of optimizer state (momentum buffers, Adam moments) held, in MiB.

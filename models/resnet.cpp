@@ -463,4 +463,56 @@ int64_t CountParameters(const torch::nn::Module& module) {
   return total;
 }
 
+namespace {
+
+// A convolution's output side and its multiply-accumulates, accumulated.
+struct MacCounter {
+  double macs = 0;
+  int64_t ConvSide(int64_t side, int64_t kernel, int64_t stride, int64_t pad) const {
+    return (side + 2 * pad - kernel) / stride + 1;
+  }
+  // Returns the output {h, w}.
+  std::pair<int64_t, int64_t> Conv(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t pad,
+                                   std::pair<int64_t, int64_t> hw) {
+    const int64_t h = ConvSide(hw.first, kernel, stride, pad), w = ConvSide(hw.second, kernel, stride, pad);
+    macs += static_cast<double>(in) * out * kernel * kernel * h * w;
+    return {h, w};
+  }
+};
+
+}  // namespace
+
+double ResNetForwardMacs(const ResNetOptions& options, int64_t height, int64_t width) {
+  ValidateResNetOptions(options);
+  const DepthSpec& spec = *FindDepth(options.depth);
+  const int64_t expansion = spec.bottleneck ? BottleneckImpl::kExpansion : BasicBlockImpl::kExpansion;
+  MacCounter count;
+  std::pair<int64_t, int64_t> hw{height, width};
+  if (options.small_input) {
+    hw = count.Conv(options.in_channels, options.width, 3, 1, 1, hw);
+  } else {
+    hw = count.Conv(options.in_channels, options.width, 7, 2, 3, hw);
+    hw = {count.ConvSide(hw.first, 3, 2, 1), count.ConvSide(hw.second, 3, 2, 1)};  // max-pool
+  }
+  int64_t channels = options.width;
+  for (int stage = 0; stage < 4; ++stage) {
+    const int64_t planes = options.width << stage;
+    for (int block = 0; block < spec.blocks[stage]; ++block) {
+      const int64_t stride = (stage > 0 && block == 0) ? 2 : 1;
+      const auto in_hw = hw;
+      if (spec.bottleneck) {
+        hw = count.Conv(channels, planes, 1, 1, 0, hw);
+        hw = count.Conv(planes, planes, 3, stride, 1, hw);
+        hw = count.Conv(planes, planes * expansion, 1, 1, 0, hw);
+      } else {
+        hw = count.Conv(channels, planes, 3, stride, 1, hw);
+        hw = count.Conv(planes, planes, 3, 1, 1, hw);
+      }
+      if (stride != 1 || channels != planes * expansion) count.Conv(channels, planes * expansion, 1, stride, 0, in_hw);
+      channels = planes * expansion;
+    }
+  }
+  return count.macs + static_cast<double>(channels) * options.num_classes;
+}
+
 }  // namespace ddpbench

@@ -31,6 +31,9 @@ struct ResNetOptions {
   // Floating-point parameters and buffers (BuildModel converts; the parity
   // check runs in Double so that only the maths, not rounding, can differ).
   c10::ScalarType dtype = c10::ScalarType::Float;
+  // 4-D weights in channels-last (NHWC) strides: the layout cuDNN's fastest
+  // convolution kernels want. Same values, same maths; only strides differ.
+  bool channels_last = false;
 };
 
 // Throws std::invalid_argument naming the bad value and what is accepted.
@@ -67,5 +70,12 @@ class ResNetImpl : public torch::nn::Cloneable<ResNetImpl> {
 TORCH_MODULE(ResNet);
 
 int64_t CountParameters(const torch::nn::Module& module);
+
+// Multiply-accumulates of one forward pass of one image of height x width
+// through every convolution and the linear head (norms, activations, pooling
+// and additions are not counted, as in torchvision's published GFLOPS), from
+// the same depth table the model is built from. A training step costs three
+// forward passes (backward: gradient of the input and of the weights).
+double ResNetForwardMacs(const ResNetOptions& options, int64_t height, int64_t width);
 
 }  // namespace ddpbench

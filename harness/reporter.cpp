@@ -1,0 +1,182 @@
+// The CSV-row reporter and the console line: RunResult in, text out. Every
+// figure a row carries is formatted here, in one place, from what the loop
+// measured; nothing here measures.
+#include "harness/run_result.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "harness/config.h"
+
+namespace ddpbench {
+namespace {
+
+std::string Num(double v, int digits = 3) { return fmt::format("{:.{}f}", v, digits); }
+std::string JoinNums(const std::vector<double>& v, int digits = 1) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "/" : "") + Num(v[i], digits);
+  return s;
+}
+std::string Bool(bool b) { return b ? "true" : "false"; }
+
+template <typename F>
+std::vector<double> Collect(const std::vector<RankFigures>& ranks, F field) {
+  std::vector<double> out;
+  for (const auto& r : ranks) {
+    auto v = field(r);
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+// What ran, where, and how (the row's identity).
+void AddIdentity(const RunResult& r, Row& row) {
+  const RunConfig& c = *r.config;
+  row["timestamp"] = r.env.timestamp;
+  row["git_sha"] = kGitSha;
+  row["host"] = r.env.host;
+  row["strategy"] = c.strategy;
+  row["gpus"] = std::to_string(c.gpus);
+  row["world_size"] = std::to_string(r.world);
+  row["launcher"] = r.launcher;
+  row["device"] = c.device;
+  row["device_name"] = r.device_name;
+  row["threads_per_device"] = r.cuda ? "" : std::to_string(c.threads_per_device);
+  row["oversubscribed"] = Bool(r.oversubscribed);
+  row["model"] = c.model;
+  row["norm"] = c.norm;
+  row["width"] = std::to_string(c.width);
+  row["small_input"] = Bool(c.small_input);
+  row["dataset"] = c.dataset;
+  row["image_size"] = std::to_string(r.image_size);
+  row["per_device_batch"] = std::to_string(c.batch_size);
+  row["global_batch"] = std::to_string(r.global_batch);
+  row["steps"] = std::to_string(r.timed_steps);
+  row["warmup"] = std::to_string(c.warmup);
+  if (c.epochs > 0) row["epochs"] = fmt::format("{}", c.epochs);
+  row["amp"] = c.amp;
+  row["optimizer"] = c.optimizer;
+  row["lr"] = fmt::format("{}", r.lr);
+  row["memory_format"] = r.settings.memory_format;
+  row["optimizer_impl"] = r.settings.optimizer_impl;
+  if (r.cuda) {
+    row["tf32"] = r.settings.tf32;
+    row["cudnn_benchmark"] = Bool(r.settings.cudnn_benchmark);
+    row["cuda_graphs"] = Bool(c.cuda_graphs);
+  }
+}
+
+void AddSpeed(const RunResult& r, Row& row) {
+  const double throughput = r.Throughput();
+  row["throughput_img_s"] = Num(throughput, 2);
+  row["throughput_per_rank_img_s"] = JoinNums(Collect(r.ranks, [](const RankFigures& f) {
+    return std::vector<double>{f.throughput};
+  }), 2);
+  row["step_ms_p50"] = Num(Percentile(r.step_ms, 50));
+  row["step_ms_p90"] = Num(Percentile(r.step_ms, 90));
+  const Phase kReported[] = {Phase::kData, Phase::kForward, Phase::kBackward, Phase::kOptimizer,
+                             Phase::kCommunication};
+  for (Phase p : kReported) {
+    const double ms = r.phase_ms[static_cast<int>(p)];
+    if (p != Phase::kCommunication || ms > 0) row[std::string(PhaseName(p)) + "_ms"] = Num(ms);
+  }
+  if (r.model_flops_per_img > 0) {
+    row["model_tflops_per_img"] = fmt::format("{:.6g}", r.model_flops_per_img / 1e12);
+    if (r.peak_flops > 0) row["mfu"] = Num(throughput * r.model_flops_per_img / r.peak_flops, 4);
+  }
+}
+
+void AddMemoryAndQuality(const RunResult& r, Row& row) {
+  const auto alloc = Collect(r.ranks, [](const RankFigures& f) { return f.mem_allocated_mb; });
+  row["peak_mem_mb"] = Num(alloc.empty() ? 0 : *std::max_element(alloc.begin(), alloc.end()), 1);
+  row["mem_per_device_mb"] = JoinNums(alloc);
+  if (r.cuda) row["mem_reserved_per_device_mb"] = JoinNums(Collect(r.ranks, [](const RankFigures& f) {
+                return f.mem_reserved_mb;
+              }));
+  double rss = 0, loss = 0;
+  for (const auto& f : r.ranks) {
+    rss = std::max(rss, f.peak_rss_mb);
+    loss += f.final_loss / static_cast<double>(r.ranks.size());
+  }
+  if (!r.cuda) row["peak_rss_mb"] = Num(rss, 1);
+  if (!r.ranks.empty() && r.ranks.front().optimizer_state_mb >= 0)
+    row["optimizer_state_mb"] = JoinNums(Collect(r.ranks, [](const RankFigures& f) {
+      return std::vector<double>{f.optimizer_state_mb};
+    }), 2);
+  if (r.accuracy >= 0) row["accuracy"] = Num(r.accuracy, 4);
+  row["final_loss"] = Num(loss, 4);
+  if (r.parity) {
+    row["parity_max_abs_diff"] = fmt::format("{:.3e}", r.parity->max_abs_diff);
+    row["parity_steps"] = std::to_string(r.parity->steps);
+    row["parity_model"] = r.parity->model;
+    row["parity_ok"] = Bool(r.parity->max_abs_diff <= r.config->verify_tolerance);
+  }
+}
+
+}  // namespace
+
+double Percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * values.size()));
+  return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
+}
+
+double RunResult::Throughput() const {
+  double max_wall = 0;
+  for (const auto& f : ranks) max_wall = std::max(max_wall, f.wall_ms);
+  return max_wall > 0 ? global_batch * timed_steps * 1000.0 / max_wall : 0;
+}
+
+Row BuildRow(const RunResult& r) {
+  Row row;
+  AddIdentity(r, row);
+  AddSpeed(r, row);
+  AddMemoryAndQuality(r, row);
+  for (const auto& [k, v] : r.extras) row[k] = v;
+  row["torch_version"] = r.env.torch_version;
+  row["cuda_version"] = r.env.cuda_version;
+  row["nccl_version"] = r.env.nccl_version;
+  row["cpu_model"] = r.env.cpu_model;
+  row["command"] = r.config->command;
+  return row;
+}
+
+bool FindBaselineThroughput(const std::vector<Row>& rows, const Row& row, double* throughput) {
+  static const char* kMatch[] = {"model", "dataset", "per_device_batch", "device", "threads_per_device",
+                                 "image_size", "amp", "width", "small_input", "norm", "device_name"};
+  auto get = [](const Row& x, const char* k) {
+    auto f = x.find(k);
+    return f == x.end() ? std::string() : f->second;
+  };
+  for (auto it = rows.rbegin(); it != rows.rend(); ++it) {
+    const Row& r = *it;
+    if (get(r, "strategy") != "single" || get(r, "gpus") != "1") continue;
+    bool same = true;
+    for (const char* k : kMatch) same = same && get(r, k) == get(row, k);
+    if (!same || get(r, "throughput_img_s").empty()) continue;
+    *throughput = std::stod(get(r, "throughput_img_s"));
+    return *throughput > 0;
+  }
+  return false;
+}
+
+bool AddScaling(const std::vector<Row>& baseline_rows, double gpus, Row* row) {
+  double base = 0;
+  if (!FindBaselineThroughput(baseline_rows, *row, &base)) return false;
+  (*row)["baseline_throughput_img_s"] = Num(base, 2);
+  (*row)["scaling_efficiency"] = Num(std::stod(row->at("throughput_img_s")) / (gpus * base), 4);
+  return true;
+}
+
+std::string SummaryLine(const RunResult& r, const Row& row) {
+  const RunConfig& c = *r.config;
+  return fmt::format("{} gpus={} {}: {:.1f} img/s, step p50 {:.1f} ms, peak mem {} MB{}{}", c.strategy, c.gpus,
+                     c.device, r.Throughput(), Percentile(r.step_ms, 50), row.at("mem_per_device_mb"),
+                     r.accuracy >= 0 ? fmt::format(", accuracy {:.4f}", r.accuracy) : "",
+                     r.parity ? ", parity " + row.at("parity_max_abs_diff") : "");
+}
+
+}  // namespace ddpbench

@@ -1,0 +1,89 @@
+// RunResult: everything one run measured, gathered on rank 0, before it is
+// turned into output. The loop fills it; reporters (the CSV row, the console
+// line) read it, as google/benchmark's BenchmarkReporter reads its Runs, so a
+// new output never needs a change in the loop.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/context.h"
+#include "harness/phase.h"
+#include "harness/results.h"
+
+namespace ddpbench {
+
+struct RunConfig;
+
+// One rank's own figures (gathered to rank 0 in rank order).
+struct RankFigures {
+  double throughput = 0;       // images/s of this rank's batches
+  double wall_ms = 0;          // the timed section
+  double final_loss = 0;       // mean of its last (up to) 10 timed losses
+  double peak_rss_mb = 0;
+  double optimizer_state_mb = -1;
+  std::vector<double> mem_allocated_mb, mem_reserved_mb;  // per device it drives
+};
+
+struct ParityFigures {
+  double max_abs_diff = 0;
+  int64_t steps = 0;
+  std::string model;
+};
+
+// How the step ran: resolved settings that are not plain flags.
+struct RunSettings {
+  std::string memory_format;   // channels_last|contiguous
+  std::string tf32;            // CUDA only: on|off|all
+  bool cudnn_benchmark = false;
+  std::string optimizer_impl;  // fused|foreach|per-param
+};
+
+struct RunResult {
+  const RunConfig* config = nullptr;
+  RunEnvironment env;
+  RunSettings settings;
+  bool cuda = false;
+  bool oversubscribed = false;
+  int world = 1;
+  std::string launcher;
+  std::string device_name;
+  int64_t image_size = 0, global_batch = 0, timed_steps = 0;
+  double lr = 0;
+  double model_flops_per_img = 0;  // forward + backward; 0: unknown
+  double peak_flops = 0;           // of the device for the precision; 0: unknown
+
+  std::vector<double> step_ms;                  // rank 0's timed steps
+  std::array<double, kNumPhases> phase_ms{};    // rank 0, per step
+  std::vector<RankFigures> ranks;
+  double accuracy = -1;                         // -1: not evaluated
+  std::optional<ParityFigures> parity;
+  std::map<std::string, std::string> extras;    // the strategy's own columns
+
+  // Global images/s: every rank's images over the slowest rank's wall time.
+  double Throughput() const;
+};
+
+// The CSV row of `result` (ResultColumns() names; cells that do not apply are
+// left out). Scaling efficiency is filled by AddScaling.
+Row BuildRow(const RunResult& result);
+
+// Fills baseline_throughput_img_s and scaling_efficiency from the newest
+// matching single-device row of `baseline_rows`; false when there is none.
+bool AddScaling(const std::vector<Row>& baseline_rows, double gpus, Row* row);
+
+// The newest single-device row of `rows` that matches `row` (same model,
+// dataset, per-device batch, device, threads...); false when there is none.
+bool FindBaselineThroughput(const std::vector<Row>& rows, const Row& row, double* throughput);
+
+// The nearest-rank percentile (p in [0, 100]) of `values`.
+double Percentile(std::vector<double> values, double p);
+
+// The one console line a run ends with.
+std::string SummaryLine(const RunResult& result, const Row& row);
+
+}  // namespace ddpbench

@@ -1,0 +1,176 @@
+// See step_loop.h. The only host synchronisations in the timed section are the
+// ones a strategy makes itself, one per check point when losses are read, and
+// one per step when one process drives several GPUs (CUDA events cannot time
+// a step that spans devices).
+#include "harness/step_loop.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "datasets/dataset.h"
+#include "harness/cuda_support.h"
+#include "harness/dist.h"
+#include "harness/memory.h"
+#include "strategies/strategy.h"
+
+namespace ddpbench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double MsSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// Per-step times: CUDA events on a single device (read after the loop), the
+// host clock otherwise (after a synchronisation when several GPUs are used).
+class StepClock {
+ public:
+  explicit StepClock(const std::vector<torch::Device>& devices)
+      : devices_(devices),
+        events_(devices.size() == 1 && devices.front().is_cuda()),
+        sync_each_(devices.size() > 1 && devices.front().is_cuda()) {}
+
+  void Begin() {
+    start_ = Clock::now();
+    if (!events_) return;
+    current_ = std::make_shared<CudaEventPair>(devices_.front().index());
+    current_->RecordStart();
+  }
+  void End(bool counted) {
+    if (sync_each_) SynchronizeDevices(devices_);
+    if (events_) {
+      current_->RecordEnd();
+      if (counted) pending_.push_back(std::move(current_));
+    } else if (counted) {
+      host_ms_.push_back(MsSince(start_));
+    }
+  }
+  std::vector<double> StepMs() {
+    for (auto& e : pending_) host_ms_.push_back(e->ElapsedMs());
+    pending_.clear();
+    return host_ms_;
+  }
+
+ private:
+  const std::vector<torch::Device>& devices_;
+  const bool events_, sync_each_;
+  Clock::time_point start_;
+  std::shared_ptr<CudaEventPair> current_;
+  std::vector<std::shared_ptr<CudaEventPair>> pending_;
+  std::vector<double> host_ms_;
+};
+
+// Device-side losses, read in batches at check points.
+class LossLog {
+ public:
+  void Add(const torch::Tensor& loss, int64_t step, bool counted) {
+    pending_.push_back(loss);
+    steps_.push_back({step, counted});
+  }
+  // Reads the pending losses; throws on the first that is not finite.
+  double Read(std::vector<double>* timed) {
+    if (pending_.empty()) return last_;
+    auto values = torch::stack(pending_).to(torch::kCPU, torch::kDouble).contiguous();
+    const double* v = values.data_ptr<double>();
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      if (!std::isfinite(v[i]))
+        throw std::runtime_error(fmt::format("step {}: the loss is {} (diverged); lower --lr", steps_[i].first, v[i]));
+      if (steps_[i].second) timed->push_back(v[i]);
+      last_ = v[i];
+    }
+    pending_.clear();
+    steps_.clear();
+    return last_;
+  }
+
+ private:
+  std::vector<torch::Tensor> pending_;
+  std::vector<std::pair<int64_t, bool>> steps_;
+  double last_ = 0;
+};
+
+struct Progress {
+  bool on;
+  void Update(int64_t step, int64_t total, bool warmup, double img_s, double loss) const {
+    if (!on) return;
+    fmt::print(stderr, "\r{} {:>5}/{:<5} {:>9.1f} img/s  loss {:.4f}   ", warmup ? "warm-up" : "step   ",
+               step, total, img_s, loss);
+    if (step == total) fmt::print(stderr, "\n");
+  }
+};
+
+}  // namespace
+
+void SynchronizeDevices(const std::vector<torch::Device>& devices) {
+  for (const auto& d : devices)
+    if (d.is_cuda()) CudaSynchronize(d.index());
+}
+
+LoopTimes RunSteps(Strategy& strategy, BatchSource& train, PhaseTimer& timer, DistContext& dist,
+                   const std::vector<torch::Device>& devices, const LoopPlan& plan) {
+  LoopTimes out;
+  StepClock clock(devices);
+  LossLog losses;
+  const Progress progress{plan.progress};
+  const int64_t total = plan.warmup + plan.timed;
+  Clock::time_point timed_start = Clock::now(), since_check = Clock::now();
+  int64_t steps_since_check = 0;
+  for (int64_t s = 0; s < total; ++s) {
+    const bool warm = s < plan.warmup;
+    if (s == plan.warmup) {  // the timed section starts on idle, aligned devices
+      losses.Read(&out.losses);
+      SynchronizeDevices(devices);
+      dist.Barrier();
+      ResetPeakMemory(devices);
+      timed_start = since_check = Clock::now();
+      steps_since_check = 0;
+    }
+    timer.StartStep();
+    clock.Begin();
+    {
+      NvtxRange range("step");
+      Batch batch;
+      {
+        auto scope = timer.Measure(Phase::kData);
+        batch = train.Next();
+      }
+      losses.Add(strategy.Step(batch).loss, s, !warm);
+    }
+    clock.End(!warm);
+    timer.EndStep(!warm);
+    ++steps_since_check;
+    const bool last_of_phase = s + 1 == plan.warmup || s + 1 == total;
+    if (last_of_phase || (s + 1) % plan.check_every == 0) {
+      const double loss = losses.Read(&out.losses);
+      progress.Update(warm ? s + 1 : s + 1 - plan.warmup, warm ? plan.warmup : plan.timed, warm,
+                      steps_since_check * plan.process_batch * 1000.0 / MsSince(since_check), loss);
+      since_check = Clock::now();
+      steps_since_check = 0;
+    }
+  }
+  SynchronizeDevices(devices);
+  out.wall_ms = MsSince(timed_start);
+  out.step_ms = clock.StepMs();
+  out.phase_ms = timer.Totals();
+  return out;
+}
+
+double EvaluateAccuracy(Strategy& strategy, BatchSource* test, DistContext& dist, int64_t max_batches) {
+  int64_t correct = 0, total = 0;
+  torch::NoGradGuard no_grad;
+  for (int64_t b = 0; test && (max_batches == 0 || b < max_batches); ++b) {
+    Batch batch = test->Next();
+    if (batch.size() == 0) break;
+    auto logits = strategy.Predict(batch.images);
+    correct += logits.argmax(1).to(torch::kCPU).eq(batch.labels.to(torch::kCPU)).sum().item<int64_t>();
+    total += batch.size();
+  }
+  const double all_correct = dist.AllReduceSum(static_cast<double>(correct));
+  const double all_total = dist.AllReduceSum(static_cast<double>(total));
+  return all_total > 0 ? all_correct / all_total : -1;
+}
+
+}  // namespace ddpbench

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Issue 9's flags through the real binary on CPU: the row says how the step
+# ran (memory format, optimizer kernels, FLOPs per image; CUDA-only columns
+# empty), and every bad value is one clear error, exit 2, no row.
+set -euo pipefail
+BIN="$1"; SRC="$2"
+TMP="$(mktemp -d)"; trap 'rm -rf "$TMP"' EXIT
+PY="$SRC/.venv/bin/python"; [[ -x "$PY" ]] || PY=python3
+fail() { echo "FAIL: $*"; exit 1; }
+source "$SRC/tests/e2e/lib/bad_input.sh"
+COMMON=(--device=cpu --model=resnet18 --small-input --width=8 --image-size=16 --batch-size=4 --warmup=1)
+
+"$BIN" --strategy=single "${COMMON[@]}" --steps=3 --out="$TMP/r.csv"
+"$BIN" --strategy=single "${COMMON[@]}" --steps=3 --memory-format=channels_last --optimizer-impl=foreach \
+  --optimizer=adam --out="$TMP/r.csv"
+"$BIN" --strategy=single "${COMMON[@]}" --steps=3 --optimizer-impl=fused --out="$TMP/r.csv"
+"$PY" - "$TMP/r.csv" <<'PYEOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 3, rows
+default, cl, fused = rows
+assert default["memory_format"] == "contiguous" and default["optimizer_impl"] == "per-param", default
+assert cl["memory_format"] == "channels_last" and cl["optimizer_impl"] == "foreach", cl
+assert fused["optimizer_impl"] == "fused", fused
+for r in rows:
+    # ResNet-18 at width 8 (1/8 of 64), 16 px, small stem: a few MFLOPs per image, x3 for training.
+    assert 1e-6 < float(r["model_tflops_per_img"]) < 1e-3, r["model_tflops_per_img"]
+    for k in ["mfu", "tf32", "cudnn_benchmark", "cuda_graphs"]:  # CUDA only
+        assert r[k] == "", (k, r[k])
+    assert float(r["throughput_img_s"]) > 0 and float(r["step_ms_p50"]) > 0
+print("rows ok")
+PYEOF
+
+snapshot_results
+bad_input single "--memory-format=nhwc: not accepted; accepted values: auto|channels_last|contiguous" --memory-format=nhwc
+bad_input single "--tf32=maybe: not accepted; accepted values: on|off|all" --tf32=maybe
+bad_input single "--optimizer-impl=turbo: not accepted" --optimizer-impl=turbo
+bad_input single "--cuda-graphs: CUDA graphs need" --cuda-graphs
+echo "speed_flags: all checks passed"

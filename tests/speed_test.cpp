@@ -1,0 +1,167 @@
+// Issue 9's speed features must not change what a step computes: the
+// multi-tensor and fused optimizers equal torch::optim's per-parameter ones,
+// channels-last weights and images give the same parameters as contiguous
+// ones (float64), and the FLOP count behind MFU matches torchvision's
+// published figures.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "harness/config.h"
+#include "harness/mfu.h"
+#include "harness/multi_tensor_optim.h"
+#include "harness/training.h"
+#include "models/resnet.h"
+
+namespace ddpbench {
+namespace {
+
+// Parameters of mixed shapes (4-D, 2-D, 1-D) in float64, with fixed values.
+std::vector<torch::Tensor> MakeParams() {
+  torch::manual_seed(7);
+  return {torch::randn({4, 3, 3, 3}, torch::kDouble), torch::randn({10, 6}, torch::kDouble),
+          torch::randn({5}, torch::kDouble)};
+}
+
+std::vector<torch::Tensor> Clone(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : params) out.push_back(p.clone().set_requires_grad(true));
+  return out;
+}
+
+// Five steps of `a` and `b` on the same gradients; returns the largest
+// parameter difference.
+double MaxDiffAfterSteps(torch::optim::Optimizer& a, std::vector<torch::Tensor>& pa, torch::optim::Optimizer& b,
+                         std::vector<torch::Tensor>& pb) {
+  torch::manual_seed(11);
+  for (int step = 0; step < 5; ++step) {
+    for (size_t i = 0; i < pa.size(); ++i) {
+      auto g = torch::randn_like(pa[i]);
+      pa[i].mutable_grad() = g.clone();
+      pb[i].mutable_grad() = g.clone();
+    }
+    a.step();
+    b.step();
+  }
+  double diff = 0;
+  for (size_t i = 0; i < pa.size(); ++i) diff = std::max(diff, (pa[i] - pb[i]).abs().max().item<double>());
+  return diff;
+}
+
+class MultiTensorOptimizer : public ::testing::TestWithParam<OptimizerKernels> {};
+
+TEST_P(MultiTensorOptimizer, SgdMomentumWeightDecayEqualsPerParameter) {
+  auto base = MakeParams();
+  auto pa = Clone(base), pb = Clone(base);
+  const auto options = torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(1e-2);
+  torch::optim::SGD reference(pa, options);
+  MultiTensorSGD multi(pb, options, GetParam());
+  EXPECT_LE(MaxDiffAfterSteps(reference, pa, multi, pb), 1e-12);
+  EXPECT_DOUBLE_EQ(OptimizerStateMb(reference), OptimizerStateMb(multi));
+}
+
+TEST_P(MultiTensorOptimizer, PlainSgdEqualsPerParameter) {
+  auto base = MakeParams();
+  auto pa = Clone(base), pb = Clone(base);
+  const auto options = torch::optim::SGDOptions(0.05);
+  torch::optim::SGD reference(pa, options);
+  MultiTensorSGD multi(pb, options, GetParam());
+  EXPECT_LE(MaxDiffAfterSteps(reference, pa, multi, pb), 1e-12);
+  EXPECT_EQ(OptimizerStateMb(multi), 0.0);
+}
+
+TEST_P(MultiTensorOptimizer, AdamWithWeightDecayEqualsPerParameter) {
+  auto base = MakeParams();
+  auto pa = Clone(base), pb = Clone(base);
+  const auto options = torch::optim::AdamOptions(1e-2).weight_decay(1e-3);
+  torch::optim::Adam reference(pa, options);
+  MultiTensorAdam multi(pb, options, GetParam());
+  EXPECT_LE(MaxDiffAfterSteps(reference, pa, multi, pb), 1e-12);
+  EXPECT_DOUBLE_EQ(OptimizerStateMb(reference), OptimizerStateMb(multi));
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, MultiTensorOptimizer,
+                         ::testing::Values(OptimizerKernels::kForeach, OptimizerKernels::kFused));
+
+TEST(MultiTensorOptimizer, FusedSkipsTheStepWhenFoundInfIsSet) {
+  auto params = Clone(MakeParams());
+  const auto before = Clone(params);
+  MultiTensorAdam adam(params, torch::optim::AdamOptions(1e-2), OptimizerKernels::kFused);
+  for (auto& p : params) p.mutable_grad() = torch::ones_like(p);
+  ASSERT_TRUE(adam.StepUnlessInf(torch::ones({1}, torch::kFloat)));
+  for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(torch::equal(params[i], before[i]));
+  ASSERT_TRUE(adam.StepUnlessInf(torch::zeros({1}, torch::kFloat)));
+  EXPECT_FALSE(torch::equal(params[0], before[0]));
+}
+
+TEST(MultiTensorOptimizer, MakeOptimizerFollowsTheFlag) {
+  RunConfig config;
+  auto params = Clone(MakeParams());
+  config.optimizer_impl = "foreach";
+  EXPECT_NE(dynamic_cast<MultiTensorSGD*>(MakeOptimizer(config, params, 0.1).get()), nullptr);
+  config.optimizer = "adam";
+  config.optimizer_impl = "fused";
+  EXPECT_NE(dynamic_cast<MultiTensorAdam*>(MakeOptimizer(config, params, 0.1).get()), nullptr);
+  config.optimizer_impl = "auto";  // CPU: torch::optim's loop
+  EXPECT_NE(dynamic_cast<torch::optim::Adam*>(MakeOptimizer(config, params, 0.1).get()), nullptr);
+  EXPECT_EQ(ResolveOptimizerImpl(config, torch::kCPU), "per-param");
+  EXPECT_EQ(ResolveOptimizerImpl(config, torch::Device(torch::kCUDA, 0)), "fused");
+}
+
+// Two SGD steps of a float64 ResNet from the same seed, channels-last or not.
+std::vector<torch::Tensor> TrainTwoSteps(bool channels_last) {
+  ResNetOptions options;
+  options.width = 4;
+  options.small_input = true;
+  options.num_classes = 5;
+  options.dtype = torch::kDouble;
+  options.channels_last = channels_last;
+  ResNet model = BuildModel(options, /*seed=*/3, torch::kCPU);
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  torch::manual_seed(5);
+  for (int step = 0; step < 2; ++step) {
+    auto images = torch::randn({4, 3, 16, 16}, torch::kDouble);
+    if (channels_last) images = images.contiguous(at::MemoryFormat::ChannelsLast);
+    auto labels = torch::randint(0, 5, {4}, torch::kLong);
+    sgd.zero_grad();
+    ClassificationLoss(model->forward(images), labels).backward();
+    sgd.step();
+  }
+  return model->parameters();
+}
+
+TEST(MemoryFormat, ChannelsLastGivesTheSameParametersInFloat64) {
+  const auto a = TrainTwoSteps(false), b = TrainTwoSteps(true);
+  ASSERT_EQ(a.size(), b.size());
+  bool any_channels_last = false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_LE((a[i] - b[i]).abs().max().item<double>(), 1e-12) << "parameter " << i;
+    if (b[i].dim() == 4) any_channels_last |= b[i].is_contiguous(at::MemoryFormat::ChannelsLast) && !b[i].is_contiguous();
+  }
+  EXPECT_TRUE(any_channels_last) << "BuildModel did not make 4-D weights channels-last";
+}
+
+TEST(ModelFlops, MatchTorchvisionPublishedGflops) {
+  ResNetOptions r50;
+  r50.depth = 50;
+  EXPECT_NEAR(ResNetForwardMacs(r50, 224, 224) / 1e9, 4.09, 0.01);  // torchvision: 4.09 GFLOPS (MACs)
+  ResNetOptions r18;
+  EXPECT_NEAR(ResNetForwardMacs(r18, 224, 224) / 1e9, 1.81, 0.01);  // torchvision: 1.81
+  ResNetOptions small = r18;
+  small.small_input = true;
+  small.width = 16;
+  small.num_classes = 10;
+  // Quarter width: every convolution costs 1/16 (the 3-channel stem 1/4).
+  EXPECT_LT(ResNetForwardMacs(small, 32, 32), ResNetForwardMacs(r18, 32, 32));
+}
+
+TEST(ModelFlops, PeakTableByDeviceAndPrecision) {
+  EXPECT_DOUBLE_EQ(PeakFlops("NVIDIA H100 80GB HBM3", "bf16", "on"), 989.4e12);
+  EXPECT_DOUBLE_EQ(PeakFlops("NVIDIA H100 80GB HBM3", "off", "on"), 494.7e12);
+  EXPECT_DOUBLE_EQ(PeakFlops("NVIDIA H100 80GB HBM3", "off", "off"), 66.9e12);
+  EXPECT_DOUBLE_EQ(PeakFlops("NVIDIA H100 PCIe", "fp16", "on"), 756e12);
+  EXPECT_DOUBLE_EQ(PeakFlops("Tesla V100-SXM2-16GB", "bf16", "on"), 0);  // no bf16 tensor cores
+  EXPECT_DOUBLE_EQ(PeakFlops("Some Future GPU", "bf16", "on"), 0);
+}
+
+}  // namespace
+}  // namespace ddpbench
