@@ -73,6 +73,10 @@ void ValidateConfig(const RunConfig& c) {
   if (c.epochs != -1 && (!(c.epochs > 0) || !std::isfinite(c.epochs)))
     throw ConfigError(fmt::format("--epochs={}: must be a positive number", c.epochs));
   CheckAtLeast("--warmup", c.warmup, int64_t{0});
+  CheckAtLeast("--repeat", c.repeat, int64_t{1});
+  if (c.repeat > 1 && c.epochs != -1)
+    throw ConfigError(fmt::format("--repeat={} with --epochs={}: repeats time a fixed number of steps; "
+                                  "use --steps", c.repeat, c.epochs));
   CheckMember("--amp", c.amp, {"off", "bf16", "fp16"});
   CheckMember("--optimizer", c.optimizer, {"sgd", "adam"});
   CheckMember("--memory-format", c.memory_format, {"auto", "channels_last", "contiguous"});
@@ -144,6 +148,8 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--steps", c.steps, "timed training steps (default 50)");
   app.add_option("--epochs", c.epochs, "train for this many epochs instead of --steps");
   app.add_option("--warmup", c.warmup, "untimed steps before timing");
+  app.add_option("--repeat", c.repeat, "run the timed steps this many times after one warm-up; the row "
+                 "carries the median throughput and its spread");
   app.add_option("--amp", c.amp, "off|bf16|fp16");
   app.add_option("--optimizer", c.optimizer, "sgd|adam");
   app.add_option("--lr", c.lr, "learning rate before scaling");

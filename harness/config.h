@@ -45,6 +45,7 @@ struct RunConfig {
   int64_t steps = -1;              // timed steps (-1: unset; with --epochs: computed)
   double epochs = -1;              // alternative to --steps (-1: unset)
   int64_t warmup = 5;
+  int64_t repeat = 1;              // timed sections after the one warm-up (median + spread)
   std::string amp = "off";         // off|bf16|fp16
   std::string optimizer = "sgd";   // sgd|adam
   double lr = 0.1;

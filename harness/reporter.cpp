@@ -71,6 +71,13 @@ void AddIdentity(const RunResult& r, Row& row) {
 void AddSpeed(const RunResult& r, Row& row) {
   const double throughput = r.Throughput();
   row["throughput_img_s"] = Num(throughput, 2);
+  const auto repeats = r.RepeatThroughputs();
+  row["repeats"] = std::to_string(repeats.size());
+  if (repeats.size() > 1) {
+    row["throughput_mad_img_s"] = Num(MedianAbsoluteDeviation(repeats), 2);
+    row["throughput_min_img_s"] = Num(*std::min_element(repeats.begin(), repeats.end()), 2);
+    row["throughput_max_img_s"] = Num(*std::max_element(repeats.begin(), repeats.end()), 2);
+  }
   row["throughput_per_rank_img_s"] = JoinNums(Collect(r.ranks, [](const RankFigures& f) {
     return std::vector<double>{f.throughput};
   }), 2);
@@ -124,10 +131,30 @@ double Percentile(std::vector<double> values, double p) {
   return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
 }
 
-double RunResult::Throughput() const {
-  double max_wall = 0;
-  for (const auto& f : ranks) max_wall = std::max(max_wall, f.wall_ms);
-  return max_wall > 0 ? global_batch * timed_steps * 1000.0 / max_wall : 0;
+std::vector<double> RunResult::RepeatThroughputs() const {
+  std::vector<double> out;
+  for (size_t i = 0; !ranks.empty() && i < ranks.front().wall_ms.size(); ++i) {
+    double max_wall = 0;
+    for (const auto& f : ranks) max_wall = std::max(max_wall, f.wall_ms[i]);
+    out.push_back(max_wall > 0 ? global_batch * timed_steps * 1000.0 / max_wall : 0);
+  }
+  return out;
+}
+
+double RunResult::Throughput() const { return Median(RepeatThroughputs()); }
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+double MedianAbsoluteDeviation(const std::vector<double>& values) {
+  const double m = Median(values);
+  std::vector<double> dev;
+  for (double v : values) dev.push_back(std::abs(v - m));
+  return Median(dev);
 }
 
 Row BuildRow(const RunResult& r) {

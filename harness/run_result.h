@@ -22,7 +22,7 @@ struct RunConfig;
 // One rank's own figures (gathered to rank 0 in rank order).
 struct RankFigures {
   double throughput = 0;       // images/s of this rank's batches
-  double wall_ms = 0;          // the timed section
+  std::vector<double> wall_ms;  // each timed section (--repeat), in order
   double final_loss = 0;       // mean of its last (up to) 10 timed losses
   double peak_rss_mb = 0;
   double optimizer_state_mb = -1;
@@ -64,7 +64,10 @@ struct RunResult {
   std::optional<ParityFigures> parity;
   std::map<std::string, std::string> extras;    // the strategy's own columns
 
-  // Global images/s: every rank's images over the slowest rank's wall time.
+  // Global images/s of each timed section: every rank's images over the
+  // slowest rank's wall time of that section.
+  std::vector<double> RepeatThroughputs() const;
+  // Their median (the row's throughput_img_s).
   double Throughput() const;
 };
 
@@ -82,6 +85,10 @@ bool FindBaselineThroughput(const std::vector<Row>& rows, const Row& row, double
 
 // The nearest-rank percentile (p in [0, 100]) of `values`.
 double Percentile(std::vector<double> values, double p);
+// The median (mean of the middle two for an even count; 0 for none) and the
+// median absolute deviation from it (raw; x1.4826 estimates a sigma).
+double Median(std::vector<double> values);
+double MedianAbsoluteDeviation(const std::vector<double>& values);
 
 // The one console line a run ends with.
 std::string SummaryLine(const RunResult& result, const Row& row);

@@ -202,13 +202,29 @@ LoopPlan PlanSteps(const RunConfig& config, const PreparedRun& run, BatchSource&
   return plan;
 }
 
+// The warm-up once, then `repeat` timed sections of plan.timed steps each.
+std::vector<LoopTimes> RunRepeats(Strategy& strategy, BatchSource& train, PhaseTimer& timer, DistContext& dist,
+                                  const std::vector<torch::Device>& devices, LoopPlan plan, int64_t repeat) {
+  std::vector<LoopTimes> sections;
+  for (int64_t r = 0; r < repeat; ++r) {
+    sections.push_back(RunSteps(strategy, train, timer, dist, devices, plan));
+    plan.warmup = 0;
+  }
+  return sections;
+}
+
 // This rank's figures after the loop.
-RankFigures MeasureRank(const PreparedRun& run, const LoopTimes& times, Strategy& strategy) {
+RankFigures MeasureRank(const PreparedRun& run, const std::vector<LoopTimes>& sections, Strategy& strategy) {
   RankFigures f;
-  f.wall_ms = times.wall_ms;
-  f.throughput = run.process_batch * static_cast<double>(times.step_ms.size()) * 1000.0 / times.wall_ms;
-  const size_t tail = std::min<size_t>(10, times.losses.size());
-  for (size_t i = times.losses.size() - tail; i < times.losses.size(); ++i) f.final_loss += times.losses[i] / tail;
+  std::vector<double> rank_tput;
+  for (const auto& t : sections) {
+    f.wall_ms.push_back(t.wall_ms);
+    rank_tput.push_back(run.process_batch * static_cast<double>(t.step_ms.size()) * 1000.0 / t.wall_ms);
+  }
+  f.throughput = Median(rank_tput);
+  const auto& losses = sections.back().losses;
+  const size_t tail = std::min<size_t>(10, losses.size());
+  for (size_t i = losses.size() - tail; i < losses.size(); ++i) f.final_loss += losses[i] / tail;
   f.peak_rss_mb = PeakRssMb();
   f.optimizer_state_mb = strategy.OptimizerStateMb();
   for (size_t i = 0; i < run.devices.size(); ++i) {
@@ -219,24 +235,22 @@ RankFigures MeasureRank(const PreparedRun& run, const LoopTimes& times, Strategy
   return f;
 }
 
-// Every rank's figures, in rank order (collective; all ranks get them).
+// Every rank's figures, in rank order (collective; all ranks get them). All
+// ranks drive the same number of devices and timed sections.
 std::vector<RankFigures> GatherRanks(const RankFigures& mine, DistContext& dist) {
-  std::vector<double> flat = {mine.throughput, mine.wall_ms, mine.final_loss, mine.peak_rss_mb,
-                              mine.optimizer_state_mb};
-  for (size_t i = 0; i < mine.mem_allocated_mb.size(); ++i) {
-    flat.push_back(mine.mem_allocated_mb[i]);
-    flat.push_back(mine.mem_reserved_mb[i]);
-  }
-  const size_t stride = flat.size();
+  std::vector<double> flat = {mine.throughput, mine.final_loss, mine.peak_rss_mb, mine.optimizer_state_mb};
+  flat.insert(flat.end(), mine.wall_ms.begin(), mine.wall_ms.end());
+  flat.insert(flat.end(), mine.mem_allocated_mb.begin(), mine.mem_allocated_mb.end());
+  flat.insert(flat.end(), mine.mem_reserved_mb.begin(), mine.mem_reserved_mb.end());
+  const size_t stride = flat.size(), walls = mine.wall_ms.size(), devices = mine.mem_allocated_mb.size();
   const std::vector<double> all = dist.AllGather(flat);
   std::vector<RankFigures> ranks;
   for (int r = 0; r < dist.world; ++r) {
     const double* v = all.data() + r * stride;
-    RankFigures f{v[0], v[1], v[2], v[3], v[4], {}, {}};
-    for (size_t i = 5; i + 1 < stride; i += 2) {
-      f.mem_allocated_mb.push_back(v[i]);
-      f.mem_reserved_mb.push_back(v[i + 1]);
-    }
+    RankFigures f{v[0], {}, v[1], v[2], v[3], {}, {}};
+    f.wall_ms.assign(v + 4, v + 4 + walls);
+    f.mem_allocated_mb.assign(v + 4 + walls, v + 4 + walls + devices);
+    f.mem_reserved_mb.assign(v + 4 + walls + devices, v + 4 + walls + 2 * devices);
     ranks.push_back(std::move(f));
   }
   return ranks;
@@ -319,7 +333,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   }
   auto strategy = entry.make();
   strategy->Setup(ctx);
-  const LoopTimes times = RunSteps(*strategy, *train, timer, dist, run.devices, plan);
+  const auto sections = RunRepeats(*strategy, *train, timer, dist, run.devices, plan, config.repeat);
   if (run.info.real && config.eval) {  // made now, so its prefetching cannot slow the timed steps
     {
       CpuDeviceScope host(-1);
@@ -329,10 +343,11 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   }
 
   result.timed_steps = plan.timed;
-  result.step_ms = times.step_ms;
-  for (int p = 0; p < kNumPhases; ++p) result.phase_ms[p] = times.phase_ms[p] / plan.timed;
+  for (const auto& t : sections) result.step_ms.insert(result.step_ms.end(), t.step_ms.begin(), t.step_ms.end());
+  const double counted = static_cast<double>(result.step_ms.size());  // phase totals span every section
+  for (int p = 0; p < kNumPhases; ++p) result.phase_ms[p] = sections.back().phase_ms[p] / counted;
   result.extras = strategy->Extras();
-  result.ranks = GatherRanks(MeasureRank(run, times, *strategy), dist);
+  result.ranks = GatherRanks(MeasureRank(run, sections, *strategy), dist);
   dist.Shutdown();
   return dist.is_root() ? Report(result) : 0;
 }

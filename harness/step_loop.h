@@ -32,7 +32,7 @@ struct LoopPlan {
 struct LoopTimes {
   std::vector<double> step_ms;     // per timed step
   std::vector<double> losses;      // per timed step
-  std::array<double, kNumPhases> phase_ms{};  // summed over timed steps
+  std::array<double, kNumPhases> phase_ms{};  // the timer's totals: every counted step so far
   double wall_ms = 0;              // first timed step's start to the last one's end
 };
 

@@ -2,13 +2,14 @@
 // multi-tensor and fused optimizers equal torch::optim's per-parameter ones,
 // channels-last weights and images give the same parameters as contiguous
 // ones (float64), and the FLOP count behind MFU matches torchvision's
-// published figures.
+// published figures; --repeat's median and spread are the textbook ones.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "harness/config.h"
 #include "harness/mfu.h"
 #include "harness/multi_tensor_optim.h"
+#include "harness/run_result.h"
 #include "harness/training.h"
 #include "models/resnet.h"
 
@@ -161,6 +162,30 @@ TEST(ModelFlops, PeakTableByDeviceAndPrecision) {
   EXPECT_DOUBLE_EQ(PeakFlops("NVIDIA H100 PCIe", "fp16", "on"), 756e12);
   EXPECT_DOUBLE_EQ(PeakFlops("Tesla V100-SXM2-16GB", "bf16", "on"), 0);  // no bf16 tensor cores
   EXPECT_DOUBLE_EQ(PeakFlops("Some Future GPU", "bf16", "on"), 0);
+}
+
+TEST(Repeat, MedianAndMedianAbsoluteDeviation) {
+  EXPECT_DOUBLE_EQ(Median({3, 1, 2}), 2);
+  EXPECT_DOUBLE_EQ(Median({4, 1, 3, 2}), 2.5);
+  EXPECT_DOUBLE_EQ(Median({}), 0);
+  // |x - 3| = 2, 1, 0, 1, 97: median 1.
+  EXPECT_DOUBLE_EQ(MedianAbsoluteDeviation({1, 2, 3, 4, 100}), 1);
+}
+
+TEST(Repeat, ThroughputIsTheMedianOverSectionsOfTheSlowestRank) {
+  RunResult r;
+  r.global_batch = 10;
+  r.timed_steps = 100;  // 1000 images per section
+  RankFigures a, b;
+  a.wall_ms = {1000, 2000, 500};
+  b.wall_ms = {1250, 1000, 400};  // rank b is slower in the first section only
+  r.ranks = {a, b};
+  const auto t = r.RepeatThroughputs();
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_DOUBLE_EQ(t[0], 800);
+  EXPECT_DOUBLE_EQ(t[1], 500);
+  EXPECT_DOUBLE_EQ(t[2], 2000);
+  EXPECT_DOUBLE_EQ(r.Throughput(), 800);
 }
 
 }  // namespace

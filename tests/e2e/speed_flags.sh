@@ -31,7 +31,22 @@ for r in rows:
 print("rows ok")
 PYEOF
 
+# --repeat: one warm-up, three timed sections; the row has the median and spread.
+"$BIN" --strategy=single "${COMMON[@]}" --steps=2 --repeat=3 --out="$TMP/rep.csv"
+"$PY" - "$TMP/rep.csv" <<'PYEOF'
+import csv, sys
+r = list(csv.DictReader(open(sys.argv[1])))[0]
+assert r["repeats"] == "3", r["repeats"]
+lo, med, hi = (float(r[k]) for k in ["throughput_min_img_s", "throughput_img_s", "throughput_max_img_s"])
+assert 0 < lo <= med <= hi and float(r["throughput_mad_img_s"]) >= 0, r
+print("repeat ok:", lo, med, hi)
+PYEOF
+
 snapshot_results
+bad_input single "--repeat=0: must be at least 1" --repeat=0
+set +e; out="$("$BIN" --strategy=single "${COMMON[@]}" --repeat=2 --epochs=1 --out="$TMP/r.csv" 2>&1)"; rc=$?; set -e
+[[ $rc -eq 2 ]] && grep -q "ddpbench: error: --repeat=2 with --epochs=1" <<<"$out" || fail "--repeat with --epochs: $rc $out"
+unchanged "--repeat with --epochs"
 bad_input single "--memory-format=nhwc: not accepted; accepted values: auto|channels_last|contiguous" --memory-format=nhwc
 bad_input single "--tf32=maybe: not accepted; accepted values: on|off|all" --tf32=maybe
 bad_input single "--optimizer-impl=turbo: not accepted" --optimizer-impl=turbo
