@@ -28,6 +28,9 @@ struct DistContext {
   std::string master_addr;
   int master_port = 0;
   bool store_served = false;  // else rank 0 serves the TCPStore
+  // Where the TCPStore listens, as the row reports it (set by Connect on rank
+  // 0): the address bound, "*" for every interface, "torchrun-agent".
+  std::string store_bind;
 
   // Joins the other ranks: c10d TCPStore rendezvous, then a Gloo (CPU) or
   // NCCL (CUDA) process group whose collectives time out after timeout_s.

@@ -127,6 +127,7 @@ struct PreparedRun {
 };
 
 PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, const DistContext& dist) {
+  if (dist.is_root()) CheckPaths(PathOptions(config_in));  // every output, before anything is built
   PreparedRun run;
   RunConfig& config = run.config;
   config = config_in;
@@ -406,6 +407,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
     row["parity_ok"] = parity.max_abs_diff <= config.verify_tolerance ? "true" : "false";
   }
   for (const auto& [k, v] : strategy->Extras()) row[k] = v;
+  if (!dist.store_bind.empty()) row["store_bind"] = dist.store_bind;
   row["torch_version"] = env.torch_version;
   row["cuda_version"] = env.cuda_version;
   row["nccl_version"] = env.nccl_version;
@@ -429,7 +431,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
                config.gpus, config.device, throughput, Percentile(step_ms, 50), row["mem_per_device_mb"],
                accuracy >= 0 ? fmt::format(", accuracy {:.4f}", accuracy) : "",
                config.verify ? ", parity " + row["parity_max_abs_diff"] : "");
-  if (!config.out.empty()) AppendRow(config.out, row);
+  if (!config.out.empty()) AppendRowOrSave(config.out, row);
   if (config.verify && parity.max_abs_diff > config.verify_tolerance) {
     LogError("--verify: parameters differ from the single-device run by {:.3e} > --verify-tolerance={}",
                   parity.max_abs_diff, config.verify_tolerance);
