@@ -344,6 +344,12 @@ std::vector<std::string> HeaderOf(const PathOption& o) {
   }
 }
 
+bool EndsWithNewline(const std::string& path, off_t size) {
+  FdGuard guard{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  char last = '\n';
+  return guard.fd < 0 || size == 0 || ::pread(guard.fd, &last, 1, size - 1) != 1 || last == '\n';
+}
+
 void CheckAppendResults(const PathOption& o, const struct stat& st) {
   if (!S_ISREG(st.st_mode)) return;  // a device or pipe gets the header and the row
   if (::access(o.path.c_str(), R_OK | W_OK) != 0)
@@ -351,6 +357,9 @@ void CheckAppendResults(const PathOption& o, const struct stat& st) {
   auto header = HeaderOf(o);
   if (header.empty()) return;
   if (!IsResultsHeader(header)) throw ResultsError(NotResultsCsv(o.flag + "=" + o.path, header));
+  if (!EndsWithNewline(o.path, st.st_size))
+    throw ResultsError(fmt::format("{}={}: the file does not end with a newline (a torn row?); repair it or "
+                                   "append to a new file", o.flag, o.path));
   std::set<std::string> present(header.begin(), header.end());
   for (const auto& c : ResultColumns())
     if (!present.count(c))  // another version's file: it is rewritten beside itself

@@ -417,7 +417,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   if (config.strategy != "single") {
     std::string baseline = !config.baseline.empty() ? config.baseline : config.out;
     double base = 0;
-    if (!baseline.empty() && [&] { struct stat st {}; return ::stat(baseline.c_str(), &st) == 0; }() &&
+    if (!baseline.empty() && [&] { struct stat st {}; return ::stat(baseline.c_str(), &st) == 0 && S_ISREG(st.st_mode); }() &&
         FindBaselineThroughput(ReadRows(baseline), row, &base)) {
       row["baseline_throughput_img_s"] = Num(base, 2);
       row["scaling_efficiency"] = Num(throughput / (config.gpus * base), 4);

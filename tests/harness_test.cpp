@@ -216,6 +216,7 @@ TEST(Results, TornFileIsRefused) {
   std::string text = testing::ReadFile(path);
   testing::WriteFile(path, text + "2026-01-01,abc");  // a row cut short
   EXPECT_THROW(AppendRow(path, {{"strategy", "single"}}), ResultsError);
+  EXPECT_THROW(CheckPaths({{"--out", path, PathKind::kAppendResults}}), ResultsError);  // already at the start
 }
 
 // The current header without `dropped`, plus `extra` at the end: a file an
