@@ -54,13 +54,15 @@ void DistContext::Connect(double timeout_s, bool cuda) {
   c10::intrusive_ptr<c10d::Store> store;
   try {
     // Rank 0 serves on MASTER_ADDR's interface only (every interface only
-    // when that address is not this host's, e.g. behind NAT).
+    // when that is not an address of this host, e.g. behind NAT, or is
+    // loopback here while ranks on other hosts must reach it).
     if (opts.isServer) {
-      StoreSocket listener = ListenForStore(master_addr, master_port, true);
+      StoreSocket listener = ListenForStore(master_addr, master_port, true, local_world < world);
       opts.masterListenFd = listener.fd;
       store_bind = listener.bind;
       if (listener.bind == "*")
-        LogWarn("MASTER_ADDR={} is not an address of this host: the store listens on every interface", master_addr);
+        LogWarn("MASTER_ADDR={} is not an address of this host that the other hosts reach: the store "
+                "listens on every interface", master_addr);
     } else if (store_served) {
       store_bind = launcher == "spawn" ? "127.0.0.1" : launcher + "-agent";
     }

@@ -41,9 +41,17 @@ int Listen(const addrinfo& ai, int* port) {
   return fd;
 }
 
+bool IsLoopback(const sockaddr* addr) {
+  if (addr->sa_family == AF_INET)
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(addr)->sin_addr.s_addr) >> 24) == 127;
+  if (addr->sa_family != AF_INET6) return false;
+  const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr;
+  return IN6_IS_ADDR_LOOPBACK(&a) || (IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127);
+}
+
 }  // namespace
 
-StoreSocket ListenForStore(const std::string& host, int port, bool fallback_to_all) {
+StoreSocket ListenForStore(const std::string& host, int port, bool fallback_to_all, bool remote_peers) {
   addrinfo hints {};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -55,14 +63,20 @@ StoreSocket ListenForStore(const std::string& host, int port, bool fallback_to_a
   StoreSocket s;
   std::string tried;
   int error = 0;
+  bool unreachable_loopback = false;
   for (addrinfo* ai = found; ai && s.fd < 0; ai = ai->ai_next) {
+    if (remote_peers && fallback_to_all && IsLoopback(ai->ai_addr)) {
+      unreachable_loopback = true;
+      continue;
+    }
     s.fd = Listen(*ai, &s.port);
     if (s.fd >= 0) s.bind = host.empty() ? "*" : Numeric(ai->ai_addr, ai->ai_addrlen);
     else error = errno, tried += (tried.empty() ? "" : ", ") + Numeric(ai->ai_addr, ai->ai_addrlen);
   }
   ::freeaddrinfo(found);
   if (s.fd >= 0) return s;
-  if (fallback_to_all && error == EADDRNOTAVAIL && !host.empty()) return ListenForStore("", port, false);
+  if (fallback_to_all && (error == EADDRNOTAVAIL || unreachable_loopback) && !host.empty())
+    return ListenForStore("", port, false);
   throw std::runtime_error(fmt::format("cannot listen on {}:{} ({}) to serve the store: {}",
                                        host.empty() ? "*" : host, port, tried, std::strerror(error)));
 }

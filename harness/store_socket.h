@@ -15,10 +15,11 @@ struct StoreSocket {
 };
 
 // Listens on `host`:`port` (port 0: any free port), host being a name or a
-// numeric address of this machine. When `host` is not an address of this
-// machine (behind NAT, a name resolving elsewhere) and `fallback_to_all` is
-// set, listens on every interface instead (bind "*"); otherwise throws
-// std::runtime_error naming the address.
-StoreSocket ListenForStore(const std::string& host, int port, bool fallback_to_all);
+// numeric address of this machine. With `fallback_to_all`, listens on every
+// interface instead (bind "*") when `host` is not an address of this machine
+// (behind NAT, a name resolving elsewhere), or when it resolves to loopback
+// here but `remote_peers` must reach it (a hostname that /etc/hosts maps to
+// 127.0.1.1); otherwise throws std::runtime_error naming the address.
+StoreSocket ListenForStore(const std::string& host, int port, bool fallback_to_all, bool remote_peers = false);
 
 }  // namespace ddpbench
