@@ -373,7 +373,7 @@ void CheckExisting(const PathOption& o, const struct stat& st) {
       if (S_ISDIR(st.st_mode)) BadPath(o, "is a directory; give the CSV file to append to");
       return CheckAppendResults(o, st);
     case PathKind::kReadResults: {
-      if (S_ISDIR(st.st_mode)) BadPath(o, "is a directory; give a ddpbench results CSV");
+      if (!S_ISREG(st.st_mode)) BadPath(o, "is not a regular file; give a ddpbench results CSV");
       auto header = HeaderOf(o);
       if (header.empty()) BadPath(o, "is empty; give a ddpbench results CSV");
       if (!IsResultsHeader(header)) throw ConfigError(NotResultsCsv(o.flag + "=" + o.path, header));

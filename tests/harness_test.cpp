@@ -325,6 +325,7 @@ TEST(Paths, EachKindNamesTheFlagAndWhatIsWrong) {
             std::string::npos);
   EXPECT_NE(error({"--baseline", dir.File("foreign.csv"), PathKind::kReadResults}).find("2 --baseline="), std::string::npos);
   EXPECT_NE(error({"--baseline", dir.File("empty.csv"), PathKind::kReadResults}).find("is empty"), std::string::npos);
+  EXPECT_NE(error({"--baseline", dir.path(), PathKind::kReadResults}).find("is not a regular file"), std::string::npos);
   EXPECT_EQ(error({"--baseline", dir.File("results.csv"), PathKind::kReadResults}), "ok");
   EXPECT_NE(error({"--trace", dir.path(), PathKind::kWriteFile}).find("2 --trace="), std::string::npos);
   EXPECT_NE(error({"--trace", missing, PathKind::kWriteFile}).find("does not exist"), std::string::npos);
