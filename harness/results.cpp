@@ -119,6 +119,12 @@ void WriteAll(int fd, const std::string& data, const std::string& path) {
   }
 }
 
+// fsync, which a device or pipe does not support (EINVAL: nothing to sync).
+void Sync(int fd, const std::string& what) {
+  if (::fsync(fd) != 0 && errno != EINVAL)
+    throw ResultsError(fmt::format("{}: fsync failed: {}", what, std::strerror(errno)));
+}
+
 // The whole file behind `fd` (from offset 0).
 std::string ReadAll(int fd, const std::string& path) {
   std::string text;
@@ -192,6 +198,15 @@ int OpenLocked(const std::string& path) {
   }
 }
 
+// A writer that died mid-row leaves a file not ending with a newline.
+bool EndsWithNewline(int fd, off_t size) {
+  char last = '\n';
+  return size == 0 || ::pread(fd, &last, 1, size - 1) != 1 || last == '\n';
+}
+std::string TornRow(const std::string& what) {
+  return what + ": the file does not end with a newline (a torn row?); repair it or append to a new file";
+}
+
 std::string DirectoryOf(const std::string& path) {
   size_t slash = path.find_last_of('/');
   if (slash == std::string::npos) return ".";
@@ -221,7 +236,7 @@ void MigrateAndAppend(int fd, const std::string& path, const std::string& text, 
     struct stat st {};
     if (::fstat(fd, &st) == 0) ::fchmod(tfd, st.st_mode & 07777);
     WriteAll(tfd, out, tmp);
-    if (::fsync(tfd) != 0) throw ResultsError(fmt::format("{}: fsync failed: {}", tmp, std::strerror(errno)));
+    Sync(tfd, tmp);
     if (::rename(tmp.c_str(), path.c_str()) != 0)
       throw ResultsError(fmt::format("--out={}: cannot replace it with the migrated file: {}", path,
                                      std::strerror(errno)));
@@ -243,6 +258,24 @@ bool IsResultsHeader(const std::vector<std::string>& header) {
   return true;
 }
 
+namespace {
+
+// Appends `row` to the locked, non-empty results file `path`: in the file's
+// own column order when it has every current column, else migrating it.
+void AppendToExisting(int fd, const std::string& path, off_t size, const Row& row) {
+  auto header = ParseHeader(FirstLine(fd, path), path);
+  if (!IsResultsHeader(header)) throw ResultsError(NotResultsCsv("--out=" + path, header));
+  if (!EndsWithNewline(fd, size)) throw ResultsError(TornRow("--out=" + path));
+  std::set<std::string> present(header.begin(), header.end());
+  const auto& columns = ResultColumns();
+  if (!std::all_of(columns.begin(), columns.end(), [&](const auto& c) { return present.count(c) > 0; }))
+    return MigrateAndAppend(fd, path, ReadAll(fd, path), row);
+  WriteAll(fd, FormatRow(header, row), "--out=" + path);
+  Sync(fd, "--out=" + path);
+}
+
+}  // namespace
+
 void AppendRow(const std::string& path, const Row& row) {
   const auto& columns = ResultColumns();
   std::set<std::string> known(columns.begin(), columns.end());
@@ -253,26 +286,10 @@ void AppendRow(const std::string& path, const Row& row) {
   struct stat st {};
   ::fstat(guard.fd, &st);
   off_t size = S_ISREG(st.st_mode) ? ::lseek(guard.fd, 0, SEEK_END) : 0;
-  if (size == 0) {  // new file, or a device or pipe (/dev/stdout)
-    WriteAll(guard.fd, HeaderLine(columns) + FormatRow(columns, row), "--out=" + path);
-  } else {
-    auto header = ParseHeader(FirstLine(guard.fd, path), path);
-    if (!IsResultsHeader(header)) throw ResultsError(NotResultsCsv("--out=" + path, header));
-    char last = '\n';
-    if (::pread(guard.fd, &last, 1, size - 1) == 1 && last != '\n')
-      throw ResultsError(fmt::format("--out={}: the file does not end with a newline (a torn row?); "
-                                     "repair it or append to a new file", path));
-    std::set<std::string> present(header.begin(), header.end());
-    bool has_all = std::all_of(columns.begin(), columns.end(), [&](const auto& c) { return present.count(c); });
-    if (has_all) {
-      WriteAll(guard.fd, FormatRow(header, row), "--out=" + path);
-    } else {
-      MigrateAndAppend(guard.fd, path, ReadAll(guard.fd, path), row);
-      return;
-    }
-  }
-  if (::fsync(guard.fd) != 0 && errno != EINVAL)
-    throw ResultsError(fmt::format("--out={}: fsync failed: {}", path, std::strerror(errno)));
+  if (size > 0) return AppendToExisting(guard.fd, path, size, row);
+  // A new file, or a device or pipe (/dev/stdout).
+  WriteAll(guard.fd, HeaderLine(columns) + FormatRow(columns, row), "--out=" + path);
+  Sync(guard.fd, "--out=" + path);
 }
 
 void AppendRowOrSave(const std::string& path, const Row& row) {
@@ -291,7 +308,7 @@ void AppendRowOrSave(const std::string& path, const Row& row) {
       if (fd < 0) throw ResultsError(std::strerror(errno));
       FdGuard guard{fd};
       WriteAll(fd, text, saved);
-      if (::fsync(fd) != 0 && errno != EINVAL) throw ResultsError(std::strerror(errno));
+      Sync(fd, saved);
       where = "the row is saved in " + saved;
     } catch (const ResultsError& save) {
       where = fmt::format("saving it to {} failed too ({}); it is printed above", saved, save.what());
@@ -344,12 +361,6 @@ std::vector<std::string> HeaderOf(const PathOption& o) {
   }
 }
 
-bool EndsWithNewline(const std::string& path, off_t size) {
-  FdGuard guard{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  char last = '\n';
-  return guard.fd < 0 || size == 0 || ::pread(guard.fd, &last, 1, size - 1) != 1 || last == '\n';
-}
-
 void CheckAppendResults(const PathOption& o, const struct stat& st) {
   if (!S_ISREG(st.st_mode)) return;  // a device or pipe gets the header and the row
   if (::access(o.path.c_str(), R_OK | W_OK) != 0)
@@ -357,9 +368,8 @@ void CheckAppendResults(const PathOption& o, const struct stat& st) {
   auto header = HeaderOf(o);
   if (header.empty()) return;
   if (!IsResultsHeader(header)) throw ResultsError(NotResultsCsv(o.flag + "=" + o.path, header));
-  if (!EndsWithNewline(o.path, st.st_size))
-    throw ResultsError(fmt::format("{}={}: the file does not end with a newline (a torn row?); repair it or "
-                                   "append to a new file", o.flag, o.path));
+  FdGuard guard{::open(o.path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (guard.fd >= 0 && !EndsWithNewline(guard.fd, st.st_size)) throw ResultsError(TornRow(o.flag + "=" + o.path));
   std::set<std::string> present(header.begin(), header.end());
   for (const auto& c : ResultColumns())
     if (!present.count(c))  // another version's file: it is rewritten beside itself
