@@ -1,12 +1,14 @@
 // Command-line parsing with CLI11 (a maintained parser: --flag=value and
-// --flag value forms, typed conversion, "did you mean" and range messages for
-// free), followed by ValidateConfig for checks that span several flags.
+// --flag value forms, typed conversion), our own messages for the two common
+// mistakes (a flag given twice names both values; an unknown flag names the
+// nearest known one), then ValidateConfig for checks that span several flags.
 #include "harness/config.h"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -29,6 +31,53 @@ template <typename T>
 void CheckAtLeast(const std::string& flag, T value, T minimum) {
   if (value < minimum)
     throw ConfigError(fmt::format("{}={}: must be at least {}", flag, value, minimum));
+}
+
+// Edit distance (insertions, deletions, substitutions) between two flags.
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// Arguments CLI11 did not take: an unknown flag, with the nearest known one.
+void RejectExtras(const CLI::App& app, const std::vector<std::string>& extras) {
+  if (extras.empty()) return;
+  const std::string arg = extras.front();
+  if (arg.empty() || arg[0] != '-')
+    throw ConfigError(fmt::format("unexpected argument '{}': ddpbench takes only --flags (see --help)", arg));
+  const std::string name = arg.substr(0, arg.find('='));
+  std::string best;
+  size_t best_distance = std::string::npos;
+  for (const CLI::Option* opt : app.get_options())
+    for (const auto& known : opt->get_lnames())
+      if (size_t d = EditDistance(name, "--" + known); d < best_distance) {
+        best_distance = d;
+        best = "--" + known;
+      }
+  const bool close = best_distance <= std::max<size_t>(2, name.size() / 3);
+  throw ConfigError(fmt::format("{}: unknown flag{}", name,
+                                close ? fmt::format("; did you mean {}?", best) : " (see --help)"));
+}
+
+// A flag given more than once is a mistake (which value was meant?).
+void RejectRepeats(const CLI::App& app) {
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->count() < 2) continue;
+    std::vector<std::string> values;
+    for (const auto& v : opt->results()) values.push_back(ShellQuote(v));
+    throw ConfigError(fmt::format("{} is given {} times ({}); give it once", opt->get_name(), opt->count(),
+                                  fmt::join(values, ", ")));
+  }
 }
 
 }  // namespace
@@ -128,6 +177,9 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   CLI::App app{"ddpbench: train one ResNet workload under one parallelism strategy and append one "
                "honest CSV row (throughput, memory per device, accuracy, scaling, parity)."};
   app.option_defaults()->always_capture_default();
+  // Repeats are collected (and then refused by RejectRepeats with both values).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.allow_extras();
   app.add_option("--strategy", c.strategy, "single|dp|ddp|mp|pmp|zero1 (see --list)");
   app.add_flag("--list", c.list, "print the registered strategies and exit");
   app.add_option("--gpus", c.gpus, "number of devices (GPUs, or CPU thread groups)");
@@ -189,6 +241,8 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   } catch (const CLI::ParseError& e) {
     throw ConfigError(e.what());
   }
+  RejectExtras(app, app.remaining());
+  RejectRepeats(app);
   c.eval = !no_eval;
   c.gpus_given = app.count("--gpus") > 0;
   std::string command;

@@ -28,6 +28,9 @@ struct DistContext {
   std::string master_addr;
   int master_port = 0;
   bool store_served = false;  // else rank 0 serves the TCPStore
+  // Where the TCPStore listens, as the row reports it (set by Connect on rank
+  // 0): the address bound, "*" for every interface, "torchrun-agent".
+  std::string store_bind;
 
   // Joins the other ranks: c10d TCPStore rendezvous, then an NCCL process
   // group (`nccl`) or a Gloo one (CPU tensors, and CUDA tensors too when

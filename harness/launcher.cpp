@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "harness/config.h"
+#include "harness/store_socket.h"
 
 extern char** environ;
 
@@ -231,9 +232,12 @@ std::string Describe(int status) {
 int SpawnRanks(const RunConfig& config, int world, int argc, char** argv) {
   if (world > kMaxChildren) throw ConfigError(fmt::format("--gpus={}: at most {} local ranks", world, kMaxChildren));
   // The parent hosts the store (as torchrun's agent does) on a port the
-  // kernel picks, so there is no race for a "free" port.
+  // kernel picks, so there is no race for a "free" port, and on loopback
+  // only: every rank is on this host.
+  StoreSocket listener = ListenForStore("127.0.0.1", 0, false);
   c10d::TCPStoreOptions opts;
-  opts.port = 0;
+  opts.port = static_cast<uint16_t>(listener.port);
+  opts.masterListenFd = listener.fd;
   opts.isServer = true;
   opts.waitWorkers = false;
   opts.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.timeout_s * 1000));

@@ -20,13 +20,15 @@
 
 #include "harness/dist.h"
 #include "harness/log.h"
+#include "harness/store_socket.h"
 
 namespace ddpbench {
 namespace {
 
 // GLOO_SOCKET_IFNAME=eth0,eth1 as in torch.distributed: one Gloo device per
-// interface; otherwise the address this host's name resolves to.
-std::vector<std::shared_ptr<::gloo::transport::Device>> GlooDevices() {
+// interface; otherwise loopback for ranks ddpbench spawned on this host, else the
+// address this host's name resolves to.
+std::vector<std::shared_ptr<::gloo::transport::Device>> GlooDevices(bool local_only) {
   std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
   if (const char* names = std::getenv("GLOO_SOCKET_IFNAME"); names && *names) {
     std::stringstream ss(names);
@@ -34,6 +36,7 @@ std::vector<std::shared_ptr<::gloo::transport::Device>> GlooDevices() {
     while (std::getline(ss, name, ','))
       if (!name.empty()) devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
   }
+  if (devices.empty() && local_only) devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   if (devices.empty()) devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   return devices;
 }
@@ -50,6 +53,19 @@ void DistContext::Connect(double timeout_s, bool cuda, bool nccl) {
   opts.timeout = timeout;
   c10::intrusive_ptr<c10d::Store> store;
   try {
+    // Rank 0 serves on MASTER_ADDR's interface only (every interface only
+    // when that is not an address of this host, e.g. behind NAT, or is
+    // loopback here while ranks on other hosts must reach it).
+    if (opts.isServer) {
+      StoreSocket listener = ListenForStore(master_addr, master_port, true, local_world < world);
+      opts.masterListenFd = listener.fd;
+      store_bind = listener.bind;
+      if (listener.bind == "*")
+        LogWarn("MASTER_ADDR={} is not an address of this host that the other hosts reach: the store "
+                "listens on every interface", master_addr);
+    } else if (store_served) {
+      store_bind = launcher == "spawn" ? "127.0.0.1" : launcher + "-agent";
+    }
     store = c10::make_intrusive<c10d::TCPStore>(master_addr, opts);
   } catch (const std::exception& e) {
     throw std::runtime_error(fmt::format("rank {}: rendezvous at {}:{} ({}) failed: {}", rank, master_addr,
@@ -74,7 +90,7 @@ void DistContext::Connect(double timeout_s, bool cuda, bool nccl) {
 #endif
   } else {
     auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-    options->devices = GlooDevices();
+    options->devices = GlooDevices(launcher == "spawn");
     c10::intrusive_ptr<c10d::Backend> gloo;
     try {
       gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, options);

@@ -41,6 +41,7 @@ void AddIdentity(const RunResult& r, Row& row) {
   row["gpus"] = std::to_string(c.gpus);
   row["world_size"] = std::to_string(r.world);
   row["launcher"] = r.launcher;
+  if (!r.store_bind.empty()) row["store_bind"] = r.store_bind;
   row["device"] = c.device;
   row["device_name"] = r.device_name;
   row["threads_per_device"] = r.cuda ? "" : std::to_string(c.threads_per_device);

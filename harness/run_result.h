@@ -51,6 +51,7 @@ struct RunResult {
   bool oversubscribed = false;
   int world = 1;
   std::string launcher;
+  std::string store_bind;  // where the rendezvous store listened ("" : no store)
   std::string device_name;
   int64_t image_size = 0, global_batch = 0, timed_steps = 0;
   double lr = 0;

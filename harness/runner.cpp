@@ -104,6 +104,7 @@ RunSettings ResolveSettings(RunConfig& config, const std::vector<torch::Device>&
 }
 
 PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, const DistContext& dist) {
+  if (dist.is_root()) CheckPaths(PathOptions(config_in));  // every output, before anything is built
   PreparedRun run;
   RunConfig& config = run.config;
   config = config_in;
@@ -266,6 +267,7 @@ RunResult DescribeRun(const PreparedRun& run, const DistContext& dist, double lr
   r.oversubscribed = run.oversubscribed;
   r.world = dist.world;
   r.launcher = dist.launcher;
+  r.store_bind = dist.store_bind;
   r.device_name = r.cuda ? CudaDeviceName(run.devices.front().index()) : r.env.cpu_model;
   r.image_size = run.info.height;
   r.global_batch = run.global_batch;
@@ -282,12 +284,12 @@ int Report(const RunResult& result) {
   if (config.strategy != "single") {
     const std::string baseline = !config.baseline.empty() ? config.baseline : config.out;
     struct stat st {};
-    const bool exists = !baseline.empty() && ::stat(baseline.c_str(), &st) == 0;
+    const bool exists = !baseline.empty() && ::stat(baseline.c_str(), &st) == 0 && S_ISREG(st.st_mode);
     if (!(exists && AddScaling(ReadRows(baseline), config.gpus, &row)) && !config.baseline.empty())
       LogWarn("--baseline={}: no matching single-device row; scaling_efficiency left empty", config.baseline);
   }
   LogInfo("{}", SummaryLine(result, row));
-  if (!config.out.empty()) AppendRow(config.out, row);
+  if (!config.out.empty()) AppendRowOrSave(config.out, row);
   if (result.parity && result.parity->max_abs_diff > config.verify_tolerance) {
     LogError("--verify: parameters differ from the single-device run by {:.3e} > --verify-tolerance={}",
              result.parity->max_abs_diff, config.verify_tolerance);

@@ -1,12 +1,17 @@
 // Harness behaviour: every bad flag value gives one ConfigError naming the
-// value; the results CSV quotes, locks, refuses foreign headers and loses no
-// rows under concurrent writers; percentiles, baseline matching and per-device
+// value, a repeated or unknown flag is named; the results CSV quotes, locks,
+// refuses foreign headers, migrates another version's header and loses no
+// rows under concurrent writers, saves a row it cannot append; every path
+// option is checked up front; percentiles, baseline matching and per-device
 // CPU memory attribution.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <torch/torch.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <cctype>
@@ -110,6 +115,18 @@ INSTANTIATE_TEST_SUITE_P(
       return name + "_" + std::to_string(info.index);
     });
 
+TEST(Config, RepeatedFlagNamesBothValues) {
+  EXPECT_EQ(ParseError({"--steps=100", "--steps", "200"}), "--steps is given 2 times (100, 200); give it once");
+  EXPECT_NE(ParseError({"--out=a.csv", "--out=b.csv"}).find("(a.csv, b.csv)"), std::string::npos);
+}
+
+TEST(Config, UnknownFlagSuggestsTheNearest) {
+  EXPECT_EQ(ParseError({"--stpes=5"}), "--stpes: unknown flag; did you mean --steps?");
+  EXPECT_EQ(ParseError({"--batchsize", "8"}), "--batchsize: unknown flag; did you mean --batch-size?");
+  EXPECT_EQ(ParseError({"--qqqqqqqqqqqq"}), "--qqqqqqqqqqqq: unknown flag (see --help)");
+  EXPECT_NE(ParseError({"stray"}).find("unexpected argument 'stray'"), std::string::npos);
+}
+
 TEST(Config, StepsAndEpochsAreExclusive) {
   EXPECT_NE(ParseError({"--steps=5", "--epochs=1"}).find("give one of them, not both"), std::string::npos);
 }
@@ -159,20 +176,15 @@ TEST(Results, HeaderWrittenOnceAndForeignHeaderRefused) {
   EXPECT_THROW(AppendRow(dir.File("missing/dir/r.csv"), {{"strategy", "x"}}), ResultsError);
 }
 
-TEST(Results, ConcurrentWritersLoseNoRows) {
-  TempDir dir;
-  std::string path = dir.File("r.csv");
-  constexpr int kWriters = 8, kRows = 40;
+// `writers` processes each appending `rows` rows ("w<writer>", step r) at once.
+void RunWriters(const std::string& path, int writers, int rows, const std::string& command) {
   std::vector<pid_t> children;
-  for (int w = 0; w < kWriters; ++w) {
+  for (int w = 0; w < writers; ++w) {
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-      for (int r = 0; r < kRows; ++r) {
-        Row row{{"strategy", "w" + std::to_string(w)}, {"steps", std::to_string(r)},
-                {"command", std::string(2000, 'x') + ",\"quoted\""}};
-        AppendRow(path, row);
-      }
+      for (int r = 0; r < rows; ++r)
+        AppendRow(path, {{"strategy", "w" + std::to_string(w)}, {"steps", std::to_string(r)}, {"command", command}});
       _exit(0);
     }
     children.push_back(pid);
@@ -182,6 +194,13 @@ TEST(Results, ConcurrentWritersLoseNoRows) {
     waitpid(pid, &status, 0);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   }
+}
+
+TEST(Results, ConcurrentWritersLoseNoRows) {
+  TempDir dir;
+  std::string path = dir.File("r.csv");
+  constexpr int kWriters = 8, kRows = 40;
+  RunWriters(path, kWriters, kRows, std::string(2000, 'x') + ",\"quoted\"");
   auto rows = ReadRows(path);  // throws on a torn row
   ASSERT_EQ(rows.size(), static_cast<size_t>(kWriters * kRows));
   std::map<std::string, std::set<std::string>> seen;
@@ -197,6 +216,124 @@ TEST(Results, TornFileIsRefused) {
   std::string text = testing::ReadFile(path);
   testing::WriteFile(path, text + "2026-01-01,abc");  // a row cut short
   EXPECT_THROW(AppendRow(path, {{"strategy", "single"}}), ResultsError);
+  EXPECT_THROW(CheckPaths({{"--out", path, PathKind::kAppendResults}}), ResultsError);  // already at the start
+}
+
+// The current header without `dropped`, plus `extra` at the end: a file an
+// older or newer ddpbench wrote.
+std::string OtherVersionHeader(const std::set<std::string>& dropped, const std::string& extra) {
+  std::string header;
+  for (const auto& c : ResultColumns())
+    if (!dropped.count(c)) header += c + ",";
+  return header + extra + "\n";
+}
+
+TEST(Results, OtherVersionHeaderIsMigratedKeepingEveryRow) {
+  TempDir dir;
+  std::string path = dir.File("r.csv");
+  std::string header = OtherVersionHeader({"store_bind", "zero_reduce"}, "legacy_col");
+  size_t fields = std::count(header.begin(), header.end(), ',') + 1;
+  std::string old_row = "2025-01-01T00:00:00Z" + std::string(fields - 2, ',') + ",kept\n";
+  testing::WriteFile(path, header + old_row);
+  AppendRow(path, {{"strategy", "ddp"}, {"store_bind", "127.0.0.1"}});
+  std::string text = testing::ReadFile(path);
+  std::vector<std::string> want = ResultColumns();
+  want.push_back("legacy_col");
+  std::string want_header;
+  for (const auto& c : want) want_header += (want_header.empty() ? "" : ",") + c;
+  EXPECT_EQ(text.substr(0, text.find('\n')), want_header);
+  auto rows = ReadRows(path);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["timestamp"], "2025-01-01T00:00:00Z");
+  EXPECT_EQ(rows[0]["legacy_col"], "kept");
+  EXPECT_EQ(rows[0]["store_bind"], "");  // a new column is empty in old rows
+  EXPECT_EQ(rows[1]["store_bind"], "127.0.0.1");
+  EXPECT_EQ(rows[1]["legacy_col"], "");
+  // No temporary file is left beside it.
+  EXPECT_EQ(testing::RunShell("ls " + dir.path()).output, "r.csv\n");
+  // A file holding every current column (and more) is appended in its order.
+  AppendRow(path, {{"strategy", "single"}});
+  EXPECT_EQ(ReadRows(path).size(), 3u);
+  EXPECT_EQ(testing::ReadFile(path).find(text), 0u);
+}
+
+TEST(Results, ConcurrentWritersOnAnOldHeaderLoseNoRows) {
+  TempDir dir;
+  std::string path = dir.File("r.csv");
+  testing::WriteFile(path, OtherVersionHeader({"store_bind"}, "legacy_col"));
+  constexpr int kWriters = 6, kRows = 15;
+  RunWriters(path, kWriters, kRows, "");
+  auto rows = ReadRows(path);
+  ASSERT_EQ(rows.size(), static_cast<size_t>(kWriters * kRows));
+  std::set<std::string> seen;
+  for (auto& row : rows) seen.insert(row["strategy"] + "/" + row["steps"]);
+  EXPECT_EQ(seen.size(), rows.size());
+  EXPECT_EQ(rows[0].count("legacy_col"), 1u);
+  EXPECT_EQ(rows[0].count("store_bind"), 1u);
+}
+
+TEST(Results, RowIsSavedWhenTheDirectoryDisappears) {
+  TempDir dir, tmp;
+  const std::string out_dir = dir.File("gone");
+  ASSERT_EQ(mkdir(out_dir.c_str(), 0755), 0);
+  const std::string path = out_dir + "/r.csv";
+  CheckPaths({{"--out", path, PathKind::kAppendResults}});  // fine at the start
+  ASSERT_EQ(rmdir(out_dir.c_str()), 0);                     // removed during the run
+  const char* old_tmpdir = std::getenv("TMPDIR");
+  std::string restore = old_tmpdir ? old_tmpdir : "";
+  setenv("TMPDIR", tmp.path().c_str(), 1);
+  std::string message;
+  try {
+    AppendRowOrSave(path, {{"strategy", "single"}, {"throughput_img_s", "123.5"}});
+  } catch (const ResultsError& e) {
+    message = e.what();
+  }
+  if (old_tmpdir) setenv("TMPDIR", restore.c_str(), 1); else unsetenv("TMPDIR");
+  size_t at = message.find("the row is saved in " + tmp.path() + "/ddpbench-row-");
+  ASSERT_NE(at, std::string::npos) << message;
+  auto rows = ReadRows(message.substr(message.find(tmp.path(), at)));
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["throughput_img_s"], "123.5");
+}
+
+TEST(Paths, EachKindNamesTheFlagAndWhatIsWrong) {
+  TempDir dir;
+  auto error = [](PathOption o) {
+    try {
+      CheckPaths({o});
+    } catch (const ConfigError& e) {
+      return std::string("2 ") + e.what();
+    } catch (const ResultsError& e) {
+      return std::string("4 ") + e.what();
+    }
+    return std::string("ok");
+  };
+  const std::string missing = dir.File("no/such/dir/x.csv");
+  testing::WriteFile(dir.File("foreign.csv"), "a,b\n1,2\n");
+  testing::WriteFile(dir.File("results.csv"), OtherVersionHeader({}, "newer_col"));
+  testing::WriteFile(dir.File("empty.csv"), "");
+  EXPECT_EQ(error({"--out", missing, PathKind::kAppendResults}),
+            "2 --out=" + missing + ": directory " + dir.File("no/such/dir") + " does not exist");
+  EXPECT_NE(error({"--out", dir.path(), PathKind::kAppendResults}).find("2 --out=" + dir.path() + ": is a directory"),
+            std::string::npos);
+  EXPECT_NE(error({"--out", dir.File("foreign.csv"), PathKind::kAppendResults}).find("4 --out="), std::string::npos);
+  EXPECT_EQ(error({"--out", dir.File("new.csv"), PathKind::kAppendResults}), "ok");
+  EXPECT_EQ(error({"--out", dir.File("results.csv"), PathKind::kAppendResults}), "ok");
+  EXPECT_EQ(error({"--out", dir.File("empty.csv"), PathKind::kAppendResults}), "ok");
+  EXPECT_EQ(error({"--out", "", PathKind::kAppendResults}), "ok");  // not given
+  EXPECT_NE(error({"--baseline", dir.File("nope.csv"), PathKind::kReadResults}).find("2 --baseline=" + dir.File("nope.csv") + ": does not exist"),
+            std::string::npos);
+  EXPECT_NE(error({"--baseline", dir.File("foreign.csv"), PathKind::kReadResults}).find("2 --baseline="), std::string::npos);
+  EXPECT_NE(error({"--baseline", dir.File("empty.csv"), PathKind::kReadResults}).find("is empty"), std::string::npos);
+  EXPECT_NE(error({"--baseline", dir.path(), PathKind::kReadResults}).find("is not a regular file"), std::string::npos);
+  EXPECT_EQ(error({"--baseline", dir.File("results.csv"), PathKind::kReadResults}), "ok");
+  EXPECT_NE(error({"--trace", dir.path(), PathKind::kWriteFile}).find("2 --trace="), std::string::npos);
+  EXPECT_NE(error({"--trace", missing, PathKind::kWriteFile}).find("does not exist"), std::string::npos);
+  EXPECT_EQ(error({"--trace", dir.File("t.json"), PathKind::kWriteFile}), "ok");
+  EXPECT_NE(error({"--snapshot-dir", dir.File("foreign.csv"), PathKind::kWriteDir}).find("is not a directory"),
+            std::string::npos);
+  EXPECT_EQ(error({"--snapshot-dir", dir.File("snap"), PathKind::kWriteDir}), "ok");
+  EXPECT_EQ(error({"--snapshot-dir", dir.path(), PathKind::kWriteDir}), "ok");
 }
 
 TEST(Runner, Percentile) {

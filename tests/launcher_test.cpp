@@ -1,12 +1,16 @@
 // Launcher detection: each launcher's variables give the right rank, world,
 // local world and rendezvous address; malformed or inconsistent values give
-// one ConfigError naming the variable; Slurm node lists give their first host.
+// one ConfigError naming the variable; Slurm node lists give their first host;
+// the store's listening socket is bound where the ranks need it and no wider.
 #include <gtest/gtest.h>
+
+#include <unistd.h>
 
 #include <map>
 
 #include "harness/config.h"
 #include "harness/launcher.h"
+#include "harness/store_socket.h"
 
 namespace ddpbench {
 namespace {
@@ -170,6 +174,27 @@ TEST(Launcher, FirstSlurmHost) {
   EXPECT_EQ(FirstSlurmHost("node[3,5-6],gpu1"), "node3");
   EXPECT_EQ(FirstSlurmHost("a1,b[1-2]"), "a1");
   EXPECT_EQ(FirstSlurmHost("rack[2-3]-n[1-4]"), "rack2-n1");
+}
+
+// Where ListenForStore bound, closing the socket.
+std::string BoundTo(const std::string& host, bool fallback, bool remote_peers) {
+  StoreSocket s = ListenForStore(host, 0, fallback, remote_peers);
+  EXPECT_GT(s.port, 0);
+  ::close(s.fd);
+  return s.bind;
+}
+
+TEST(StoreSocket, BindsTheAddressItIsGivenAndFallsBackOnlyWhenItMust) {
+  EXPECT_EQ(BoundTo("127.0.0.1", false, false), "127.0.0.1");             // a spawn: loopback only
+  EXPECT_NE(BoundTo("localhost", true, false), "*");  // every rank on this host: no fallback
+  EXPECT_EQ(BoundTo("127.0.0.1", true, true), "*");  // loopback cannot serve other hosts
+  EXPECT_EQ(BoundTo("192.0.2.7", true, false), "*");  // TEST-NET-1: not an address of this host
+  try {
+    BoundTo("192.0.2.7", false, false);
+    FAIL() << "bound an address this host does not have";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("192.0.2.7"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -5,8 +5,9 @@
 # (RANK, WORLD_SIZE, MASTER_ADDR = rank 0's address, MASTER_PORT) and Gloo
 # bound to the veth (GLOO_SOCKET_IFNAME), and train together: both exit 0,
 # both log the rendezvous at 10.213.N.1, the single row (rank 0's) says
-# launcher=env, world_size=2, gpus=2, parity with the single-device run, and
-# the gradients' bytes crossed the veth pair in both directions.
+# launcher=env, world_size=2, gpus=2, parity with the single-device run, the
+# store bound to rank 0's address only (store_bind), and the gradients' bytes
+# crossed the veth pair in both directions.
 set -euo pipefail
 BIN="$1"; SRC="$2"
 TMP="$(mktemp -d)"
@@ -65,6 +66,9 @@ for r in 0 1; do
     || fail "rank $r did not join via $ADDR_A:29500: $(cat "$TMP/rank$r.log")"
 done
 check_row "$TMP/r.csv" env
+# Rank 0 served the store on MASTER_ADDR's interface only, not every interface.
+"$PY" -c 'import csv, sys; r = next(csv.DictReader(open(sys.argv[1]))); assert r["store_bind"] == sys.argv[2], r["store_bind"]' \
+  "$TMP/r.csv" "$ADDR_A" || fail "the row's store_bind is not $ADDR_A"
 
 # Gradients crossed the pair both ways: at least 1 MB each (each all-reduce
 # of this model moves about its 0.9 MB of gradients through each end).
