@@ -362,6 +362,9 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   row["host"] = env.host;
   row["strategy"] = config.strategy;
   row["gpus"] = std::to_string(config.gpus);
+  row["nodes"] = std::to_string((dist.world + dist.local_world - 1) / dist.local_world);
+  if (!config.run_id.empty()) row["run_id"] = config.run_id;
+  if (!config.entry.empty()) row["entry"] = config.entry;
   row["world_size"] = std::to_string(dist.world);
   row["launcher"] = dist.launcher;
   row["device"] = config.device;

@@ -1,0 +1,47 @@
+"""One self-contained HTML page for a night: the report's tables and its
+figures embedded as base64 PNGs, so the page can be mailed or archived as
+one file. Standard library only.
+"""
+import base64
+import html
+import os
+
+STYLE = """
+body { font-family: sans-serif; margin: 24px; color: #222; }
+h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; }
+p.env { font-family: monospace; font-size: 12px; color: #555; }
+table { border-collapse: collapse; font-size: 13px; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
+th { background: #eef; } td:first-child, th:first-child { text-align: left; }
+td.fail { color: #b00; font-weight: bold; }
+figure { display: inline-block; margin: 8px; } figure img { max-width: 640px; }
+figcaption { font-size: 12px; color: #555; }
+"""
+
+
+def table(header, body):
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    lines = []
+    for cells in body:
+        tds = "".join(f"<td{' class=fail' if 'FAIL' in str(c) else ''}>{html.escape(str(c))}</td>" for c in cells)
+        lines.append(f"<tr>{tds}</tr>")
+    return f"<table><tr>{head}</tr>{''.join(lines)}</table>"
+
+
+def figure(path):
+    with open(path, "rb") as f:
+        data = base64.b64encode(f.read()).decode("ascii")
+    name = html.escape(os.path.basename(path))
+    return f'<figure><img alt="{name}" src="data:image/png;base64,{data}"><figcaption>{name}</figcaption></figure>'
+
+
+def page(title, environment, sections, images):
+    parts = [f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>",
+             f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>",
+             f"<p class=env>{html.escape(environment)}</p>"]
+    for name, header, body in sections:
+        parts += [f"<h2>{html.escape(name)}</h2>", table(header, body)]
+    if images:
+        parts += ["<h2>Figures</h2>", *map(figure, images)]
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
