@@ -68,19 +68,29 @@ def memory_bars(rows, path):
     return save(fig, path)
 
 
+def series(row):
+    """The curve a row belongs to: strategy and the options that are not device counts."""
+    parts = [row.get("strategy", "?"), row.get("schedule", "")]
+    if row.get("optimizer", "sgd") != "sgd":
+        parts.append(row["optimizer"])
+    if row.get("zero_reduce") == "all-reduce" or row.get("compression", "none") != "none":
+        parts.append(row.get("zero_reduce") if row.get("zero_reduce") == "all-reduce" else row["compression"])
+    return " ".join(p for p in parts if p)
+
+
 def scaling_curves(rows, path):
-    """Throughput and efficiency against devices; single is every curve's 1."""
+    """Throughput and efficiency against devices; single is every curve's 1
+    (the last row of a series at a device count is the one drawn)."""
     single = [r for r in rows if r.get("strategy") == "single"]
     fig, (tput, eff) = plt.subplots(1, 2, figsize=(11, 4))
-    for strategy in sorted({r["strategy"] for r in rows} - {"single"}):
-        points = sorted((R.devices(r), R.num(r, "throughput_img_s"), R.num(r, "scaling_efficiency"))
-                        for r in rows if r.get("strategy") == strategy)
+    for name in sorted({series(r) for r in rows if r.get("strategy") != "single"}):
+        at = {R.devices(r): r for r in rows if r.get("strategy") != "single" and series(r) == name}
+        points = [(n, R.num(r, "throughput_img_s"), R.num(r, "scaling_efficiency")) for n, r in sorted(at.items())]
         if single:
             points = [(1, R.num(single[-1], "throughput_img_s"), 1.0)] + points
-        xs = [p[0] for p in points]
-        tput.plot(xs, [p[1] for p in points], marker="o", label=strategy)
+        tput.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
         eff.plot([x for x, _, e in points if e is not None], [e for _, _, e in points if e is not None],
-                 marker="o", label=strategy)
+                 marker="o", label=name)
     tput.set(xlabel="devices", ylabel="images / s", title="Throughput by device count")
     eff.set(xlabel="devices", ylabel="scaling efficiency", title="Scaling efficiency (1 = linear)")
     eff.axhline(1.0, color="#999", lw=0.8, ls="--")

@@ -198,7 +198,8 @@ def report(args, night):
                     f"--markdown={night}.md", f"--html={night}.html", f"--figures={night}",
                     f"--history={args.out_dir}"], check=False)
     return subprocess.run([sys.executable, os.path.join(here, "report.py"), night + ".csv",
-                           f"--against={args.out_dir}", f"--k={args.k}"]).returncode
+                           f"--against={args.out_dir}", f"--k={args.k}",
+                           f"--noise-floor={args.noise_floor}"]).returncode
 
 
 def main():
@@ -209,6 +210,7 @@ def main():
     parser.add_argument("--bin", default="build/ddpbench")
     parser.add_argument("--only", action="append", help="run only this entry (repeatable)")
     parser.add_argument("--k", default="3", help="gate: throughput below median - k x MAD is a regression")
+    parser.add_argument("--noise-floor", default="0.05", help="gate: least spread as a fraction of the median")
     parser.add_argument("--no-report", action="store_true", help="rows only: no tables, figures or gate")
     parser.add_argument("--dry-run", action="store_true", help="print each entry's command, run nothing")
     args = parser.parse_args()

@@ -116,8 +116,11 @@ def scaling_tables(rows):
                 columns[(R.devices(r), R.nodes(r))] = r
             ordered = [columns[k] for k in sorted(columns)]
             g = group[0]
+            options = " ".join(f"{k}={g[k]}" for k in ("optimizer", "zero_reduce", "compression")
+                               if g.get(k) and g[k] not in ("sgd", "reduce-scatter", "none"))
             title = (f"{strategy} scaling: {g.get('model')} w{g.get('width')}, {g.get('dataset')} "
-                     f"{g.get('image_size')} px, {g.get('per_device_batch')} images per device, {R.device_kind(g)}")
+                     f"{g.get('image_size')} px, {g.get('per_device_batch')} images per device, "
+                     f"{R.device_kind(g)}{', ' + options if options else ''}")
             header = [""] + [f"{R.devices(r)} device{'s' if R.devices(r) > 1 else ''}" for r in ordered]
             body = [[name] + [f(r) for r in ordered] for name, f in SCALING_ROWS]
             tables.append((title, header, body))

@@ -11,7 +11,8 @@ body { font-family: sans-serif; margin: 24px; color: #222; }
 h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; }
 p.env { font-family: monospace; font-size: 12px; color: #555; }
 table { border-collapse: collapse; font-size: 13px; }
-th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; white-space: nowrap; }
+td:last-child { white-space: normal; text-align: left; }
 th { background: #eef; } td:first-child, th:first-child { text-align: left; }
 td.fail { color: #b00; font-weight: bold; }
 figure { display: inline-block; margin: 8px; } figure img { max-width: 640px; }
