@@ -25,7 +25,7 @@ import rows as R  # noqa: E402
 
 
 def label(row):
-    return f"{R.experiment(row)}\n{R.devices_by_nodes(row)} dev, b={row['per_device_batch']}"
+    return f"{R.experiment(row)}\n{R.devices_by_nodes(row)}, b={row['per_device_batch']}"
 
 
 def where(rows):
@@ -40,7 +40,7 @@ def save(fig, path):
 
 
 def throughput_bars(rows, path):
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
+    fig, ax = plt.subplots(figsize=(max(6, 1.5 * len(rows)), 4))
     ax.bar(range(len(rows)), [R.num(r, "throughput_img_s") or 0 for r in rows], color="#4477aa")
     for i, r in enumerate(rows):
         if r.get("scaling_efficiency"):
@@ -53,7 +53,7 @@ def throughput_bars(rows, path):
 
 
 def memory_bars(rows, path):
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
+    fig, ax = plt.subplots(figsize=(max(6, 1.5 * len(rows)), 4))
     for i, r in enumerate(rows):
         bottom = 0.0
         for d, mb in enumerate(float(x) for x in r["mem_per_device_mb"].split("/") if x):
@@ -140,7 +140,7 @@ def main():
             raise R.RowsError("no rows in " + ", ".join(args.files))
     except R.RowsError as e:
         sys.exit(f"plot: {e}")
-    history = R.load_history(args.history, rows[0].get("run_id")) if args.history else []
+    history = R.load_history(args.history, rows) if args.history else []
     print(*night_figures(rows, history, args.out))
 
 

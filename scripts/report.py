@@ -70,9 +70,14 @@ def strategy_table(rows):
     return [t for t, _ in STRATEGY_COLUMNS], [[f(r) for _, f in STRATEGY_COLUMNS] for r in rows]
 
 
-def same_workload(a, b):
-    keys = ("model", "width", "dataset", "image_size", "per_device_batch", "amp", "device", "small_input",
-            "optimizer", "compression", "zero_reduce")
+# A scaling table's rows agree on the workload and the strategy's options; its
+# single-device column on the workload only (single has no such options).
+WORKLOAD_KEYS = ("model", "width", "dataset", "image_size", "per_device_batch", "amp", "device", "small_input",
+                 "optimizer")
+OPTION_KEYS = ("compression", "zero_reduce")
+
+
+def same_workload(a, b, keys=WORKLOAD_KEYS + OPTION_KEYS):
     return all(a.get(k) == b.get(k) for k in keys)
 
 
@@ -110,7 +115,7 @@ def scaling_tables(rows):
             else:
                 groups.append([r])
         for group in groups:
-            base = [r for r in rows if r.get("strategy") == "single" and same_workload(r, group[0])]
+            base = [r for r in rows if r.get("strategy") == "single" and same_workload(r, group[0], WORKLOAD_KEYS)]
             columns = {}  # (devices, nodes) -> the last row measured there
             for r in base[-1:] + group:
                 columns[(R.devices(r), R.nodes(r))] = r
@@ -164,7 +169,7 @@ def markdown(rows, failures, images=()):
 
 
 def run_gate(args, rows, failures):
-    history = R.load_history(args.against, exclude_run_id=rows[0].get("run_id") or None)
+    history = R.load_history(args.against, rows)
     limits = gate.Limits(k=args.k, floor=args.noise_floor, mem_factor=args.mem_factor, acc_tol=args.acc_tol)
     lines, regressions = gate.check(rows, history, failures, limits)
     for line in lines:
@@ -179,7 +184,7 @@ def write_outputs(args, rows, failures):
     if args.figures:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots"))
         import plot_results
-        history = R.load_history(args.history, rows[0].get("run_id")) if args.history else []
+        history = R.load_history(args.history, rows) if args.history else []
         images = plot_results.night_figures(rows, history, args.figures)
     if args.markdown:
         with open(args.markdown, "w") as f:

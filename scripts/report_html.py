@@ -10,12 +10,13 @@ STYLE = """
 body { font-family: sans-serif; margin: 24px; color: #222; }
 h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; }
 p.env { font-family: monospace; font-size: 12px; color: #555; }
-table { border-collapse: collapse; font-size: 13px; }
-th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; white-space: nowrap; }
-td:last-child { white-space: normal; text-align: left; }
+table { border-collapse: collapse; font-size: 12px; }
+th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: right; white-space: nowrap; }
+th { white-space: normal; }
+table.detail td:last-child { white-space: normal; text-align: left; min-width: 200px; }
 th { background: #eef; } td:first-child, th:first-child { text-align: left; }
 td.fail { color: #b00; font-weight: bold; }
-figure { display: inline-block; margin: 8px; } figure img { max-width: 640px; }
+figure { display: inline-block; margin: 8px; vertical-align: top; } figure img { max-width: 100%; }
 figcaption { font-size: 12px; color: #555; }
 """
 
@@ -26,7 +27,8 @@ def table(header, body):
     for cells in body:
         tds = "".join(f"<td{' class=fail' if 'FAIL' in str(c) else ''}>{html.escape(str(c))}</td>" for c in cells)
         lines.append(f"<tr>{tds}</tr>")
-    return f"<table><tr>{head}</tr>{''.join(lines)}</table>"
+    cls = " class=detail" if header and header[-1] == "detail" else ""  # free text, wrapped
+    return f"<table{cls}><tr>{head}</tr>{''.join(lines)}</table>"
 
 
 def figure(path):

@@ -35,8 +35,11 @@ def load_failures(night_csv):
         return list(csv.DictReader(f))
 
 
-def load_history(directory, exclude_run_id=None):
-    """Every night's rows under directory (one CSV per night), but tonight's."""
+def load_history(directory, tonight):
+    """The rows of the nights under directory (one CSV per night) made before
+    tonight's rows (by timestamp), tonight's own run_id excluded."""
+    run_id = tonight[0].get("run_id") if tonight else None
+    start = min((r.get("timestamp", "") for r in tonight), default="")
     paths = sorted(p for p in glob.glob(os.path.join(directory, "*.csv")) if not p.endswith(".failures.csv"))
     rows = []
     for path in paths:
@@ -44,7 +47,7 @@ def load_history(directory, exclude_run_id=None):
             rows += load([path])
         except RowsError:
             continue  # another tool's CSV in the same directory
-    return [r for r in rows if r.get("run_id") and r.get("run_id") != exclude_run_id]
+    return [r for r in rows if r.get("run_id") and r.get("run_id") != run_id and r.get("timestamp", "") < start]
 
 
 def num(row, key):
