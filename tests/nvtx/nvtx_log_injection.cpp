@@ -1,11 +1,13 @@
-// An NVTX injection library for tests: loaded by the NVTX3 headers inside
-// ddpbench when NVTX_INJECTION64_PATH names it, it records every domain
-// creation and every range push/pop (with the calling thread) as one line in
-// the file named by DDPBENCH_NVTX_LOG. It is how ctest proves the Nsight
-// ranges exist without Nsight or a GPU; nvtx_ranges.py reads the logs. Each
-// process (rank) writes its own file, DDPBENCH_NVTX_LOG.<pid>.
+// An NVTX injection library: loaded by the NVTX3 headers inside ddpbench when
+// NVTX_INJECTION64_PATH names it, it records every domain creation and every
+// range push/pop (calling thread, monotonic time in ns) as one line in the
+// file named by DDPBENCH_NVTX_LOG. It is how ctest proves the Nsight ranges
+// exist without Nsight or a GPU (nvtx_ranges.py), and what
+// scripts/nvtx_trace.py turns into a Chrome trace. Each process (rank) writes
+// its own file, DDPBENCH_NVTX_LOG.<pid>.
 #include <nvtx3/nvToolsExt.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -30,7 +32,11 @@ std::string DomainName(nvtxDomainHandle_t handle) {
 void Log(const std::string& line) {
   std::lock_guard<std::mutex> lock(log_mutex);
   if (!log_file) return;
-  std::fprintf(log_file, "%zu %s\n", std::hash<std::thread::id>{}(std::this_thread::get_id()), line.c_str());
+  // CLOCK_MONOTONIC nanoseconds: one clock for every rank of the machine.
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch()).count();
+  std::fprintf(log_file, "%zu %lld %s\n", std::hash<std::thread::id>{}(std::this_thread::get_id()),
+               static_cast<long long>(ns), line.c_str());
   std::fflush(log_file);
 }
 

@@ -36,7 +36,7 @@ def parse(path):
     domains, threads = set(), collections.defaultdict(list)
     with open(path) as f:
         for line in f:
-            tid, op, rest = line.rstrip("\n").split(" ", 2)
+            tid, _, op, rest = line.rstrip("\n").split(" ", 3)
             if op == "domain":
                 domains.add(rest)
             else:
