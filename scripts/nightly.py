@@ -189,17 +189,21 @@ def run_matrix(args):
 
 
 def report(args, night):
-    """Tables, figures and HTML of the night, then the gate; -> the gate's exit code."""
+    """The gate (its lines also kept in <night>.gate.txt), then tables, figures
+    and HTML with the gate's verdict in them; -> the gate's exit code."""
     here = os.path.dirname(os.path.abspath(__file__))
     if not os.path.exists(night + ".csv"):
         print(f"!! no rows: every entry failed (see {night}.failures.csv)")
         return 1
-    subprocess.run([sys.executable, os.path.join(here, "report.py"), night + ".csv",
-                    f"--markdown={night}.md", f"--html={night}.html", f"--figures={night}",
-                    f"--history={args.out_dir}"], check=False)
-    return subprocess.run([sys.executable, os.path.join(here, "report.py"), night + ".csv",
-                           f"--against={args.out_dir}", f"--k={args.k}",
-                           f"--noise-floor={args.noise_floor}"]).returncode
+    report_py = [sys.executable, os.path.join(here, "report.py"), night + ".csv"]
+    gate = subprocess.run([*report_py, f"--against={args.out_dir}", f"--k={args.k}",
+                           f"--noise-floor={args.noise_floor}"], stdout=subprocess.PIPE, text=True)
+    print(gate.stdout, end="")
+    with open(night + ".gate.txt", "w") as f:
+        f.write(gate.stdout)
+    subprocess.run([*report_py, f"--markdown={night}.md", f"--html={night}.html", f"--figures={night}",
+                    f"--history={args.out_dir}", f"--gate-log={night}.gate.txt"], check=False)
+    return gate.returncode
 
 
 def main():

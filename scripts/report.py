@@ -160,8 +160,10 @@ def environment(rows):
     return " ".join(parts)
 
 
-def markdown(rows, failures, images=()):
+def markdown(rows, failures, images=(), gate_lines=()):
     text = [f"Environment: {environment(rows)}", ""]
+    if gate_lines:
+        text += ["### Regression gate", "", "```", *gate_lines, "```", ""]
     for title, header, body in sections(rows, failures):
         text += [f"### {title}", "", markdown_table(header, body), ""]
     text += [f"![{os.path.basename(p)}]({os.path.basename(p)})" for p in images]
@@ -174,8 +176,9 @@ def run_gate(args, rows, failures):
     lines, regressions = gate.check(rows, history, failures, limits)
     for line in lines:
         print(line)
-    print(f"gate: {len(rows)} row{'s' if len(rows) != 1 else ''} against {len({h['run_id'] for h in history})} earlier nights in "
-          f"{args.against}: {regressions} regression{'s' if regressions != 1 else ''}")
+    nights = len({h["run_id"] for h in history})
+    print(f"gate: {len(rows)} row{'s' if len(rows) != 1 else ''} against {nights} earlier "
+          f"night{'s' if nights != 1 else ''} in {args.against}: {regressions} regression{'s' if regressions != 1 else ''}")
     return 1 if regressions else 0
 
 
@@ -186,15 +189,16 @@ def write_outputs(args, rows, failures):
         import plot_results
         history = R.load_history(args.history, rows) if args.history else []
         images = plot_results.night_figures(rows, history, args.figures)
+    gate_lines = open(args.gate_log).read().splitlines() if args.gate_log else []
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(markdown(rows, failures, [os.path.relpath(p, os.path.dirname(os.path.abspath(args.markdown)))
-                                              for p in images]))
+                                              for p in images], gate_lines))
     if args.html:
         import report_html
         with open(args.html, "w") as f:
             f.write(report_html.page(f"ddpbench night {rows[0].get('run_id') or ''}", environment(rows),
-                                     sections(rows, failures), images))
+                                     sections(rows, failures), images, gate_lines))
 
 
 def parse_args():
@@ -206,6 +210,7 @@ def parse_args():
     p.add_argument("--figures", help="path prefix of the PNG figures (<prefix>_throughput.png ...)")
     p.add_argument("--history", help="directory of earlier nights (history figure)")
     p.add_argument("--against", help="gate: directory of earlier nights; exit 1 on a regression")
+    p.add_argument("--gate-log", help="the gate's output for this night, shown at the top of md/HTML")
     p.add_argument("--k", type=float, default=3.0, help="gate: throughput bound median - k x spread")
     p.add_argument("--noise-floor", type=float, default=0.05,
                    help="gate: least spread, as a fraction of the median (a history with MAD 0)")

@@ -38,10 +38,20 @@ def figure(path):
     return f'<figure><img alt="{name}" src="data:image/png;base64,{data}"><figcaption>{name}</figcaption></figure>'
 
 
-def page(title, environment, sections, images):
+def gate(lines):
+    """The regression gate's verdict: red when a line says REGRESSION."""
+    bad = any(line.startswith("REGRESSION") for line in lines)
+    colour = "#b00" if bad else "#070"
+    return (f'<h2>Regression gate</h2><pre style="color:{colour}; font-size:12px">'
+            f'{html.escape(chr(10).join(lines))}</pre>')
+
+
+def page(title, environment, sections, images, gate_lines=()):
     parts = [f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>",
              f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>",
              f"<p class=env>{html.escape(environment)}</p>"]
+    if gate_lines:
+        parts.append(gate(gate_lines))
     for name, header, body in sections:
         parts += [f"<h2>{html.escape(name)}</h2>", table(header, body)]
     if images:

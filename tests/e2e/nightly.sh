@@ -63,9 +63,10 @@ for night in ("n1", "n2"):
         assert os.path.getsize(path) > 0, path
 html = open(os.path.join(d, "n2.html")).read()
 assert html.count("data:image/png;base64,") == 4 and "ddp scaling" in html, "n2.html: 4 embedded figures, scaling table"
+assert "<h2>Regression gate</h2>" in html and "0 regressions" in open(os.path.join(d, "n2.gate.txt")).read()
 assert os.path.exists(os.path.join(d, "n2_history.png"))
 PYEOF
-grep -q "gate: 2 rows against 1 earlier nights.*: 0 regressions" "$TMP/n2.out" || fail "gate on n2: $(cat "$TMP/n2.out")"
+grep -q "gate: 2 rows against 1 earlier night in .*: 0 regressions" "$TMP/n2.out" || fail "gate on n2: $(cat "$TMP/n2.out")"
 
 # A failing entry and a multi-node entry outside Slurm: recorded, the job goes on.
 cat "$TMP/m.toml" >"$TMP/bad.toml"
