@@ -80,6 +80,16 @@ void RejectRepeats(const CLI::App& app) {
   }
 }
 
+// Labels name a night or a matrix entry in file names and reports: short,
+// no spaces or separators.
+void CheckLabel(const std::string& flag, const std::string& value) {
+  if (value.size() <= 64 && value.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                    "0123456789-_.:+") == std::string::npos)
+    return;
+  throw ConfigError(fmt::format("{}={}: not accepted; a label is at most 64 characters of letters, digits "
+                                "and - _ . : +", flag, value));
+}
+
 }  // namespace
 
 std::string ShellQuote(const std::string& arg) {
@@ -155,6 +165,8 @@ void ValidateConfig(const RunConfig& c) {
     throw ConfigError(fmt::format("--compression={}: gradient compression is a ddp option; zero1 reduces "
                                   "gradients in full precision (leave --compression at none)", c.compression));
   if (!(c.timeout_s > 0)) throw ConfigError(fmt::format("--timeout={}: must be > 0 seconds", c.timeout_s));
+  CheckLabel("--run-id", c.run_id);
+  CheckLabel("--entry", c.entry);
   CheckMember("--zero-reduce", c.zero_reduce, {"reduce-scatter", "all-reduce"});
   CheckMember("--balance", c.balance, {"params", "time"});
   CheckAtLeast("--chunks", c.chunks, int64_t{1});
@@ -217,6 +229,8 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_flag("--cuda-graphs", c.cuda_graphs, "CUDA: capture the whole training step once, then replay it");
   app.add_option("--out", c.out, "CSV file to append the result row to");
   app.add_option("--baseline", c.baseline, "CSV holding the single-device row for scaling efficiency (default: --out)");
+  app.add_option("--run-id", c.run_id, "label copied to the row's run_id column (one nightly job)");
+  app.add_option("--entry", c.entry, "label copied to the row's entry column (a nightly matrix entry)");
   app.add_option("--progress", c.progress, "auto (when stderr is a terminal)|on|off");
   bool no_eval = false;
   app.add_flag("--no-eval", no_eval, "skip the test-set accuracy");

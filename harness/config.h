@@ -64,6 +64,8 @@ struct RunConfig {
   std::string out;                 // CSV file to append the row to ("" : none)
   std::string baseline;            // CSV with the single-device row for scaling
   std::string progress = "auto";   // auto|on|off
+  std::string run_id;              // the nightly job's id, copied to every row ("" : none)
+  std::string entry;               // the nightly matrix entry that made the row
   bool eval = true;                // test accuracy when the dataset is real
   int64_t eval_batches = 0;        // 0: the whole test set
 

@@ -39,6 +39,9 @@ void AddIdentity(const RunResult& r, Row& row) {
   row["host"] = r.env.host;
   row["strategy"] = c.strategy;
   row["gpus"] = std::to_string(c.gpus);
+  row["nodes"] = std::to_string(r.nodes);
+  if (!c.run_id.empty()) row["run_id"] = c.run_id;
+  if (!c.entry.empty()) row["entry"] = c.entry;
   row["world_size"] = std::to_string(r.world);
   row["launcher"] = r.launcher;
   if (!r.store_bind.empty()) row["store_bind"] = r.store_bind;

@@ -21,7 +21,7 @@ namespace ddpbench {
 
 const std::vector<std::string>& ResultColumns() {
   static const std::vector<std::string> kColumns = {
-      "timestamp", "git_sha", "host", "strategy", "gpus", "world_size", "launcher", "device",
+      "timestamp", "git_sha", "host", "run_id", "entry", "strategy", "gpus", "nodes", "world_size", "launcher", "device",
       "device_name", "threads_per_device", "oversubscribed", "model", "norm", "width",
       "small_input", "dataset", "image_size", "per_device_batch", "global_batch", "steps",
       "warmup", "epochs", "amp", "optimizer", "lr", "memory_format", "optimizer_impl", "tf32",

@@ -50,6 +50,7 @@ struct RunResult {
   bool cuda = false;
   bool oversubscribed = false;
   int world = 1;
+  int nodes = 1;
   std::string launcher;
   std::string store_bind;  // where the rendezvous store listened ("" : no store)
   std::string device_name;

@@ -266,6 +266,7 @@ RunResult DescribeRun(const PreparedRun& run, const DistContext& dist, double lr
   r.settings = run.settings;
   r.oversubscribed = run.oversubscribed;
   r.world = dist.world;
+  r.nodes = (dist.world + dist.local_world - 1) / dist.local_world;
   r.launcher = dist.launcher;
   r.store_bind = dist.store_bind;
   r.device_name = r.cuda ? CudaDeviceName(run.devices.front().index()) : r.env.cpu_model;

@@ -1,95 +1,250 @@
 #!/usr/bin/env python3
-"""Comparison table from ddpbench result rows, in the shape of the tables users
-compare us with (strategy, devices, throughput, memory per device, accuracy,
-scaling efficiency, parity). Standard library only.
+"""Reports from ddpbench result rows (one night's CSV, or any rows):
 
-    scripts/report.py results/*.csv                 # markdown to stdout
-    scripts/report.py --format=csv results/a.csv    # the same table as CSV
+  - the strategy table in the shape of the documents users compare us with
+    (experiment, devices x nodes, throughput, memory per device, accuracy)
+    plus ours (scaling efficiency, parity, pipeline bubble, communication
+    hidden behind backward);
+  - a scaling table per data-parallel strategy in seed 001's shape: one column
+    per device count (lr, global batch, steps per epoch, time per epoch,
+    throughput, scaling efficiency, loss, accuracy);
+  - the entries that failed (scripts/nightly.py's <night>.failures.csv);
+  - figures and one self-contained HTML page; the regression gate.
+
+    scripts/report.py results/*.csv                      # markdown to stdout
+    scripts/report.py --format=csv results/a.csv         # strategy table as CSV
+    scripts/report.py night.csv --markdown=n.md --html=n.html --figures=n/ --history=results/nightly
+    scripts/report.py night.csv --against=results/nightly [--k=3]   # gate: exit 1 on a regression
 """
 import argparse
 import csv
+import math
+import os
 import sys
 
-COLUMNS = [
-    ("strategy", "strategy"),
-    ("devices", None),
-    ("model", "model"),
-    ("batch/dev", "per_device_batch"),
-    ("img/s", "throughput_img_s"),
-    ("step p50 ms", "step_ms_p50"),
-    ("memory/device MB", "mem_per_device_mb"),
-    ("accuracy", "accuracy"),
-    ("scaling eff.", "scaling_efficiency"),
-    ("parity |dw|", "parity_max_abs_diff"),
-    ("detail", None),
-]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gate  # noqa: E402
+import rows as R  # noqa: E402
+
+TRAIN_IMAGES = {"mnist": 60000, "fashion-mnist": 60000, "cifar10": 50000, "cifar100": 50000}
+DATA_PARALLEL = ("dp", "ddp", "zero1")
 
 
-def devices(row):
-    kind = row.get("device_name") or row.get("device", "")
-    if row.get("device") == "cpu":
-        kind = f"CPU x{row.get('threads_per_device', '?')} thr"
-    over = " (oversubscribed)" if row.get("oversubscribed") == "true" else ""
-    return f"{row.get('gpus', '?')} x {kind}{over}"
+def cell(value, digits=None):
+    if value is None or value == "":
+        return ""
+    return f"{value:.{digits}f}" if digits is not None else str(value)
+
+
+def parity(row):
+    if not row.get("parity_max_abs_diff"):
+        return ""
+    return row["parity_max_abs_diff"] + (" FAIL" if row.get("parity_ok") == "false" else "")
 
 
 def detail(row):
-    parts = []
-    for key in ("split", "schedule", "chunks", "bubble_measured", "zero_reduce", "optimizer_state_mb",
-                "allreduce_hidden_frac", "amp"):
-        value = row.get(key, "")
-        if value and not (key == "amp" and value == "off"):
-            parts.append(f"{key}={value}")
+    keys = ("split", "schedule", "chunks", "zero_reduce", "optimizer_state_mb", "compression", "amp")
+    return " ".join(f"{k}={row[k]}" for k in keys
+                    if row.get(k) and not (k in ("amp", "compression") and row[k] in ("off", "none")))
+
+
+STRATEGY_COLUMNS = [
+    ("experiment", R.experiment),
+    ("devices x nodes", R.devices_by_nodes),
+    ("device", R.device_kind),
+    ("model", lambda r: f"{r.get('model', '')} w{r.get('width', '')}"),
+    ("batch/dev", lambda r: r.get("per_device_batch", "")),
+    ("img/s", lambda r: r.get("throughput_img_s", "")),
+    ("memory/device MB", lambda r: r.get("mem_per_device_mb", "")),
+    ("accuracy", lambda r: r.get("accuracy", "")),
+    ("scaling eff.", lambda r: r.get("scaling_efficiency", "")),
+    ("parity |dw|", parity),
+    ("bubble", lambda r: r.get("bubble_measured", "")),
+    ("comm. hidden", lambda r: r.get("allreduce_hidden_frac", "")),
+    ("step p50 ms", lambda r: r.get("step_ms_p50", "")),
+    ("detail", detail),
+]
+
+
+def strategy_table(rows):
+    return [t for t, _ in STRATEGY_COLUMNS], [[f(r) for _, f in STRATEGY_COLUMNS] for r in rows]
+
+
+# A scaling table's rows agree on the workload and the strategy's options; its
+# single-device column on the workload only (single has no such options).
+WORKLOAD_KEYS = ("model", "width", "dataset", "image_size", "per_device_batch", "amp", "device", "small_input",
+                 "optimizer")
+OPTION_KEYS = ("compression", "zero_reduce")
+
+
+def same_workload(a, b, keys=WORKLOAD_KEYS + OPTION_KEYS):
+    return all(a.get(k) == b.get(k) for k in keys)
+
+
+def epoch_figures(row):
+    """(steps per epoch, seconds per epoch) on a real dataset's training set."""
+    images = TRAIN_IMAGES.get(row.get("dataset", ""))
+    batch, tput = R.num(row, "global_batch"), R.num(row, "throughput_img_s")
+    if not images or not batch or not tput:
+        return "", ""
+    return str(math.ceil(images / batch)), f"{images / tput:.1f}"
+
+
+SCALING_ROWS = [
+    ("devices x nodes", R.devices_by_nodes),
+    ("learning rate", lambda r: r.get("lr", "")),
+    ("global batch", lambda r: r.get("global_batch", "")),
+    ("steps per epoch", lambda r: epoch_figures(r)[0]),
+    ("time per epoch (s)", lambda r: epoch_figures(r)[1]),
+    ("throughput (img/s)", lambda r: r.get("throughput_img_s", "")),
+    ("scaling efficiency", lambda r: "1.00" if r.get("strategy") == "single" else r.get("scaling_efficiency", "")),
+    ("final loss", lambda r: r.get("final_loss", "")),
+    ("accuracy", lambda r: r.get("accuracy", "")),
+]
+
+
+def scaling_tables(rows):
+    """One table per data-parallel strategy and workload: columns by devices."""
+    tables = []
+    for strategy in DATA_PARALLEL:
+        groups = []
+        for r in (r for r in rows if r.get("strategy") == strategy):
+            group = next((g for g in groups if same_workload(g[0], r)), None)
+            if group:
+                group.append(r)
+            else:
+                groups.append([r])
+        for group in groups:
+            base = [r for r in rows if r.get("strategy") == "single" and same_workload(r, group[0], WORKLOAD_KEYS)]
+            columns = {}  # (devices, nodes) -> the last row measured there
+            for r in base[-1:] + group:
+                columns[(R.devices(r), R.nodes(r))] = r
+            ordered = [columns[k] for k in sorted(columns)]
+            g = group[0]
+            options = " ".join(f"{k}={g[k]}" for k in ("optimizer", "zero_reduce", "compression")
+                               if g.get(k) and g[k] not in ("sgd", "reduce-scatter", "none"))
+            title = (f"{strategy} scaling: {g.get('model')} w{g.get('width')}, {g.get('dataset')} "
+                     f"{g.get('image_size')} px, {g.get('per_device_batch')} images per device, "
+                     f"{R.device_kind(g)}{', ' + options if options else ''}")
+            header = [""] + [f"{R.devices(r)} device{'s' if R.devices(r) > 1 else ''}" for r in ordered]
+            body = [[name] + [f(r) for r in ordered] for name, f in SCALING_ROWS]
+            tables.append((title, header, body))
+    return tables
+
+
+def failure_table(failures):
+    header = ["entry", "strategy", "devices x nodes", "exit", "why"]
+    return header, [[f["entry"], f["strategy"], f"{f['gpus']} x {f['nodes']}", f["exit_code"], f["reason"]]
+                    for f in failures]
+
+
+def markdown_table(header, body):
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |" for cells in body]
+    return "\n".join(lines)
+
+
+def sections(rows, failures):
+    """[(title, header, body)] of every table of the report."""
+    out = [("Strategies", *strategy_table(rows))]
+    out += scaling_tables(rows)
+    if failures:
+        out.append(("Failed entries", *failure_table(failures)))
+    return out
+
+
+def environment(rows):
+    r = rows[-1]
+    parts = [f"{k}={r.get(k)}" for k in ("run_id", "git_sha", "host", "torch_version", "cuda_version",
+                                         "nccl_version", "device_name") if r.get(k)]
     return " ".join(parts)
 
 
-def load(paths):
-    rows = []
-    for path in paths:
-        try:
-            with open(path, newline="") as f:
-                reader = csv.DictReader(f)
-                if not reader.fieldnames or "throughput_img_s" not in reader.fieldnames:
-                    sys.exit(f"report: {path}: not a ddpbench results file (no throughput_img_s column)")
-                rows.extend(reader)
-        except OSError as e:
-            sys.exit(f"report: {path}: {e.strerror}")
-    return rows
+def markdown(rows, failures, images=(), gate_lines=()):
+    text = [f"Environment: {environment(rows)}", ""]
+    if gate_lines:
+        text += ["### Regression gate", "", "```", *gate_lines, "```", ""]
+    for title, header, body in sections(rows, failures):
+        text += [f"### {title}", "", markdown_table(header, body), ""]
+    text += [f"![{os.path.basename(p)}]({os.path.basename(p)})" for p in images]
+    return "\n".join(text).rstrip() + "\n"
 
 
-def table(rows):
-    out = []
-    for r in rows:
-        cells = []
-        for title, key in COLUMNS:
-            if title == "devices":
-                cells.append(devices(r))
-            elif title == "detail":
-                cells.append(detail(r))
-            else:
-                cells.append(r.get(key, ""))
-        out.append(cells)
-    return [t for t, _ in COLUMNS], out
+def run_gate(args, rows, failures):
+    history = R.load_history(args.against, rows)
+    limits = gate.Limits(k=args.k, floor=args.noise_floor, mem_factor=args.mem_factor, acc_tol=args.acc_tol)
+    lines, regressions = gate.check(rows, history, failures, limits)
+    for line in lines:
+        print(line)
+    nights = len({h["run_id"] for h in history})
+    print(f"gate: {len(rows)} row{'s' if len(rows) != 1 else ''} against {nights} earlier "
+          f"night{'s' if nights != 1 else ''} in {args.against}: {regressions} regression{'s' if regressions != 1 else ''}")
+    return 1 if regressions else 0
+
+
+def write_outputs(args, rows, failures):
+    images = []
+    if args.figures:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots"))
+        import plot_results
+        history = R.load_history(args.history, rows) if args.history else []
+        images = plot_results.night_figures(rows, history, args.figures)
+    gate_lines = open(args.gate_log).read().splitlines() if args.gate_log else []
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(markdown(rows, failures, [os.path.relpath(p, os.path.dirname(os.path.abspath(args.markdown)))
+                                              for p in images], gate_lines))
+    if args.html:
+        import report_html
+        with open(args.html, "w") as f:
+            f.write(report_html.page(f"ddpbench night {rows[0].get('run_id') or ''}", environment(rows),
+                                     sections(rows, failures), images, gate_lines))
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("files", nargs="+", help="ddpbench results CSV files")
+    p.add_argument("--format", choices=["markdown", "csv"], default="markdown", help="stdout format")
+    p.add_argument("--markdown", help="write the markdown report to this file")
+    p.add_argument("--html", help="write the self-contained HTML page to this file")
+    p.add_argument("--figures", help="path prefix of the PNG figures (<prefix>_throughput.png ...)")
+    p.add_argument("--history", help="directory of earlier nights (history figure)")
+    p.add_argument("--against", help="gate: directory of earlier nights; exit 1 on a regression")
+    p.add_argument("--gate-log", help="the gate's output for this night, shown at the top of md/HTML")
+    p.add_argument("--k", type=float, default=3.0, help="gate: throughput bound median - k x spread")
+    p.add_argument("--noise-floor", type=float, default=0.05,
+                   help="gate: least spread, as a fraction of the median (a history with MAD 0)")
+    p.add_argument("--mem-factor", type=float, default=1.05, help="gate: peak memory above factor x reference")
+    p.add_argument("--acc-tol", type=float, default=0.02, help="gate: accuracy below reference - tol")
+    args = p.parse_args()
+    for name in ("k", "noise_floor", "acc_tol"):
+        if getattr(args, name) < 0:
+            p.error(f"--{name.replace('_', '-')}={getattr(args, name)}: must be >= 0")
+    if args.mem_factor < 1:
+        p.error(f"--mem-factor={args.mem_factor}: must be >= 1")
+    return args
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("files", nargs="+", help="ddpbench results CSV files")
-    parser.add_argument("--format", choices=["markdown", "csv"], default="markdown")
-    args = parser.parse_args()
-    rows = load(args.files)
+    args = parse_args()
+    try:
+        rows = R.load(args.files)
+    except R.RowsError as e:
+        sys.exit(f"report: {e}")
     if not rows:
         sys.exit("report: no rows in " + ", ".join(args.files))
-    header, body = table(rows)
+    failures = R.load_failures(args.files[0]) if len(args.files) == 1 else []
+    if args.against:
+        sys.exit(run_gate(args, rows, failures))
+    if args.markdown or args.html or args.figures:
+        write_outputs(args, rows, failures)
     if args.format == "csv":
+        header, body = strategy_table(rows)
         w = csv.writer(sys.stdout)
         w.writerow(header)
         w.writerows(body)
-        return
-    print("| " + " | ".join(header) + " |")
-    print("|" + "|".join("---" for _ in header) + "|")
-    for cells in body:
-        print("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    else:
+        sys.stdout.write(markdown(rows, failures))
 
 
 if __name__ == "__main__":

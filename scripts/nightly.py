@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""The nightly job's driver: runs every entry of a matrix file (TOML) with
+ddpbench, all rows of the night in one CSV with one run_id, then the reports
+(scripts/report.py) and, when earlier nights exist, the regression gate.
+
+Single-node entries run the binary directly (it spawns its own ranks);
+multi-node entries run it through srun across the Slurm allocation, one rank
+per device. A failed entry is logged, recorded in <night>.failures.csv (entry,
+exit code, the last line it printed) and the job goes on with the next.
+
+    scripts/nightly.py --matrix=scripts/matrix/gpu.toml            # in sbatch
+    scripts/nightly.py --matrix=scripts/matrix/cpu-small.toml --out-dir=/tmp/n
+
+Matrix format (tomllib, Python 3.11's standard library: the job needs no
+package beyond the interpreter):
+
+    [defaults]                  # flags for every entry: key = value -> --key=value
+    model = "resnet50"          # (underscores become dashes; true -> --flag;
+    amp = "bf16"                #  false -> omitted; a list repeats the flag)
+    [[run]]
+    name = "ddp-2x1"            # label: the row's entry column
+    strategy = "ddp"
+    gpus = 2                    # devices per node
+    nodes = 1                   # > 1: srun across the allocation (ddp, zero1)
+    flags = ["--verify"]        # extra raw flags, after the defaults' flags
+    timeout_s = 3600            # optional, default 7200
+"""
+import argparse
+import csv
+import datetime
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+
+ENTRY_KEYS = {"name", "strategy", "gpus", "nodes", "flags", "timeout_s"}
+MULTI_PROCESS = {"ddp", "zero1"}  # the strategies whose ranks can sit on several nodes
+LABEL = re.compile(r"^[A-Za-z0-9_.:+-]{1,64}$")
+FAILURE_COLUMNS = ["run_id", "entry", "strategy", "gpus", "nodes", "exit_code", "reason", "command"]
+
+
+class MatrixError(Exception):
+    pass
+
+
+def as_flags(table):
+    """{key: value} of a matrix table -> ddpbench flags."""
+    flags = []
+    for key, value in table.items():
+        if key in ENTRY_KEYS:
+            continue
+        flag = "--" + key.replace("_", "-")
+        for v in value if isinstance(value, list) else [value]:
+            if v is True:
+                flags.append(flag)
+            elif v is not False:
+                flags.append(f"{flag}={v}")
+    return flags
+
+
+def check_entry(entry, index, seen):
+    where = f"run #{index + 1} ({entry.get('name', 'no name')})"
+    name = entry.get("name")
+    if not isinstance(name, str) or not LABEL.match(name):
+        raise MatrixError(f"{where}: name must be a label of letters, digits and - _ . : + (at most 64)")
+    if name in seen:
+        raise MatrixError(f"{where}: name '{name}' is used twice; every entry needs its own")
+    seen.add(name)
+    if not isinstance(entry.get("strategy"), str):
+        raise MatrixError(f"{where}: strategy missing")
+    for key in ("gpus", "nodes"):
+        if not isinstance(entry.get(key, 1), int) or entry.get(key, 1) < 1:
+            raise MatrixError(f"{where}: {key}={entry.get(key)!r}: must be an integer >= 1")
+    if entry.get("nodes", 1) > 1 and entry["strategy"] not in MULTI_PROCESS:
+        raise MatrixError(f"{where}: strategy {entry['strategy']} runs in one process; nodes must be 1 "
+                          f"(multi-node: {', '.join(sorted(MULTI_PROCESS))})")
+    if not isinstance(entry.get("flags", []), list):
+        raise MatrixError(f"{where}: flags must be a list of strings")
+
+
+def load_matrix(path):
+    try:
+        with open(path, "rb") as f:
+            matrix = tomllib.load(f)
+    except OSError as e:
+        raise MatrixError(f"{path}: {e.strerror}")
+    except tomllib.TOMLDecodeError as e:
+        raise MatrixError(f"{path}: not valid TOML: {e}")
+    runs = matrix.get("run", [])
+    if not runs:
+        raise MatrixError(f"{path}: no [[run]] entries")
+    unknown = set(matrix) - {"defaults", "run"}
+    if unknown:
+        raise MatrixError(f"{path}: unknown tables {sorted(unknown)}; accepted: [defaults], [[run]]")
+    seen = set()
+    for i, entry in enumerate(runs):
+        check_entry(entry, i, seen)
+    return matrix.get("defaults", {}), runs
+
+
+def command(binary, defaults, entry, out, run_id):
+    """The argv of one entry: direct, or srun across nodes."""
+    gpus, nodes = entry.get("gpus", 1), entry.get("nodes", 1)
+    args = [f"--strategy={entry['strategy']}", *as_flags(defaults), *defaults.get("flags", []),
+            *as_flags(entry), *entry.get("flags", []), f"--out={out}", f"--run-id={run_id}",
+            f"--entry={entry['name']}", "--progress=off"]
+    if nodes == 1:
+        return [binary, f"--gpus={gpus}", *args]
+    return ["srun", f"--nodes={nodes}", f"--ntasks={nodes * gpus}", f"--ntasks-per-node={gpus}",
+            "--kill-on-bad-exit=1", binary, *args]
+
+
+def cannot_run(entry):
+    """Why a multi-node entry cannot run in this allocation ('' when it can)."""
+    nodes = entry.get("nodes", 1)
+    if nodes == 1:
+        return ""
+    if "SLURM_JOB_ID" not in os.environ:
+        return f"needs {nodes} nodes: not inside a Slurm allocation (submit with sbatch --nodes={nodes})"
+    have = int(os.environ.get("SLURM_JOB_NUM_NODES", os.environ.get("SLURM_NNODES", "1")))
+    if have < nodes:
+        return f"needs {nodes} nodes, the allocation has {have}"
+    return ""
+
+
+def last_line(path):
+    with open(path, errors="replace") as f:
+        lines = [line.strip() for line in f if line.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
+def run_entry(argv, entry, log_path):
+    """-> (exit code, reason); the entry's output goes to log_path."""
+    reason = cannot_run(entry)
+    if reason:
+        with open(log_path, "w") as log:
+            log.write(reason + "\n")
+        return None, reason
+    with open(log_path, "w") as log:
+        log.write("$ " + shlex.join(argv) + "\n")
+        log.flush()
+        try:
+            rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT,
+                                timeout=entry.get("timeout_s", 7200)).returncode
+        except subprocess.TimeoutExpired:
+            return None, f"timed out after {entry.get('timeout_s', 7200)} s"
+        except OSError as e:
+            return None, f"cannot start {argv[0]}: {e.strerror}"
+    return rc, "" if rc == 0 else last_line(log_path)
+
+
+def record_failure(path, run_id, entry, rc, reason, argv):
+    new = not os.path.exists(path)
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, FAILURE_COLUMNS)
+        if new:
+            w.writeheader()
+        w.writerow({"run_id": run_id, "entry": entry["name"], "strategy": entry["strategy"],
+                    "gpus": entry.get("gpus", 1), "nodes": entry.get("nodes", 1),
+                    "exit_code": "" if rc is None else rc, "reason": reason, "command": shlex.join(argv)})
+
+
+def default_run_id():
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
+    return f"{stamp}-{os.environ.get('SLURM_JOB_ID', 'local')}"
+
+
+def run_matrix(args):
+    defaults, runs = load_matrix(args.matrix)
+    night = os.path.join(args.out_dir, args.run_id)
+    if not args.dry_run:
+        os.makedirs(night, exist_ok=True)
+    failed = 0
+    for entry in runs:
+        if args.only and entry["name"] not in args.only:
+            continue
+        argv = command(args.bin, defaults, entry, night + ".csv", args.run_id)
+        print(f"== {entry['name']}: {shlex.join(argv)}", flush=True)
+        if args.dry_run:
+            continue
+        rc, reason = run_entry(argv, entry, os.path.join(night, entry["name"] + ".log"))
+        if rc != 0:
+            failed += 1
+            print(f"!! {entry['name']} failed (exit {rc}): {reason}", flush=True)
+            record_failure(night + ".failures.csv", args.run_id, entry, rc, reason, argv)
+    return night, failed
+
+
+def report(args, night):
+    """The gate (its lines also kept in <night>.gate.txt), then tables, figures
+    and HTML with the gate's verdict in them; -> the gate's exit code."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if not os.path.exists(night + ".csv"):
+        print(f"!! no rows: every entry failed (see {night}.failures.csv)")
+        return 1
+    report_py = [sys.executable, os.path.join(here, "report.py"), night + ".csv"]
+    gate = subprocess.run([*report_py, f"--against={args.out_dir}", f"--k={args.k}",
+                           f"--noise-floor={args.noise_floor}"], stdout=subprocess.PIPE, text=True)
+    print(gate.stdout, end="")
+    with open(night + ".gate.txt", "w") as f:
+        f.write(gate.stdout)
+    subprocess.run([*report_py, f"--markdown={night}.md", f"--html={night}.html", f"--figures={night}",
+                    f"--history={args.out_dir}", f"--gate-log={night}.gate.txt"], check=False)
+    return gate.returncode
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--matrix", required=True, help="TOML matrix file")
+    parser.add_argument("--out-dir", default="results/nightly", help="where the nights are kept")
+    parser.add_argument("--run-id", default=default_run_id(), help="the night's label (default: UTC time-jobid)")
+    parser.add_argument("--bin", default="build/ddpbench")
+    parser.add_argument("--only", action="append", help="run only this entry (repeatable)")
+    parser.add_argument("--k", default="3", help="gate: throughput below median - k x MAD is a regression")
+    parser.add_argument("--noise-floor", default="0.05", help="gate: least spread as a fraction of the median")
+    parser.add_argument("--no-report", action="store_true", help="rows only: no tables, figures or gate")
+    parser.add_argument("--dry-run", action="store_true", help="print each entry's command, run nothing")
+    args = parser.parse_args()
+    if not LABEL.match(args.run_id):
+        sys.exit(f"nightly: --run-id={args.run_id}: a label is letters, digits and - _ . : + (at most 64)")
+    try:
+        night, failed = run_matrix(args)
+    except MatrixError as e:
+        print(f"nightly: {e}", file=sys.stderr)
+        sys.exit(2)
+    if args.dry_run:
+        return
+    gate = 0 if args.no_report else report(args, night)
+    print(f"nightly {args.run_id}: {failed} failed entr{'y' if failed == 1 else 'ies'}; "
+          f"rows in {night}.csv" + ("; regressions found" if gate else ""))
+    sys.exit(1 if failed or gate else 0)
+
+
+if __name__ == "__main__":
+    main()

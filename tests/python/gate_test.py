@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Unit tests of the regression gate's rules (scripts/gate.py) on hand-built
+rows: these check the rules' arithmetic and edge cases (MAD of 0, workload
+matching, causes), not any measured figure; tests/e2e/nightly.sh checks the
+gate on real nights."""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+import gate  # noqa: E402
+
+
+def row(night, tput, **cells):
+    base = {"run_id": night, "entry": "ddp-2x1", "strategy": "ddp", "gpus": "2", "nodes": "1", "model": "resnet18",
+            "width": "4", "throughput_img_s": str(tput), "peak_mem_mb": "100", "accuracy": "0.80",
+            "timestamp": night, "git_sha": "abc", "torch_version": "2.11.0", "command": "ddpbench --steps=6"}
+    base.update(cells)
+    return base
+
+
+def check(tonight, history, failures=()):
+    return gate.check([tonight], history, list(failures), gate.Limits())
+
+
+class GateTest(unittest.TestCase):
+    def test_identical_history_uses_the_noise_floor(self):
+        history = [row("n1", 100), row("n2", 100)]  # MAD 0: the floor (5% x k=3) decides
+        self.assertEqual(check(row("t", 90), history)[1], 0)
+        lines, n = check(row("t", 80), history)
+        self.assertEqual(n, 1)
+        self.assertRegex(lines[0], r"^REGRESSION ddp-2x1 throughput_img_s: tonight 80.00, reference 100.00 "
+                                   r"\(median of 2; bound 85.00")
+
+    def test_wide_history_widens_the_bound(self):
+        history = [row(f"n{i}", v) for i, v in enumerate([100, 80, 120, 90, 110])]  # MAD 10
+        self.assertEqual(check(row("t", 60), history)[1], 0)   # bound 100 - 3 x 14.8
+        self.assertEqual(check(row("t", 50), history)[1], 1)
+
+    def test_memory_parity_accuracy(self):
+        history = [row("n1", 100)]
+        self.assertEqual(check(row("t", 100, peak_mem_mb="104"), history)[1], 0)
+        lines, n = check(row("t", 100, peak_mem_mb="106", parity_ok="false", parity_max_abs_diff="1e-2",
+                             accuracy="0.70"), history)
+        self.assertEqual(n, 3)
+        self.assertEqual([l.split()[2] for l in lines if l.startswith("REGRESSION")],
+                         ["peak_mem_mb:", "parity:", "accuracy:"])
+
+    def test_other_workload_is_new_not_compared(self):
+        lines, n = check(row("t", 10, width="8"), [row("n1", 100)])
+        self.assertEqual(n, 0)
+        self.assertIn("new      ddp-2x1", lines[0])
+
+    def test_environment_and_option_changes_are_named_as_causes(self):
+        lines, n = check(row("t", 50, torch_version="2.12.0", command="ddpbench --steps=6 --threads-per-device=1"),
+                         [row("n1", 100)])
+        self.assertEqual(n, 1)
+        self.assertIn("  likely cause: torch_version 2.11.0 -> 2.12.0", lines)
+        self.assertIn("  likely cause: options +--threads-per-device=1", lines)
+
+    def test_failed_entry_is_a_regression(self):
+        lines, n = check(row("t", 100), [row("n1", 100)],
+                         [{"entry": "pmp-2x1", "exit_code": "2", "reason": "--chunks=0: must be at least 1"}])
+        self.assertEqual(n, 1)
+        self.assertIn("REGRESSION pmp-2x1 run: failed tonight (exit 2): --chunks=0: must be at least 1", lines)
+
+
+if __name__ == "__main__":
+    unittest.main()
