@@ -161,6 +161,7 @@ class PipelineStrategy final : public Strategy {
     const int64_t n = batch.size();
     TORCH_CHECK(n >= M, "pipeline: a batch of ", n, " cannot make ", M, " micro-batches");
     StepState state;
+    state.timed = steps_ >= config_->warmup;
     auto images = batch.images.tensor_split(M);
     auto labels = batch.labels.tensor_split(M);
     for (int m = 0; m < M; ++m) {
@@ -202,7 +203,8 @@ class PipelineStrategy final : public Strategy {
       });
     }
     const double wall = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    const bool timed = steps_++ >= config_->warmup;
+    const bool timed = state.timed;
+    ++steps_;
     if (timed) {
       ++timed_steps_;
       wall_ms_ += wall;
@@ -326,7 +328,7 @@ class PipelineStrategy final : public Strategy {
     BusyClock clock;                     // optimizer work
     double optimizer_ms = 0;             // this step's
     double busy_ms = 0;                  // timed steps' total
-    double activation_peak_bytes = 0;    // above the step's starting allocation
+    double activation_peak_bytes = 0;    // timed steps: above the step's starting allocation
     torch::Tensor found_inf;             // fp16: this step's overflow flag
   };
 
@@ -334,6 +336,7 @@ class PipelineStrategy final : public Strategy {
     std::vector<Handoff> images, labels;  // per micro-batch, from the data loader
     std::vector<double> weights;          // micro-batch size / batch size
     torch::Tensor loss;                   // on the last chunk: the batch's mean loss
+    bool timed = false;                   // past --warmup
   };
 
   // Device d's part of one step, in its worker thread: its row of the
@@ -341,14 +344,14 @@ class PipelineStrategy final : public Strategy {
   // follows once every device's overflow flag is known).
   void RunDevice(int d, StepState& state) {
     Device& dev = *devices_[d];
-    dev.optimizer->zero_grad();
+    dev.optimizer->zero_grad(/*set_to_none=*/false);  // gradients stay allocated: not activations
     const int64_t base = AllocatedBytesNow(dev.device, dev.index);
     for (const PipelineAction& a : table_.actions[d]) {
       if (a.op == PipelineOp::kForward) RunForward(a.chunk, a.micro_batch, state);
       else if (a.op == PipelineOp::kBackwardWeight) RunWeightGrad(a.chunk, a.micro_batch);
       else RunBackward(a.chunk, a.micro_batch, a.op == PipelineOp::kBackwardInput);
       const double held = static_cast<double>(AllocatedBytesNow(dev.device, dev.index) - base);
-      dev.activation_peak_bytes = std::max(dev.activation_peak_bytes, held);
+      if (state.timed) dev.activation_peak_bytes = std::max(dev.activation_peak_bytes, held);
     }
     {
       StageWork work(dev.clock, *timer_, Phase::kOptimizer, dev.device);

@@ -76,9 +76,8 @@ void CheckStageCount(const std::string& strategy, int devices, const std::vector
   if (virtual_stages > 1 && devices * virtual_stages > units)
     throw ConfigError(fmt::format(
         "--virtual-stages={}: --gpus={} x {} = {} model chunks, but the model has only {}; accepted: "
-        "--virtual-stages=2..{} (at least one unit per chunk)",
-        virtual_stages, devices, virtual_stages, devices * virtual_stages, UnitList(unit_names),
-        std::max(2, units / devices)));
+        "--virtual-stages=1..{} (at least one unit per chunk)",
+        virtual_stages, devices, virtual_stages, devices * virtual_stages, UnitList(unit_names), units / devices));
   if (devices > units)
     throw ConfigError(fmt::format(
         "--gpus={}: {} puts at least one unit on each device, but the model has only {}; accepted: --gpus=1..{}",
