@@ -90,7 +90,52 @@ void CheckLabel(const std::string& flag, const std::string& value) {
                                 "and - _ . : +", flag, value));
 }
 
+// Flags that only some strategies read; every other flag applies to all.
+// A new strategy that takes one of these flags adds its name (or a prefix
+// pattern such as "zero*") here.
+const std::vector<std::pair<std::string, std::vector<std::string>>>& StrategyFlagTable() {
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> table = {
+      {"--bucket-cap-mb", {"ddp", "zero*"}},
+      {"--grad-accum", {"ddp"}},
+      {"--compression", {"ddp"}},
+      {"--timeout", {"ddp", "zero*"}},
+      {"--zero-reduce", {"zero*"}},
+      {"--balance", {"mp", "pmp"}},
+      {"--split", {"mp", "pmp"}},
+      {"--chunks", {"pmp"}},
+      {"--schedule", {"pmp"}},
+      {"--virtual-stages", {"pmp"}},
+  };
+  return table;
+}
+
+bool StrategyMatches(const std::string& strategy, const std::string& pattern) {
+  if (!pattern.empty() && pattern.back() == '*')
+    return strategy.compare(0, pattern.size() - 1, pattern, 0, pattern.size() - 1) == 0;
+  return strategy == pattern;
+}
+
+// A strategy-specific flag given with another strategy: one error naming
+// the strategies it applies to.
+void CheckFlagsApply(const RunConfig& c) {
+  for (const auto& [flag, value] : c.given) {
+    const auto strategies = FlagStrategies(flag);
+    if (strategies.empty()) continue;
+    bool applies = false;
+    for (const auto& pattern : strategies) applies = applies || StrategyMatches(c.strategy, pattern);
+    if (!applies)
+      throw ConfigError(fmt::format("{}={}: applies only to --strategy={}, not to --strategy={}; leave it out",
+                                    flag, value, Join(strategies), c.strategy));
+  }
+}
+
 }  // namespace
+
+std::vector<std::string> FlagStrategies(const std::string& flag) {
+  for (const auto& [name, strategies] : StrategyFlagTable())
+    if (name == flag) return strategies;
+  return {};
+}
 
 std::string ShellQuote(const std::string& arg) {
   if (!arg.empty() && arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -168,9 +213,13 @@ void ValidateConfig(const RunConfig& c) {
   CheckLabel("--run-id", c.run_id);
   CheckLabel("--entry", c.entry);
   CheckMember("--zero-reduce", c.zero_reduce, {"reduce-scatter", "all-reduce"});
-  CheckMember("--balance", c.balance, {"params", "time"});
+  CheckMember("--balance", c.balance, {"time", "params"});
   CheckAtLeast("--chunks", c.chunks, int64_t{1});
-  CheckMember("--schedule", c.schedule, {"gpipe", "1f1b"});
+  CheckMember("--schedule", c.schedule, {"gpipe", "1f1b", "interleaved", "zero-bubble"});
+  CheckAtLeast("--virtual-stages", c.virtual_stages, int64_t{0});
+  if (c.virtual_stages > 0 && c.schedule != "interleaved")
+    throw ConfigError(fmt::format("--virtual-stages={}: applies only to --schedule=interleaved, not to --schedule={}",
+                                  c.virtual_stages, c.schedule));
   if (!c.split.empty()) {
     std::stringstream ss(c.split);
     std::string part;
@@ -182,6 +231,7 @@ void ValidateConfig(const RunConfig& c) {
         throw ConfigError(fmt::format("--split={}: must be a comma list of unit counts >= 1, one per device, e.g. 4,6", c.split));
     }
   }
+  CheckFlagsApply(c);
 }
 
 bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
@@ -243,10 +293,11 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--compression", c.compression, "ddp: gradient compression hook none|fp16|bf16");
   app.add_option("--timeout", c.timeout_s, "seconds before a stuck collective ends the run");
   app.add_option("--zero-reduce", c.zero_reduce, "zero1: reduce-scatter|all-reduce");
-  app.add_option("--balance", c.balance, "mp/pmp: params|time");
-  app.add_option("--split", c.split, "mp/pmp: units per device, e.g. 4,6");
+  app.add_option("--balance", c.balance, "mp/pmp: time (measured forward+backward per unit)|params");
+  app.add_option("--split", c.split, "mp/pmp: units per stage, e.g. 4,6");
   app.add_option("--chunks", c.chunks, "pmp: micro-batches per batch");
-  app.add_option("--schedule", c.schedule, "pmp: gpipe|1f1b");
+  app.add_option("--schedule", c.schedule, "pmp: gpipe|1f1b|interleaved|zero-bubble");
+  app.add_option("--virtual-stages", c.virtual_stages, "pmp --schedule=interleaved: model chunks per device (default 2)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -259,6 +310,11 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   RejectRepeats(app);
   c.eval = !no_eval;
   c.gpus_given = app.count("--gpus") > 0;
+  for (const auto* option : app.get_options())
+    if (option->count() > 0 && !option->get_name().empty()) {
+      const auto& results = option->results();
+      c.given[option->get_name()] = results.empty() ? "" : results.back();
+    }
   std::string command;
   for (int i = 0; i < argc; ++i) command += (i ? " " : "") + ShellQuote(argv[i]);
   c.command = command;

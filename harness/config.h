@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -82,10 +83,15 @@ struct RunConfig {
   std::string zero_reduce = "reduce-scatter";  // reduce-scatter|all-reduce
 
   // Model parallel (mp, pmp).
-  std::string balance = "params";    // params|time
-  std::string split;                 // explicit: unit counts per device, "4,6"
+  std::string balance = "time";      // time|params
+  std::string split;                 // explicit: unit counts per stage, "4,6"
   int64_t chunks = 4;
-  std::string schedule = "gpipe";    // gpipe|1f1b
+  std::string schedule = "1f1b";     // gpipe|1f1b|interleaved|zero-bubble
+  int64_t virtual_stages = 0;        // interleaved: chunks per device (0: 2)
+
+  // The flags given on the command line (name -> value as typed), so that a
+  // flag that does not apply to the strategy is an error, not ignored.
+  std::map<std::string, std::string> given;
 
   // The command line as given, shell-quoted, for the CSV's command column.
   std::string command;
@@ -100,6 +106,11 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config);
 
 // Range and combination checks shared by the CLI and the tests.
 void ValidateConfig(const RunConfig& config);
+
+// The strategies a strategy-specific flag applies to ("zero*": every
+// strategy whose name starts with "zero"); empty for a flag every strategy
+// takes. The one table of which flag belongs to which strategies.
+std::vector<std::string> FlagStrategies(const std::string& flag);
 
 std::string ShellQuote(const std::string& arg);
 

@@ -41,7 +41,8 @@ CudaMemoryPeaks CudaPeaks(int device) {
   auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
   const auto agg = static_cast<size_t>(StatType::AGGREGATE);
   return {static_cast<double>(stats.allocated_bytes[agg].peak),
-          static_cast<double>(stats.reserved_bytes[agg].peak)};
+          static_cast<double>(stats.reserved_bytes[agg].peak),
+          static_cast<double>(stats.allocated_bytes[agg].current)};
 }
 void CudaResetPeak(int device) { c10::cuda::CUDACachingAllocator::resetPeakStats(device); }
 void CudaSynchronize(int device) {

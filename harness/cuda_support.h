@@ -18,6 +18,7 @@ std::string NcclVersion();         // "" without NCCL
 struct CudaMemoryPeaks {
   double allocated = 0;  // bytes
   double reserved = 0;
+  double allocated_now = 0;  // bytes allocated at the call
 };
 CudaMemoryPeaks CudaPeaks(int device);
 void CudaResetPeak(int device);

@@ -114,6 +114,11 @@ DeviceMemory MeasureDeviceMemory(const torch::Device& device, int logical_index)
   return m;
 }
 
+int64_t AllocatedBytesNow(const torch::Device& device, int logical_index) {
+  if (device.is_cuda()) return static_cast<int64_t>(CudaPeaks(device.index()).allocated_now);
+  return CpuAllocatedBytes(logical_index);
+}
+
 double PeakRssMb() {
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);

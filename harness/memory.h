@@ -37,6 +37,8 @@ int64_t CpuPeakBytes(int index);
 void ResetPeakMemory(const std::vector<torch::Device>& devices);
 // `logical_index` is the CPU logical device number (ignored for CUDA).
 DeviceMemory MeasureDeviceMemory(const torch::Device& device, int logical_index);
+// Bytes allocated on the device now (CPU: tracked bytes of the logical device).
+int64_t AllocatedBytesNow(const torch::Device& device, int logical_index);
 double PeakRssMb();
 
 }  // namespace ddpbench

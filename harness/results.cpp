@@ -31,8 +31,9 @@ const std::vector<std::string>& ResultColumns() {
       "backward_ms", "optimizer_ms", "communication_ms", "peak_mem_mb", "mem_per_device_mb",
       "mem_reserved_per_device_mb", "peak_rss_mb", "optimizer_state_mb", "accuracy",
       "final_loss", "scaling_efficiency", "baseline_throughput_img_s", "parity_max_abs_diff",
-      "parity_steps", "parity_model", "parity_ok", "split", "chunks", "schedule",
-      "bubble_measured", "bubble_theory", "stage_busy_ms", "bucket_cap_mb", "grad_accum",
+      "parity_steps", "parity_model", "parity_ok", "split", "stage_time_ms", "chunks", "schedule",
+      "virtual_stages", "bubble_measured", "bubble_theory", "stage_busy_ms", "chunk_fbw_ms", "activation_peak_mb",
+      "bucket_cap_mb", "grad_accum",
       "compression", "allreduce_hidden_frac", "zero_reduce", "store_bind", "torch_version", "cuda_version",
       "nccl_version", "cpu_model", "command"};
   return kColumns;

@@ -12,8 +12,8 @@
 #include <torch/types.h>
 
 #include <condition_variable>
-#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -22,30 +22,34 @@
 
 namespace ddpbench {
 
-// A blocking queue between two workers. Close() wakes every waiter and makes
-// Pop() throw PipelineAborted, so one failing worker cannot leave the others
-// waiting for ever; Reset() reopens and empties it.
+// Close() on a Mailbox wakes every waiter and makes Pop() throw
+// PipelineAborted, so one failing worker cannot leave the others waiting for
+// ever.
 class PipelineAborted : public std::runtime_error {
  public:
   PipelineAborted() : std::runtime_error("pipeline aborted: another worker failed") {}
 };
 
-template <typename T>
-class Channel {
+// Values addressed by key (a micro-batch number): Pop(key) waits until that
+// key's value has been pushed, so a pipeline schedule may consume its inputs
+// in any order. Reset() reopens and empties it.
+template <typename Key, typename T>
+class Mailbox {
  public:
-  void Push(T value) {
+  void Push(const Key& key, T value) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      items_.push_back(std::move(value));
+      items_.emplace(key, std::move(value));
     }
-    ready_.notify_one();
+    ready_.notify_all();
   }
-  T Pop() {
+  T Pop(const Key& key) {
     std::unique_lock<std::mutex> lock(mutex_);
-    ready_.wait(lock, [&] { return closed_ || !items_.empty(); });
+    ready_.wait(lock, [&] { return closed_ || items_.count(key) > 0; });
     if (closed_) throw PipelineAborted();
-    T value = std::move(items_.front());
-    items_.pop_front();
+    auto it = items_.find(key);
+    T value = std::move(it->second);
+    items_.erase(it);
     return value;
   }
   void Close() {
@@ -64,7 +68,7 @@ class Channel {
  private:
   std::mutex mutex_;
   std::condition_variable ready_;
-  std::deque<T> items_;
+  std::map<Key, T> items_;
   bool closed_ = false;
 };
 

@@ -10,9 +10,12 @@
 
 #include "harness/config.h"
 #include "harness/cuda_support.h"
+#include "harness/memory.h"
 #include "harness/phase.h"
 #include "harness/training.h"
 #include "strategies/device_workers.h"
+#include "strategies/schedules.h"
+#include "strategies/split_backward.h"
 #include "strategies/stages.h"
 
 namespace ddpbench {
@@ -77,6 +80,30 @@ std::string Divisors(int64_t n) {
   return fmt::format("{}{}", fmt::join(d, ", "), d.back() == n ? "" : ", ...");
 }
 
+std::string Joined(const std::vector<double>& values, const char* format = "{:.1f}") {
+  std::vector<std::string> parts;
+  for (double v : values) parts.push_back(fmt::format(fmt::runtime(format), v));
+  return fmt::format("{}", fmt::join(parts, "/"));
+}
+
+// The checks of --chunks/--schedule/--virtual-stages that need the batch and
+// the device count; each a ConfigError naming the value and what is accepted.
+void CheckPipelineShape(const RunConfig& c, int devices) {
+  if (c.chunks < 1) throw ConfigError(fmt::format("--chunks={}: must be at least 1", c.chunks));
+  if (c.batch_size % c.chunks != 0)
+    throw ConfigError(fmt::format(
+        "--chunks={}: --batch-size={} does not divide into {} equal micro-batches; accepted: a divisor of {} ({})",
+        c.chunks, c.batch_size, c.chunks, c.batch_size, Divisors(c.batch_size)));
+  if (c.schedule == "zero-bubble" && c.chunks < devices)
+    throw ConfigError(fmt::format(
+        "--chunks={}: --schedule=zero-bubble needs at least one micro-batch per device; accepted: --chunks>={} "
+        "(--gpus={})", c.chunks, devices, devices));
+  if (c.schedule == "interleaved" && c.chunks % devices != 0)
+    throw ConfigError(fmt::format(
+        "--chunks={}: --schedule=interleaved takes micro-batches in groups of --gpus={}; accepted: a multiple of {} "
+        "that divides --batch-size={}", c.chunks, devices, devices, c.batch_size));
+}
+
 class PipelineStrategy final : public Strategy {
  public:
   explicit PipelineStrategy(bool pipelined) : pipelined_(pipelined) {}
@@ -86,160 +113,201 @@ class PipelineStrategy final : public Strategy {
     config_ = ctx.config;
     timer_ = ctx.timer;
     const int S = static_cast<int>(ctx.devices.size());
+    PipelineSchedule schedule = PipelineSchedule::kGPipe;
+    int V = 1, M = 1;
     if (pipelined_) {
-      if (config_->chunks < 1)
-        throw ConfigError(fmt::format("--chunks={}: must be at least 1", config_->chunks));
-      if (config_->batch_size % config_->chunks != 0)
-        throw ConfigError(fmt::format(
-            "--chunks={}: --batch-size={} does not divide into {} equal micro-batches; accepted: a divisor of {} ({})",
-            config_->chunks, config_->batch_size, config_->chunks, config_->batch_size, Divisors(config_->batch_size)));
-      micro_batches_ = static_cast<int>(config_->chunks);
-      schedule_ = ParsePipelineSchedule(config_->schedule);
+      schedule = ParsePipelineSchedule(config_->schedule);
+      if (schedule == PipelineSchedule::kInterleaved) V = config_->virtual_stages > 0 ? config_->virtual_stages : 2;
+      CheckPipelineShape(*config_, S);
+      M = static_cast<int>(config_->chunks);
     }
+    table_ = BuildPipelineTable(schedule, S, V, M);
     model_ = BuildModel(ctx.model, config_->seed, ctx.devices.front());
-    split_ = ChooseSplit(*config_, model_, S, config_->batch_size / micro_batches_);
+    plan_ = ChooseSplit(*config_, model_, S, V, config_->batch_size / M);
 
     auto unit = model_->units()->begin();
-    for (int s = 0; s < S; ++s) {
-      auto stage = std::make_unique<Stage>(ctx.devices[s]);
-      for (int i = 0; i < split_[s]; ++i) stage->units.push_back(*unit++);
-      stage->ops = StageSchedule(schedule_, s, S, micro_batches_);
-      stages_.push_back(std::move(stage));
+    for (int c = 0; c < table_.chunks(); ++c) {
+      chunks_.push_back(std::make_unique<Chunk>(ctx.devices[table_.DeviceOf(c)], M));
+      for (int i = 0; i < plan_.counts[c]; ++i) chunks_.back()->units.push_back(*unit++);
     }
+    for (int d = 0; d < S; ++d) devices_.push_back(std::make_unique<Device>(ctx.devices[d], d));
     workers_ = std::make_unique<DeviceWorkers>(ctx.devices, /*own_streams=*/true);
-    // Each stage's weights, optimizer and loss scaler live on its device
-    // (made in its thread, so a CPU logical device is charged for them).
-    workers_->RunAll([&](int s) {
-      Stage& st = *stages_[s];
+    // Each chunk's weights, and each device's optimizer and loss scaler, live
+    // on that device (made in its thread, so a CPU logical device is charged).
+    workers_->RunAll([&](int d) {
+      Device& dev = *devices_[d];
       torch::NoGradGuard no_grad;
-      for (auto& u : st.units) {
-        if (st.device.is_cpu()) {
-          for (auto& p : u.ptr()->parameters()) p.set_data(p.data().clone());
-          for (auto& b : u.ptr()->buffers()) b.set_data(b.data().clone());
-        } else {
-          u.ptr()->to(st.device);
+      for (int c = d; c < table_.chunks(); c += S) {
+        Chunk& ch = *chunks_[c];
+        for (auto& u : ch.units) {
+          if (dev.device.is_cpu()) {
+            for (auto& p : u.ptr()->parameters()) p.set_data(p.data().clone());
+            for (auto& b : u.ptr()->buffers()) b.set_data(b.data().clone());
+          } else {
+            u.ptr()->to(dev.device);
+          }
+          for (auto& p : u.ptr()->parameters()) ch.params.push_back(p);
         }
-        for (auto& p : u.ptr()->parameters()) st.params.push_back(p);
+        dev.params.insert(dev.params.end(), ch.params.begin(), ch.params.end());
       }
-      st.optimizer = MakeOptimizer(*config_, st.params, ctx.lr);
-      st.scaler = std::make_unique<LossScaler>(config_->amp, st.device);
-      WaitForCurrentStream(st.device);
+      dev.optimizer = MakeOptimizer(*config_, dev.params, ctx.lr);
+      dev.scaler = std::make_unique<LossScaler>(config_->amp, dev.device);
+      WaitForCurrentStream(dev.device);
     });
-    busy_ms_.assign(S, 0.0);
   }
 
   StepResult Step(const Batch& batch) override {
-    const int S = static_cast<int>(stages_.size());
+    const int M = table_.micro_batches;
     const int64_t n = batch.size();
-    TORCH_CHECK(n >= micro_batches_, "pipeline: a batch of ", n, " cannot make ", micro_batches_, " micro-batches");
+    TORCH_CHECK(n >= M, "pipeline: a batch of ", n, " cannot make ", M, " micro-batches");
     StepState state;
-    auto images = batch.images.tensor_split(micro_batches_);
-    auto labels = batch.labels.tensor_split(micro_batches_);
-    for (int m = 0; m < micro_batches_; ++m) {
+    state.timed = steps_ >= config_->warmup;
+    auto images = batch.images.tensor_split(M);
+    auto labels = batch.labels.tensor_split(M);
+    for (int m = 0; m < M; ++m) {
       state.images.push_back(Send(images[m], /*host=*/true));
       state.labels.push_back(Send(labels[m], /*host=*/true));
       // Each micro-batch's mean loss weighted by its share of the batch: the
       // sum over micro-batches is the mean over the batch.
       state.weights.push_back(static_cast<double>(labels[m].size(0)) / n);
     }
-    for (auto& st : stages_) {
-      st->from_prev.Reset();
-      st->from_next.Reset();
+    for (auto& ch : chunks_) {
+      ch->from_prev.Reset();
+      ch->from_next.Reset();
     }
 
     auto t0 = Clock::now();
-    workers_->RunAll([&](int s) {
+    workers_->RunAll([&](int d) {
       try {
-        RunStage(s, state);
+        RunDevice(d, state);
       } catch (...) {
-        for (auto& st : stages_) {  // wake every stage waiting on another
-          st->from_prev.Close();
-          st->from_next.Close();
+        for (auto& ch : chunks_) {  // wake every device waiting on another
+          ch->from_prev.Close();
+          ch->from_next.Close();
         }
         throw;
       }
     });
-    if (stages_.front()->scaler->enabled()) {
-      // fp16: skip the step on every stage if any stage's gradients overflowed.
+    if (devices_.front()->scaler->enabled()) {
+      // fp16: skip the step on every device if any device's gradients overflowed.
       torch::Tensor found = torch::zeros({1});
-      for (auto& st : stages_) found += st->found_inf.to(torch::kCPU);
-      workers_->RunAll([&](int s) {
-        Stage& st = *stages_[s];
+      for (auto& dev : devices_) found += dev->found_inf.to(torch::kCPU);
+      workers_->RunAll([&](int d) {
+        Device& dev = *devices_[d];
         {
-          StageWork work(st.clock, *timer_, Phase::kOptimizer, st.device);
-          st.scaler->StepAndUpdate(*st.optimizer, found.to(st.device));
+          StageWork work(dev.clock, *timer_, Phase::kOptimizer, dev.device);
+          dev.scaler->StepAndUpdate(*dev.optimizer, found.to(dev.device));
         }
-        WaitForCurrentStream(st.device);
-        st.busy_ms += st.clock.Take();
+        WaitForCurrentStream(dev.device);
+        dev.optimizer_ms += dev.clock.Take();
       });
     }
     const double wall = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    if (steps_++ >= config_->warmup) {
+    const bool timed = state.timed;
+    ++steps_;
+    if (timed) {
       ++timed_steps_;
       wall_ms_ += wall;
-      for (int s = 0; s < S; ++s) busy_ms_[s] += stages_[s]->busy_ms;
     }
+    for (auto& dev : devices_) {
+      if (timed) dev->busy_ms += dev->optimizer_ms;
+      dev->optimizer_ms = 0;
+    }
+    for (int c = 0; c < table_.chunks(); ++c)
+      for (int k = 0; k < 3; ++k) {
+        const double ms = chunks_[c]->clock[k].Take();
+        if (timed) {
+          chunks_[c]->op_ms[k] += ms;
+          devices_[table_.DeviceOf(c)]->busy_ms += ms;
+        }
+      }
     return {state.loss};
   }
 
   torch::Tensor Predict(const torch::Tensor& images) override {
     Handoff h = Send(images, /*host=*/true);
-    for (size_t s = 0; s < stages_.size(); ++s) {
-      workers_->Run(static_cast<int>(s), [&] {
-        Stage& st = *stages_[s];
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      workers_->Run(table_.DeviceOf(static_cast<int>(c)), [&] {
+        Chunk& ch = *chunks_[c];
         torch::NoGradGuard no_grad;
-        st.Train(false);
+        ch.Train(false);
         torch::Tensor y;
         {
-          AutocastGuard amp(config_->amp, st.device);
-          y = st.Forward(Receive(h, st.device));
+          AutocastGuard amp(config_->amp, ch.device);
+          y = ch.Forward(Receive(h, ch.device));
         }
-        st.Train(true);
+        ch.Train(true);
         h = Send(y);
       });
     }
-    return Receive(h, stages_.back()->device);
+    return Receive(h, chunks_.back()->device);
   }
 
   std::vector<torch::Tensor> Parameters() override { return model_->parameters(); }
 
   std::map<std::string, std::string> Extras() override {
-    const int S = static_cast<int>(stages_.size());
+    const int S = table_.devices, V = table_.virtual_stages, M = table_.micro_batches;
     std::map<std::string, std::string> extras;
-    extras["split"] = SplitCounts(split_);
-    extras["chunks"] = std::to_string(micro_batches_);
-    if (pipelined_) extras["schedule"] = config_->schedule;
-    extras["bubble_theory"] = fmt::format("{:.4f}", TheoreticalBubble(S, micro_batches_));
+    extras["split"] = SplitCounts(plan_.counts);
+    extras["stage_time_ms"] = Joined(plan_.stage_ms, "{:.2f}");
+    extras["chunks"] = std::to_string(M);
+    if (pipelined_) {
+      extras["schedule"] = config_->schedule;
+      extras["virtual_stages"] = std::to_string(V);
+    }
+    const bool split_backward = config_->schedule == "zero-bubble" && pipelined_;
+    if (!split_backward) extras["bubble_theory"] = fmt::format("{:.4f}", TheoreticalBubble(S, V, M));
     if (timed_steps_ > 0 && wall_ms_ > 0) {
-      const double busy = std::accumulate(busy_ms_.begin(), busy_ms_.end(), 0.0);
-      extras["bubble_measured"] = fmt::format("{:.4f}", 1.0 - busy / (S * wall_ms_));
-      std::vector<std::string> per_stage;
-      for (double b : busy_ms_) per_stage.push_back(fmt::format("{:.1f}", b / timed_steps_));
-      extras["stage_busy_ms"] = fmt::format("{}", fmt::join(per_stage, "/"));
+      std::vector<double> busy, act_mb;
+      double total = 0;
+      for (auto& dev : devices_) {
+        busy.push_back(dev->busy_ms / timed_steps_);
+        act_mb.push_back(dev->activation_peak_bytes / (1024.0 * 1024.0));
+        total += dev->busy_ms;
+      }
+      extras["bubble_measured"] = fmt::format("{:.4f}", 1.0 - total / (S * wall_ms_));
+      extras["stage_busy_ms"] = Joined(busy);
+      extras["activation_peak_mb"] = Joined(act_mb, "{:.2f}");
+      ChunkTimes times;
+      std::vector<std::string> fbw;
+      const double per = static_cast<double>(timed_steps_) * M;
+      for (auto& ch : chunks_) {
+        times.forward.push_back(ch->op_ms[0] / per);
+        times.backward_input.push_back(ch->op_ms[1] / per);
+        times.backward_weight.push_back(ch->op_ms[2] / per);
+        fbw.push_back(split_backward ? fmt::format("{:.2f}:{:.2f}:{:.2f}", times.forward.back(),
+                                                   times.backward_input.back(), times.backward_weight.back())
+                                     : fmt::format("{:.2f}:{:.2f}", times.forward.back(), times.backward_input.back()));
+      }
+      extras["chunk_fbw_ms"] = fmt::format("{}", fmt::join(fbw, "/"));
+      // Zero-bubble's ideal idle fraction depends on F, B and W: its table
+      // run on ideal devices with this run's measured times.
+      if (split_backward) extras["bubble_theory"] = fmt::format("{:.4f}", SimulatePipeline(table_, times).Bubble());
     }
     return extras;
   }
 
   double OptimizerStateMb() override {
     double mb = 0;
-    for (auto& st : stages_) mb += ddpbench::OptimizerStateMb(*st->optimizer);
+    for (auto& dev : devices_) mb += ddpbench::OptimizerStateMb(*dev->optimizer);
     return mb;
   }
 
  private:
-  struct Stage {
-    explicit Stage(torch::Device d) : device(d), clock(d) {}
+  // One model chunk (a contiguous run of units) and its micro-batches' state.
+  struct Chunk {
+    Chunk(torch::Device d, int micro_batches)
+        : device(d), clock{BusyClock(d), BusyClock(d), BusyClock(d)}, inputs(micro_batches),
+          outputs(micro_batches), weight_work(micro_batches) {}
     torch::Device device;
     std::vector<torch::nn::AnyModule> units;
     std::vector<torch::Tensor> params;
-    std::unique_ptr<torch::optim::Optimizer> optimizer;
-    std::unique_ptr<LossScaler> scaler;
-    std::vector<PipelineOp> ops;  // this stage's schedule
-    Channel<Handoff> from_prev;   // activations from the stage before
-    Channel<Handoff> from_next;   // input gradients from the stage after
-    BusyClock clock;
-    double busy_ms = 0;           // this step's
-    torch::Tensor found_inf;      // fp16: this step's overflow flag
+    Mailbox<int, Handoff> from_prev;  // activations from the chunk before, by micro-batch
+    Mailbox<int, Handoff> from_next;  // input gradients from the chunk after
+    BusyClock clock[3];               // forward, backward (or B), W
+    double op_ms[3] = {0, 0, 0};      // timed steps' totals of each
+    std::vector<torch::Tensor> inputs, outputs;                   // per micro-batch, until its backward
+    std::vector<std::shared_ptr<WeightGradWork>> weight_work;     // per micro-batch, from B until W
 
     torch::Tensor Forward(torch::Tensor x) {
       for (auto& u : units) x = u.forward(x);
@@ -250,68 +318,110 @@ class PipelineStrategy final : public Strategy {
     }
   };
 
+  struct Device {
+    Device(torch::Device d, int i) : device(d), index(i), clock(d) {}
+    torch::Device device;
+    int index;  // logical device number
+    std::vector<torch::Tensor> params;  // of all its chunks
+    std::unique_ptr<torch::optim::Optimizer> optimizer;
+    std::unique_ptr<LossScaler> scaler;
+    BusyClock clock;                     // optimizer work
+    double optimizer_ms = 0;             // this step's
+    double busy_ms = 0;                  // timed steps' total
+    double activation_peak_bytes = 0;    // timed steps: above the step's starting allocation
+    torch::Tensor found_inf;             // fp16: this step's overflow flag
+  };
+
   struct StepState {
     std::vector<Handoff> images, labels;  // per micro-batch, from the data loader
     std::vector<double> weights;          // micro-batch size / batch size
-    torch::Tensor loss;                   // on the last stage: the batch's mean loss
+    torch::Tensor loss;                   // on the last chunk: the batch's mean loss
+    bool timed = false;                   // past --warmup
   };
 
-  // Stage s's part of one step, in its worker thread: its schedule of
-  // micro-batch forwards and backwards, then its optimizer step (fp16: the
-  // unscale; the step follows once every stage's overflow flag is known).
-  void RunStage(int s, StepState& state) {
-    Stage& st = *stages_[s];
-    const bool first = s == 0, last = s + 1 == static_cast<int>(stages_.size());
-    st.optimizer->zero_grad();
-    std::vector<torch::Tensor> inputs(micro_batches_), outputs(micro_batches_);
-    for (const PipelineOp& op : st.ops) {
-      const int m = op.micro_batch;
-      if (op.forward) {
-        Handoff in = first ? state.images[m] : st.from_prev.Pop();
-        StageWork work(st.clock, *timer_, Phase::kForward, st.device);
-        torch::Tensor x = Receive(in, st.device);
-        if (!first) x.requires_grad_();
-        AutocastGuard amp(config_->amp, st.device);
-        torch::Tensor y = st.Forward(x);
-        if (last) {
-          y = ClassificationLoss(y, Receive(state.labels[m], st.device)) * state.weights[m];
-          state.loss = state.loss.defined() ? state.loss + y.detach() : y.detach();
-        } else {
-          stages_[s + 1]->from_prev.Push(Send(y.detach()));
-        }
-        inputs[m] = x;
-        outputs[m] = y;
-      } else {
-        Handoff grad = last ? Handoff{} : st.from_next.Pop();
-        StageWork work(st.clock, *timer_, Phase::kBackward, st.device);
-        if (last) st.scaler->Scale(outputs[m]).backward();
-        else outputs[m].backward(Receive(grad, st.device));
-        if (!first) stages_[s - 1]->from_next.Push(Send(inputs[m].grad()));
-        inputs[m] = outputs[m] = torch::Tensor();  // this micro-batch's activations go
-      }
+  // Device d's part of one step, in its worker thread: its row of the
+  // schedule table, then its optimizer step (fp16: the unscale; the step
+  // follows once every device's overflow flag is known).
+  void RunDevice(int d, StepState& state) {
+    Device& dev = *devices_[d];
+    dev.optimizer->zero_grad(/*set_to_none=*/false);  // gradients stay allocated: not activations
+    const int64_t base = AllocatedBytesNow(dev.device, dev.index);
+    for (const PipelineAction& a : table_.actions[d]) {
+      if (a.op == PipelineOp::kForward) RunForward(a.chunk, a.micro_batch, state);
+      else if (a.op == PipelineOp::kBackwardWeight) RunWeightGrad(a.chunk, a.micro_batch);
+      else RunBackward(a.chunk, a.micro_batch, a.op == PipelineOp::kBackwardInput);
+      const double held = static_cast<double>(AllocatedBytesNow(dev.device, dev.index) - base);
+      if (state.timed) dev.activation_peak_bytes = std::max(dev.activation_peak_bytes, held);
     }
     {
-      StageWork work(st.clock, *timer_, Phase::kOptimizer, st.device);
-      if (st.scaler->enabled()) st.found_inf = st.scaler->Unscale(st.params);
-      else st.optimizer->step();
+      StageWork work(dev.clock, *timer_, Phase::kOptimizer, dev.device);
+      if (dev.scaler->enabled()) dev.found_inf = dev.scaler->Unscale(dev.params);
+      else dev.optimizer->step();
     }
-    WaitForCurrentStream(st.device);
-    st.busy_ms = st.clock.Take();
+    WaitForCurrentStream(dev.device);
+    dev.optimizer_ms = dev.clock.Take();
+  }
+
+  void RunForward(int c, int m, StepState& state) {
+    Chunk& ch = *chunks_[c];
+    const bool first = c == 0, last = c + 1 == table_.chunks();
+    Handoff in = first ? state.images[m] : ch.from_prev.Pop(m);
+    StageWork work(ch.clock[0], *timer_, Phase::kForward, ch.device);
+    torch::Tensor x = Receive(in, ch.device);
+    if (!first) x.requires_grad_();
+    AutocastGuard amp(config_->amp, ch.device);
+    torch::Tensor y = ch.Forward(x);
+    if (last) {
+      y = ClassificationLoss(y, Receive(state.labels[m], ch.device)) * state.weights[m];
+      state.loss = state.loss.defined() ? state.loss + y.detach() : y.detach();
+    } else {
+      chunks_[c + 1]->from_prev.Push(m, Send(y.detach()));
+    }
+    ch.inputs[m] = x;
+    ch.outputs[m] = y;
+  }
+
+  // The whole backward of micro-batch m on chunk c, or (`input_only`) its B.
+  void RunBackward(int c, int m, bool input_only) {
+    Chunk& ch = *chunks_[c];
+    const bool first = c == 0, last = c + 1 == table_.chunks();
+    Handoff grad = last ? Handoff{} : ch.from_next.Pop(m);
+    StageWork work(ch.clock[1], *timer_, Phase::kBackward, ch.device);
+    Device& dev = *devices_[table_.DeviceOf(c)];
+    torch::Tensor out = last ? dev.scaler->Scale(ch.outputs[m]) : ch.outputs[m];
+    torch::Tensor g = last ? torch::Tensor() : Receive(grad, ch.device);
+    torch::Tensor input_grad;
+    if (input_only) {
+      auto result = BackwardInput(out, g, ch.inputs[m], ch.params);
+      input_grad = result.input_grad;
+      ch.weight_work[m] = std::move(result.weight);
+    } else {
+      out.backward(g);
+      if (!first) input_grad = ch.inputs[m].grad();
+    }
+    if (!first) chunks_[c - 1]->from_next.Push(m, Send(input_grad));
+    ch.inputs[m] = ch.outputs[m] = torch::Tensor();  // the graph stays with W's work, if any
+  }
+
+  void RunWeightGrad(int c, int m) {
+    Chunk& ch = *chunks_[c];
+    StageWork work(ch.clock[2], *timer_, Phase::kBackward, ch.device);
+    BackwardWeight(*ch.weight_work[m]);
+    ch.weight_work[m].reset();
   }
 
   bool pipelined_;
-  int micro_batches_ = 1;
-  PipelineSchedule schedule_ = PipelineSchedule::kGPipe;
   const RunConfig* config_ = nullptr;
   PhaseTimer* timer_ = nullptr;
+  PipelineTable table_;
   ResNet model_{nullptr};
-  std::vector<int> split_;
-  std::vector<std::unique_ptr<Stage>> stages_;
+  StagePlan plan_;
+  std::vector<std::unique_ptr<Chunk>> chunks_;
+  std::vector<std::unique_ptr<Device>> devices_;
   std::unique_ptr<DeviceWorkers> workers_;
   // Timed steps only (the first --warmup steps are excluded).
   int64_t steps_ = 0, timed_steps_ = 0;
   double wall_ms_ = 0;
-  std::vector<double> busy_ms_;
 };
 
 }  // namespace

@@ -1,17 +1,23 @@
 // The model-parallel engine behind mp and pmp: the ResNet's units cut into
-// one stage per device (stages.h), each stage owned by a persistent worker
+// model chunks (stages.h; one per device, or V per device round-robin for an
+// interleaved schedule), each device's chunks run by a persistent worker
 // thread (with its own CUDA stream on a GPU), boundary activations detached
-// and handed to the next stage, and stage-local autograd: each stage
+// and handed to the next chunk, and chunk-local autograd: each chunk
 // back-propagates its own part and hands its input gradient upstream, and
-// steps its own optimizer. The batch is cut into micro-batches that the
-// stages run by a schedule (GPipe or 1F1B, --chunks/--schedule) so that they
-// work at the same time; mp is the one-micro-batch case, where the stages
-// take turns.
+// each device steps its own optimizer. The batch is cut into micro-batches
+// and every device runs its row of a schedule table (schedules.h: gpipe,
+// 1f1b, interleaved, zero-bubble with the backward split into B and W,
+// split_backward.h). mp is the one-micro-batch case, where the stages take
+// turns.
 //
-// Row extras: split (units per stage, "8,2", what --split accepts), chunks,
-// schedule (pmp), bubble_theory (S-1)/(M+S-1), bubble_measured
-// 1 - sum(stage busy)/(S x pipeline wall time) over the timed steps, and
-// stage_busy_ms (mean busy ms per step of each stage, "a/b").
+// Row extras: split (units per chunk, "5,5", what --split accepts),
+// stage_time_ms (each chunk's forward+backward measured at setup), chunks,
+// schedule and virtual_stages (pmp), bubble_theory ((S-1)/(V*M+S-1); for
+// zero-bubble its table simulated with the measured F/B/W times),
+// bubble_measured (1 - sum(device busy)/(S x wall time) over the timed steps),
+// stage_busy_ms (mean busy ms per step of each device), chunk_fbw_ms (mean ms
+// of one micro-batch's F:B[:W] on each chunk) and activation_peak_mb (each
+// device's peak allocation above its level at the start of a step).
 #pragma once
 
 #include <memory>

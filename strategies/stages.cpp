@@ -70,19 +70,27 @@ std::vector<int> BalanceSplit(const std::vector<double>& costs, int parts) {
   return counts;
 }
 
-void CheckStageCount(const std::string& strategy, int devices, const std::vector<std::string>& unit_names) {
+void CheckStageCount(const std::string& strategy, int devices, const std::vector<std::string>& unit_names,
+                     int virtual_stages) {
   const int units = static_cast<int>(unit_names.size());
+  if (virtual_stages > 1 && devices * virtual_stages > units)
+    throw ConfigError(fmt::format(
+        "--virtual-stages={}: --gpus={} x {} = {} model chunks, but the model has only {}; accepted: "
+        "--virtual-stages=1..{} (at least one unit per chunk)",
+        virtual_stages, devices, virtual_stages, devices * virtual_stages, UnitList(unit_names), units / devices));
   if (devices > units)
     throw ConfigError(fmt::format(
         "--gpus={}: {} puts at least one unit on each device, but the model has only {}; accepted: --gpus=1..{}",
         devices, strategy, UnitList(unit_names), units));
 }
 
-std::vector<int> ParseSplit(const std::string& split, int devices, const std::vector<std::string>& unit_names) {
+std::vector<int> ParseSplit(const std::string& split, int devices, const std::vector<std::string>& unit_names,
+                            const std::string& stages_from) {
   const int units = static_cast<int>(unit_names.size());
+  const std::string from = stages_from.empty() ? fmt::format("--gpus={}", devices) : stages_from;
   const std::string accepted = fmt::format(
-      "accepted: {} comma-separated unit counts >= 1 (one per --gpus device) summing to {}; the model has {}",
-      devices, units, UnitList(unit_names));
+      "accepted: {} comma-separated unit counts >= 1 (one per stage, {}) summing to {}; the model has {}",
+      devices, from, units, UnitList(unit_names));
   std::vector<int> counts;
   std::stringstream ss(split);
   std::string part;
@@ -98,7 +106,7 @@ std::vector<int> ParseSplit(const std::string& split, int devices, const std::ve
   }
   if (split.empty() || split.back() == ',') throw ConfigError(fmt::format("--split={}: empty count; {}", split, accepted));
   if (static_cast<int>(counts.size()) != devices)
-    throw ConfigError(fmt::format("--split={}: {} counts for --gpus={}; {}", split, counts.size(), devices, accepted));
+    throw ConfigError(fmt::format("--split={}: {} counts for {} stages; {}", split, counts.size(), devices, accepted));
   int64_t sum = 0;
   for (int c : counts) sum += c;
   if (sum != units) throw ConfigError(fmt::format("--split={}: the counts sum to {}, not {}; {}", split, sum, units, accepted));
@@ -143,73 +151,62 @@ std::vector<double> MeasureUnitTimes(const ResNet& model, const torch::Tensor& s
   return best;
 }
 
-std::vector<int> ChooseSplit(const RunConfig& config, const ResNet& model, int devices, int64_t sample_batch) {
+std::vector<double> StageTimes(const std::vector<int>& counts, const std::vector<double>& unit_ms) {
+  std::vector<double> stage_ms;
+  size_t first = 0;
+  for (int c : counts) {
+    double sum = 0;
+    for (int i = 0; i < c; ++i) sum += unit_ms.at(first + i);
+    stage_ms.push_back(sum);
+    first += c;
+  }
+  return stage_ms;
+}
+
+StagePlan ChooseSplit(const RunConfig& config, const ResNet& model, int devices, int virtual_stages,
+                      int64_t sample_batch) {
   const auto& names = model->unit_names();
-  CheckStageCount(config.strategy, devices, names);
+  CheckStageCount(config.strategy, devices, names, virtual_stages);
+  const int stages = devices * virtual_stages;
+  const torch::Device device = model->parameters().front().device();
+  const int64_t size = RunImageSize(config);
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(config.seed);
+  auto sample = torch::randn({sample_batch, model->options().in_channels, size, size}, generator)
+                    .to(device, model->options().dtype);
   std::vector<int> counts;
   std::string how;
   if (!config.split.empty()) {
-    counts = ParseSplit(config.split, devices, names);
+    const std::string from = virtual_stages > 1
+        ? fmt::format("--gpus={} x --virtual-stages={}", devices, virtual_stages) : "";
+    counts = ParseSplit(config.split, stages, names, from);
     how = "--split";
-  } else if (config.balance == "time") {
-    const torch::Device device = model->parameters().front().device();
-    const int64_t size = RunImageSize(config);
-    auto generator = at::make_generator<at::CPUGeneratorImpl>(config.seed);
-    auto sample = torch::randn({sample_batch, model->options().in_channels, size, size}, generator).to(device, model->options().dtype);
-    auto times = MeasureUnitTimes(model, sample);
-    counts = BalanceSplit(times, devices);
-    std::vector<std::string> shown;
-    for (double t : times) shown.push_back(fmt::format("{:.2f}", t));
-    LogInfo("unit forward+backward ms on a batch of {}: {}", sample_batch, fmt::join(shown, " "));
+  }
+  const auto unit_ms = MeasureUnitTimes(model, sample);
+  std::vector<std::string> shown;
+  for (double t : unit_ms) shown.push_back(fmt::format("{:.2f}", t));
+  LogInfo("unit forward+backward ms on a batch of {}: {}", sample_batch, fmt::join(shown, " "));
+  if (counts.empty() && config.balance == "time") {
+    counts = BalanceSplit(unit_ms, stages);
     how = "balanced by measured time";
-  } else {
-    auto params = model->UnitParameterCounts();
-    counts = BalanceSplit(std::vector<double>(params.begin(), params.end()), devices);
+  } else if (counts.empty()) {
+    auto unit_params = model->UnitParameterCounts();
+    counts = BalanceSplit(std::vector<double>(unit_params.begin(), unit_params.end()), stages);
     how = "balanced by parameter count";
   }
-  std::vector<int64_t> params = model->UnitParameterCounts(), per_stage;
+  StagePlan plan{counts, StageTimes(counts, unit_ms), unit_ms};
+  const std::vector<int64_t> params = model->UnitParameterCounts();
+  std::vector<int64_t> per_stage;
   size_t first = 0;
   for (int c : counts) {
-    int64_t sum = 0;
-    for (int i = 0; i < c; ++i) sum += params[first + i];
-    per_stage.push_back(sum);
+    per_stage.push_back(0);
+    for (int i = 0; i < c; ++i) per_stage.back() += params[first + i];
     first += c;
   }
-  LogInfo("{} split ({}): {} = {} units, {} parameters", config.strategy, how, DescribeSplit(counts, names),
-          SplitCounts(counts), fmt::join(per_stage, "/"));
-  return counts;
-}
-
-PipelineSchedule ParsePipelineSchedule(const std::string& name) {
-  if (name == "gpipe") return PipelineSchedule::kGPipe;
-  if (name == "1f1b") return PipelineSchedule::k1F1B;
-  throw ConfigError(fmt::format("--schedule={}: not accepted; accepted values: gpipe|1f1b", name));
-}
-
-std::vector<PipelineOp> StageSchedule(PipelineSchedule schedule, int stage, int stages, int micro_batches) {
-  TORCH_CHECK(stage >= 0 && stage < stages && micro_batches >= 1, "StageSchedule: stage ", stage, " of ", stages,
-              ", ", micro_batches, " micro-batches");
-  std::vector<PipelineOp> ops;
-  if (schedule == PipelineSchedule::kGPipe) {
-    for (int m = 0; m < micro_batches; ++m) ops.push_back({true, m});
-    for (int m = micro_batches - 1; m >= 0; --m) ops.push_back({false, m});
-    return ops;
-  }
-  // 1F1B (PipeDream-Flush): enough forwards to fill the pipeline below this
-  // stage, then alternate, then drain.
-  const int warmup = std::min(stages - 1 - stage, micro_batches);
-  int f = 0, b = 0;
-  for (; f < warmup; ++f) ops.push_back({true, f});
-  for (; f < micro_batches; ++f, ++b) {
-    ops.push_back({true, f});
-    ops.push_back({false, b});
-  }
-  for (; b < micro_batches; ++b) ops.push_back({false, b});
-  return ops;
-}
-
-double TheoreticalBubble(int stages, int micro_batches) {
-  return static_cast<double>(stages - 1) / (micro_batches + stages - 1);
+  std::vector<std::string> ms;
+  for (double t : plan.stage_ms) ms.push_back(fmt::format("{:.2f}", t));
+  LogInfo("{} split ({}): {} = {} units, {} parameters, {} ms forward+backward", config.strategy, how,
+          DescribeSplit(counts, names), SplitCounts(counts), fmt::join(per_stage, "/"), fmt::join(ms, "/"));
+  return plan;
 }
 
 }  // namespace ddpbench

@@ -1,6 +1,7 @@
-// How mp and pmp cut the ResNet's units (stem, every block, head) into one
-// contiguous stage per device, and the order in which a pipeline stage runs
-// its micro-batches. Pure logic apart from MeasureUnitTimes; exposed for tests.
+// How mp and pmp cut the ResNet's units (stem, every block, head) into
+// contiguous stages (one per device, or V per device for an interleaved
+// pipeline): by measured time (default), by parameter count, or as --split
+// says. Pure logic apart from MeasureUnitTimes; exposed for tests.
 #pragma once
 
 #include <torch/types.h>
@@ -20,13 +21,17 @@ struct RunConfig;
 // Returns the number of units of each stage. Requires 1 <= parts <= units.
 std::vector<int> BalanceSplit(const std::vector<double>& costs, int parts);
 
-// Throws ConfigError when the model's units cannot give one stage per device.
-void CheckStageCount(const std::string& strategy, int devices, const std::vector<std::string>& unit_names);
+// Throws ConfigError when the model's units cannot give one stage per device
+// (virtual_stages > 1: V stages per device).
+void CheckStageCount(const std::string& strategy, int devices, const std::vector<std::string>& unit_names,
+                     int virtual_stages = 1);
 
-// Parses --split ("4,6": units per device, in device order) and checks it
-// against the model: exactly `devices` counts >= 1 summing to the number of
+// Parses --split ("4,6": units per stage, in stage order) and checks it
+// against the model: exactly `stages` counts >= 1 summing to the number of
 // units; otherwise a ConfigError naming the value and what is accepted.
-std::vector<int> ParseSplit(const std::string& split, int devices, const std::vector<std::string>& unit_names);
+// `stages_from` names where the stage count comes from ("--gpus=2").
+std::vector<int> ParseSplit(const std::string& split, int stages, const std::vector<std::string>& unit_names,
+                            const std::string& stages_from = "");
 
 // "8,2": the form --split accepts, as recorded in the row's split column.
 std::string SplitCounts(const std::vector<int>& counts);
@@ -39,27 +44,21 @@ std::string DescribeSplit(const std::vector<int>& counts, const std::vector<std:
 // times a clone).
 std::vector<double> MeasureUnitTimes(const ResNet& model, const torch::Tensor& sample, int repeats = 3);
 
-// The split of a run: --split if given, else balanced by parameter count
-// (--balance=params) or by MeasureUnitTimes on a batch of `sample_batch`
-// images of the run's shape (--balance=time). Logs the split.
-std::vector<int> ChooseSplit(const RunConfig& config, const ResNet& model, int devices, int64_t sample_batch);
+// Forward+backward ms of each stage: the sums of `unit_ms` over `counts`.
+std::vector<double> StageTimes(const std::vector<int>& counts, const std::vector<double>& unit_ms);
 
-// Pipeline schedules. Every stage runs each micro-batch's forward once and
-// its backward once; all stages run their forwards in micro-batch order and
-// their backwards in one common order, so FIFO queues between stages suffice.
-enum class PipelineSchedule {
-  kGPipe,  // all forwards, then all backwards (last micro-batch first)
-  k1F1B,   // S-1-s warm-up forwards, then one forward one backward, then the rest
+struct StagePlan {
+  std::vector<int> counts;        // units per stage
+  std::vector<double> stage_ms;   // measured forward+backward ms per stage (one micro-batch)
+  std::vector<double> unit_ms;    // the same per unit
 };
-PipelineSchedule ParsePipelineSchedule(const std::string& name);  // gpipe|1f1b
-struct PipelineOp {
-  bool forward = true;
-  int micro_batch = 0;
-  bool operator==(const PipelineOp& o) const { return forward == o.forward && micro_batch == o.micro_batch; }
-};
-std::vector<PipelineOp> StageSchedule(PipelineSchedule schedule, int stage, int stages, int micro_batches);
 
-// The idle fraction of an ideal pipeline of equal stages: (S-1)/(M+S-1).
-double TheoreticalBubble(int stages, int micro_batches);
+// The split of a run into devices x virtual_stages stages: --split if given,
+// else balanced by MeasureUnitTimes on a batch of `sample_batch` images of
+// the run's shape (--balance=time, the default: the slowest stage as fast as
+// possible) or by parameter count (--balance=params). Each stage's time is
+// measured either way. Logs the split and the stage times.
+StagePlan ChooseSplit(const RunConfig& config, const ResNet& model, int devices, int virtual_stages,
+                      int64_t sample_batch);
 
 }  // namespace ddpbench

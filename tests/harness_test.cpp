@@ -107,7 +107,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlag{"--balance=random", "--balance=random"},
         BadFlag{"--split=4,x", "--split=4,x: must be a comma list of unit counts"},
         BadFlag{"--chunks=0", "--chunks=0: must be at least 1"},
-        BadFlag{"--schedule=interleaved", "--schedule=interleaved: not accepted; accepted values: gpipe|1f1b"},
+        BadFlag{"--schedule=zb", "--schedule=zb: not accepted; accepted values: gpipe|1f1b|interleaved|zero-bubble"},
+        BadFlag{"--virtual-stages=-1", "--virtual-stages=-1: must be at least 0"},
         BadFlag{"--no-such-flag", "--no-such-flag"}),
     [](const ::testing::TestParamInfo<BadFlag>& info) {
       std::string name;
@@ -125,6 +126,32 @@ TEST(Config, UnknownFlagSuggestsTheNearest) {
   EXPECT_EQ(ParseError({"--batchsize", "8"}), "--batchsize: unknown flag; did you mean --batch-size?");
   EXPECT_EQ(ParseError({"--qqqqqqqqqqqq"}), "--qqqqqqqqqqqq: unknown flag (see --help)");
   EXPECT_NE(ParseError({"stray"}).find("unexpected argument 'stray'"), std::string::npos);
+}
+
+// A flag that only some strategies read, given with another strategy, is an
+// error naming the strategies it applies to; its default value is not.
+TEST(Config, StrategyFlagsOnlyWhereTheyApply) {
+  EXPECT_EQ(ParseError({"--strategy=dp", "--chunks=8"}),
+            "--chunks=8: applies only to --strategy=pmp, not to --strategy=dp; leave it out");
+  EXPECT_EQ(ParseError({"--strategy=mp", "--bucket-cap-mb=5"}),
+            "--bucket-cap-mb=5: applies only to --strategy=ddp|zero*, not to --strategy=mp; leave it out");
+  EXPECT_NE(ParseError({"--strategy=single", "--split=4,6"}).find("applies only to --strategy=mp|pmp"),
+            std::string::npos);
+  EXPECT_NE(ParseError({"--strategy=ddp", "--schedule", "gpipe"}).find("--schedule=gpipe: applies only to --strategy=pmp"),
+            std::string::npos);
+  EXPECT_NE(ParseError({"--strategy=pmp", "--zero-reduce=all-reduce"}).find("--strategy=zero*"), std::string::npos);
+  EXPECT_NE(ParseError({"--strategy=pmp", "--schedule=1f1b", "--virtual-stages=2"})
+                .find("--virtual-stages=2: applies only to --schedule=interleaved"),
+            std::string::npos);
+  // Where they apply, and defaults never given, are fine; zero* matches by prefix.
+  EXPECT_EQ(ParseError({"--strategy=pmp", "--chunks=8", "--split=4,6", "--balance=params"}), "");
+  EXPECT_EQ(ParseError({"--strategy=mp", "--split=4,6"}), "");
+  EXPECT_EQ(ParseError({"--strategy=zero1", "--bucket-cap-mb=5", "--zero-reduce=all-reduce"}), "");
+  EXPECT_EQ(ParseError({"--strategy=ddp", "--bucket-cap-mb=5", "--timeout=30"}), "");
+  EXPECT_EQ(ParseError({"--strategy=pmp", "--schedule=interleaved", "--virtual-stages=3"}), "");
+  EXPECT_EQ(ParseError({"--strategy=dp"}), "");
+  EXPECT_EQ(FlagStrategies("--bucket-cap-mb"), (std::vector<std::string>{"ddp", "zero*"}));
+  EXPECT_TRUE(FlagStrategies("--batch-size").empty());
 }
 
 TEST(Config, StepsAndEpochsAreExclusive) {

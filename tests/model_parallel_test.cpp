@@ -4,6 +4,7 @@
 // against single, and through the real binary: --verify parity against
 // single for each strategy and schedule, the row's split/bubble/memory
 // columns, and every bad input (exit 2, one message naming it, no row).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <torch/torch.h>
@@ -12,10 +13,12 @@
 #include <atomic>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <random>
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "harness/config.h"
 #include "harness/dist.h"
@@ -25,6 +28,8 @@
 #include "harness/training.h"
 #include "strategies/device_workers.h"
 #include "strategies/registry.h"
+#include "strategies/schedules.h"
+#include "strategies/split_backward.h"
 #include "strategies/stages.h"
 #include "tests/test_util.h"
 
@@ -142,8 +147,8 @@ TEST(Split, ExplicitSplitIsParsedAndChecked) {
   };
   for (const Bad& bad : std::vector<Bad>{{"4,4", 2, "the counts sum to 8, not 10"},
                                          {"4,7", 2, "the counts sum to 11, not 10"},
-                                         {"5,3,2", 2, "3 counts for --gpus=2"},
-                                         {"10", 2, "1 counts for --gpus=2"},
+                                         {"5,3,2", 2, "3 counts for 2 stages"},
+                                         {"10", 2, "1 counts for 2 stages"},
                                          {"0,10", 2, "'0' is not a unit count"},
                                          {"4,x", 2, "'x' is not a unit count"},
                                          {"4,", 2, "empty count"},
@@ -160,6 +165,35 @@ TEST(Split, ExplicitSplitIsParsedAndChecked) {
   }
 }
 
+// The default split: each unit's forward+backward measured, then the exact
+// min-max partition of those times (checked against brute force), for one
+// stage per device and for an interleaved V per device.
+TEST(Split, TimeBalanceIsTheBestSplitOfTheMeasuredTimes) {
+  RunConfig config;
+  config.strategy = "pmp";
+  config.image_size = 16;
+  ResNetOptions o;
+  o.width = 4;
+  o.small_input = true;
+  o.num_classes = 10;
+  ResNet model(o);
+  EXPECT_EQ(config.balance, "time");
+  for (int V : {1, 2}) {
+    StagePlan plan = ChooseSplit(config, model, 2, V, 4);
+    ASSERT_EQ(plan.unit_ms.size(), 10u);
+    ASSERT_EQ(plan.counts.size(), 2u * V);
+    for (double t : plan.unit_ms) EXPECT_GT(t, 0);
+    EXPECT_EQ(LargestStage(plan.unit_ms, plan.counts), BruteForceBest(plan.unit_ms, 2 * V));
+    EXPECT_EQ(plan.stage_ms, StageTimes(plan.counts, plan.unit_ms));
+  }
+  config.balance = "params";
+  EXPECT_EQ(SplitCounts(ChooseSplit(config, model, 2, 1, 4).counts), "8,2");
+  config.split = "4,6";
+  StagePlan given = ChooseSplit(config, model, 2, 1, 4);
+  EXPECT_EQ(SplitCounts(given.counts), "4,6");
+  EXPECT_EQ(given.stage_ms.size(), 2u);  // measured for an explicit split too
+}
+
 TEST(Split, MoreStagesThanUnitsIsAConfigError) {
   const auto& units = Resnet18Units();
   EXPECT_NO_THROW(CheckStageCount("pmp", 10, units));
@@ -172,99 +206,211 @@ TEST(Split, MoreStagesThanUnitsIsAConfigError) {
 // ---------------------------------------------------------------------------
 // Schedules.
 
-// Runs every stage's op list against FIFO queues between neighbours, one
-// ready op at a time, and returns the peak number of micro-batches whose
-// activations each stage held; fails on a deadlock or a broken dependency.
-std::vector<int> SimulatePipeline(PipelineSchedule schedule, int S, int M) {
-  std::vector<std::vector<PipelineOp>> ops(S);
-  for (int s = 0; s < S; ++s) ops[s] = StageSchedule(schedule, s, S, M);
-  std::vector<size_t> next(S, 0);
-  std::vector<std::deque<int>> acts(S), grads(S);  // inbound queues of stage s
-  std::vector<int> held(S, 0), peak(S, 0);
-  std::vector<std::set<int>> forwarded(S);
-  size_t done = 0, total = 0;
-  for (auto& o : ops) total += o.size();
-  while (done < total) {
-    bool progressed = false;
-    for (int s = 0; s < S; ++s) {
-      if (next[s] == ops[s].size()) continue;
-      const PipelineOp op = ops[s][next[s]];
-      if (op.forward) {
-        if (s > 0) {
-          if (acts[s].empty()) continue;
-          EXPECT_EQ(acts[s].front(), op.micro_batch) << "stage " << s << " got activations out of order";
-          acts[s].pop_front();
-        }
-        forwarded[s].insert(op.micro_batch);
-        peak[s] = std::max(peak[s], ++held[s]);
-        if (s + 1 < S) acts[s + 1].push_back(op.micro_batch);
-      } else {
-        if (s + 1 < S) {
-          if (grads[s].empty()) continue;
-          EXPECT_EQ(grads[s].front(), op.micro_batch) << "stage " << s << " got gradients out of order";
-          grads[s].pop_front();
-        }
-        EXPECT_TRUE(forwarded[s].count(op.micro_batch)) << "backward before forward";
-        --held[s];
-        if (s > 0) grads[s - 1].push_back(op.micro_batch);
-      }
-      ++next[s];
-      ++done;
-      progressed = true;
-    }
-    if (!progressed) {
-      ADD_FAILURE() << "deadlock with S=" << S << " M=" << M;
-      break;
-    }
+std::string Name(PipelineSchedule schedule) {
+  switch (schedule) {
+    case PipelineSchedule::kGPipe: return "gpipe";
+    case PipelineSchedule::k1F1B: return "1f1b";
+    case PipelineSchedule::kInterleaved: return "interleaved";
+    case PipelineSchedule::kZeroBubble: return "zero-bubble";
   }
-  return peak;
+  return "?";
+}
+
+// Checks one table directly, without the simulator: each (micro-batch,
+// chunk) has exactly one F and one backward (whole, or one B and one W), on
+// the chunk's device; on a device, F comes before its backward and B before
+// its W.
+void ExpectCompleteAndOrdered(const PipelineTable& t, bool split) {
+  using Key = std::tuple<char, int, int>;
+  std::map<Key, std::pair<int, size_t>> where;  // device, position
+  for (int d = 0; d < t.devices; ++d)
+    for (size_t i = 0; i < t.actions[d].size(); ++i) {
+      const PipelineAction& a = t.actions[d][i];
+      EXPECT_EQ(t.DeviceOf(a.chunk), d) << "chunk " << a.chunk << " on device " << d;
+      EXPECT_TRUE(where.insert({{static_cast<char>(a.op), a.micro_batch, a.chunk}, {d, i}}).second)
+          << "duplicate " << static_cast<char>(a.op) << a.micro_batch << " chunk " << a.chunk;
+    }
+  const size_t per = split ? 3 : 2;
+  EXPECT_EQ(where.size(), per * t.micro_batches * t.chunks());
+  for (int c = 0; c < t.chunks(); ++c)
+    for (int m = 0; m < t.micro_batches; ++m) {
+      ASSERT_TRUE(where.count({'F', m, c})) << "no F" << m << " on chunk " << c;
+      const char back = split ? 'B' : 'b';
+      ASSERT_TRUE(where.count({back, m, c})) << "no backward " << m << " on chunk " << c;
+      const Key f{'F', m, c}, b{back, m, c}, w{'W', m, c};
+      EXPECT_LT(where[f].second, where[b].second) << "backward before forward";
+      if (split) {
+        ASSERT_TRUE(where.count(w));
+        EXPECT_LT(where[b].second, where[w].second) << "W before B";
+      }
+    }
 }
 
 TEST(Schedule, GPipeIsAllForwardsThenAllBackwards) {
-  auto ops = StageSchedule(PipelineSchedule::kGPipe, 1, 2, 3);
-  std::vector<PipelineOp> want = {{true, 0}, {true, 1}, {true, 2}, {false, 2}, {false, 1}, {false, 0}};
-  EXPECT_EQ(ops, want);
+  auto t = GPipeTable(2, 3);
+  std::vector<PipelineAction> want = {{PipelineOp::kForward, 0, 1},  {PipelineOp::kForward, 1, 1},
+                                      {PipelineOp::kForward, 2, 1},  {PipelineOp::kBackward, 2, 1},
+                                      {PipelineOp::kBackward, 1, 1}, {PipelineOp::kBackward, 0, 1}};
+  EXPECT_EQ(t.actions[1], want);
+}
+
+std::string Actions(const std::vector<PipelineAction>& actions) {
+  std::string out;
+  for (auto& a : actions) out += fmt::format("{}{}{} ", static_cast<char>(a.op), a.micro_batch, a.chunk);
+  return out;
 }
 
 TEST(Schedule, OneForwardOneBackward) {
   // Last stage: F0 B0 F1 B1 ...; first of 3 stages: two warm-up forwards.
-  std::vector<PipelineOp> last = {{true, 0}, {false, 0}, {true, 1}, {false, 1}, {true, 2}, {false, 2}};
-  EXPECT_EQ(StageSchedule(PipelineSchedule::k1F1B, 2, 3, 3), last);
-  std::vector<PipelineOp> first = {{true, 0}, {true, 1}, {true, 2}, {false, 0}, {false, 1}, {false, 2}};
-  EXPECT_EQ(StageSchedule(PipelineSchedule::k1F1B, 0, 3, 3), first);
-  std::vector<PipelineOp> first4 = {{true, 0}, {true, 1}, {true, 2}, {false, 0}, {true, 3}, {false, 1},
-                                    {false, 2}, {false, 3}};
-  EXPECT_EQ(StageSchedule(PipelineSchedule::k1F1B, 0, 3, 4), first4);
+  auto t = OneFOneBTable(3, 4);
+  EXPECT_EQ(Actions(t.actions[2]), "F02 b02 F12 b12 F22 b22 F32 b32 ");
+  EXPECT_EQ(Actions(t.actions[0]), "F00 F10 F20 b00 F30 b10 b20 b30 ");
 }
 
-TEST(Schedule, EverySchedulePipelinesWithoutDeadlockAnd1F1BHoldsLess) {
+TEST(Schedule, ZeroBubbleDefersUpToSWeightPasses) {
+  // Device s runs 1F1B's order with B for the backward and keeps up to s W's
+  // waiting; the last backward flushes them.
+  auto t = ZeroBubbleH1Table(2, 4);
+  EXPECT_EQ(Actions(t.actions[0]), "F00 F10 B00 W00 F20 B10 W10 F30 B20 W20 B30 W30 ");
+  EXPECT_EQ(Actions(t.actions[1]), "F01 B01 F11 B11 W01 F21 B21 W11 F31 B31 W21 W31 ");
+}
+
+TEST(Schedule, InterleavedGoesThroughTheChunksInGroupsOfS) {
+  // 2 devices x 2 chunks: device 0 holds chunks 0 and 2, device 1 chunks 1 and 3.
+  auto t = InterleavedTable(2, 2, 4);
+  EXPECT_EQ(Actions(t.actions[0]).substr(0, 20), "F00 F10 F02 F12 F20 ");
+  EXPECT_EQ(Actions(t.actions[1]).substr(0, 16), "F01 F11 F03 b03 ");
+}
+
+// Every schedule, many shapes: complete and ordered tables that run to the
+// end on ideal devices; 1F1B and ZB-H1 hold at most S micro-batches on a
+// device (S - s for 1F1B); GPipe holds M; the ideal bubbles are the formulas'.
+TEST(Schedule, EveryTableIsCompleteOrderedAndDeadlockFree) {
   for (int S : {1, 2, 3, 4, 7})
-    for (int M : {1, 2, 3, 4, 8, 13}) {
-      SCOPED_TRACE("S=" + std::to_string(S) + " M=" + std::to_string(M));
-      for (auto schedule : {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B})
-        for (int s = 0; s < S; ++s) {
-          auto ops = StageSchedule(schedule, s, S, M);
-          ASSERT_EQ(ops.size(), 2u * M);
-          std::set<std::pair<bool, int>> seen;
-          for (auto& op : ops) seen.insert({op.forward, op.micro_batch});
-          EXPECT_EQ(seen.size(), 2u * M);
+    for (int M : {1, 2, 3, 4, 8, 12, 13})
+      for (int V : {1, 2, 3}) {
+        SCOPED_TRACE(fmt::format("S={} M={} V={}", S, M, V));
+        for (auto schedule : {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B, PipelineSchedule::kInterleaved,
+                              PipelineSchedule::kZeroBubble}) {
+          if (schedule == PipelineSchedule::kInterleaved && M % S != 0) continue;
+          if (schedule != PipelineSchedule::kInterleaved && V > 1) continue;
+          SCOPED_TRACE(Name(schedule));
+          auto t = BuildPipelineTable(schedule, S, V, M);
+          ASSERT_EQ(t.chunks(), S * V);
+          ExpectCompleteAndOrdered(t, schedule == PipelineSchedule::kZeroBubble);
+          auto sim = SimulatePipeline(t, UniformChunkTimes(t.chunks()));
+          ASSERT_FALSE(sim.deadlock);
+          for (int s = 0; s < S; ++s) {
+            if (schedule == PipelineSchedule::kGPipe) EXPECT_EQ(sim.peak_in_flight[s], M);
+            if (schedule == PipelineSchedule::k1F1B) EXPECT_EQ(sim.peak_in_flight[s], std::min(S - s, M));
+            if (schedule == PipelineSchedule::kZeroBubble) EXPECT_LE(sim.peak_in_flight[s], S);
+          }
+          if (schedule != PipelineSchedule::kZeroBubble) {
+            EXPECT_NEAR(sim.Bubble(), TheoreticalBubble(S, V, M), 1e-9);
+          } else if (M >= S) {
+            // ZB-H1's bubble (Qi et al.): (S-1)(F+B-W) instead of (S-1)(F+B+W).
+            EXPECT_EQ(*std::max_element(sim.peak_in_flight.begin(), sim.peak_in_flight.end()), std::min(S, M));
+            EXPECT_NEAR(sim.makespan, 3.0 * M + (S - 1), 1e-9);
+          }
         }
-      auto gpipe = SimulatePipeline(PipelineSchedule::kGPipe, S, M);
-      auto one = SimulatePipeline(PipelineSchedule::k1F1B, S, M);
-      for (int s = 0; s < S; ++s) {
-        EXPECT_EQ(gpipe[s], M);
-        EXPECT_EQ(one[s], std::min(S - s, M)) << "stage " << s;
       }
-    }
+}
+
+TEST(Schedule, TheSimulatorFindsADeadlock) {
+  PipelineTable t = OneFOneBTable(2, 2);
+  std::swap(t.actions[1][0], t.actions[1][1]);  // last stage: backward before its forward
+  EXPECT_TRUE(SimulatePipeline(t, UniformChunkTimes(2)).deadlock);
+  t = GPipeTable(2, 2);
+  std::swap(t.actions[0][0], t.actions[0][3]);  // first stage: a backward before its forward
+  EXPECT_TRUE(SimulatePipeline(t, UniformChunkTimes(2)).deadlock);
 }
 
 TEST(Schedule, TheoreticalBubble) {
-  EXPECT_DOUBLE_EQ(TheoreticalBubble(2, 4), 0.2);
-  EXPECT_DOUBLE_EQ(TheoreticalBubble(4, 8), 3.0 / 11);
-  EXPECT_DOUBLE_EQ(TheoreticalBubble(1, 8), 0.0);
-  EXPECT_DOUBLE_EQ(TheoreticalBubble(2, 1), 0.5);
+  EXPECT_DOUBLE_EQ(TheoreticalBubble(2, 1, 4), 0.2);
+  EXPECT_DOUBLE_EQ(TheoreticalBubble(4, 1, 8), 3.0 / 11);
+  EXPECT_DOUBLE_EQ(TheoreticalBubble(1, 1, 8), 0.0);
+  EXPECT_DOUBLE_EQ(TheoreticalBubble(2, 1, 1), 0.5);
+  EXPECT_DOUBLE_EQ(TheoreticalBubble(2, 2, 4), 1.0 / 9);
+  // Zero-bubble with F = B = W at S=2, M=8: 1 idle unit of 25 against 1F1B's 3 of 27.
+  auto zb = SimulatePipeline(ZeroBubbleH1Table(2, 8), UniformChunkTimes(2));
+  EXPECT_NEAR(zb.Bubble(), 1.0 / 25, 1e-9);
+  EXPECT_NEAR(SimulatePipeline(OneFOneBTable(2, 8), UniformChunkTimes(2)).Bubble(), 3.0 / 27, 1e-9);
   EXPECT_EQ(ParsePipelineSchedule("1f1b"), PipelineSchedule::k1F1B);
+  EXPECT_EQ(ParsePipelineSchedule("zero-bubble"), PipelineSchedule::kZeroBubble);
   EXPECT_NE(ErrorOf([] { ParsePipelineSchedule("zb"); }).find("--schedule=zb"), std::string::npos);
+}
+
+// B then W adds the same gradients as one backward, and B's input gradient
+// is the backward's, for a first chunk (no input gradient: W is the whole
+// backward), a middle chunk, and a last chunk ending in the loss; under
+// bf16 autocast too (weights reach the convolutions through casts).
+TEST(SplitBackward, BAndWTogetherAreOneBackward) {
+  ResNetOptions o;
+  o.width = 4;
+  o.small_input = true;
+  o.num_classes = 10;
+  o.norm = NormKind::kGroup;
+  for (bool amp : {false, true}) {
+    torch::manual_seed(5);
+    ResNet model(o);
+    const auto dtype = amp ? torch::kFloat32 : torch::kFloat64;  // autocast leaves float64 alone
+    model->to(dtype);
+    std::vector<torch::nn::AnyModule> units(model->units()->begin(), model->units()->end());
+    auto images = torch::randn({3, 3, 16, 16}, dtype);
+    auto labels = torch::randint(0, 10, {3});
+    const double rtol = amp ? 1e-3 : 1e-9;
+    for (auto [first, last] : std::vector<std::pair<int, int>>{{0, 3}, {3, 7}, {7, 10}}) {
+      SCOPED_TRACE(fmt::format("units {}..{} amp={}", first, last, amp));
+      torch::Tensor x = images;
+      {
+        torch::NoGradGuard no_grad;
+        for (int u = 0; u < first; ++u) x = units[u].forward(x);
+      }
+      std::vector<torch::Tensor> params;
+      for (int u = first; u < last; ++u)
+        for (auto& p : units[u].ptr()->parameters()) params.push_back(p);
+      auto run = [&](bool split) {
+        for (auto& p : params) p.mutable_grad() = torch::Tensor();
+        torch::Tensor in = x.detach().requires_grad_(first > 0);
+        torch::Tensor y = in;
+        {
+          AutocastGuard guard(amp ? "bf16" : "off", torch::kCPU);
+          for (int u = first; u < last; ++u) y = units[u].forward(y);
+        }
+        torch::Tensor g;  // the loss's 1 on the last chunk
+        if (last == 10) {
+          y = torch::nn::functional::cross_entropy(y.to(dtype), labels);
+        } else {
+          torch::manual_seed(9);  // the same output gradient both times
+          g = torch::randn(y.sizes(), y.options());
+        }
+        torch::Tensor input_grad;
+        if (split) {
+          auto b = BackwardInput(y, g, in, params);
+          input_grad = b.input_grad;
+          if (first > 0)  // B leaves the parameters' gradients to W
+            for (auto& p : params) EXPECT_FALSE(p.grad().defined());
+          BackwardWeight(*b.weight);
+        } else {
+          y.backward(g);
+          if (first > 0) input_grad = in.grad();
+        }
+        std::vector<torch::Tensor> grads;
+        for (auto& p : params) grads.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+        return std::make_pair(input_grad, grads);
+      };
+      auto whole = run(false);
+      auto split = run(true);
+      EXPECT_EQ(whole.first.defined(), first > 0);
+      EXPECT_EQ(split.first.defined(), first > 0);
+      if (first > 0) EXPECT_TRUE(torch::allclose(whole.first, split.first, rtol, 1e-6 * rtol));
+      ASSERT_EQ(whole.second.size(), split.second.size());
+      for (size_t i = 0; i < whole.second.size(); ++i) {
+        ASSERT_TRUE(split.second[i].defined()) << "W left parameter " << i << " without a gradient";
+        EXPECT_TRUE(torch::allclose(whole.second[i], split.second[i], rtol, 1e-6 * rtol)) << "parameter " << i;
+      }
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -304,14 +450,14 @@ TEST(DeviceWorkers, WorkersRunAtTheSameTime) {
 
 TEST(DeviceWorkers, TheRealFailureIsRethrownNotTheAbort) {
   DeviceWorkers workers({torch::kCPU, torch::kCPU, torch::kCPU}, false);
-  Channel<int> channel;
+  Mailbox<int, int> channel;
   try {
     workers.RunAll([&](int i) {
       if (i == 2) {
         channel.Close();
         throw std::runtime_error("stage 2 failed");
       }
-      channel.Pop();  // would wait for ever without Close
+      channel.Pop(0);  // would wait for ever without Close
     });
     FAIL() << "no exception";
   } catch (const PipelineAborted&) {
@@ -320,8 +466,10 @@ TEST(DeviceWorkers, TheRealFailureIsRethrownNotTheAbort) {
     EXPECT_STREQ(e.what(), "stage 2 failed");
   }
   channel.Reset();
-  channel.Push(5);
-  EXPECT_EQ(channel.Pop(), 5);
+  channel.Push(1, 5);
+  channel.Push(0, 4);
+  EXPECT_EQ(channel.Pop(1), 5);  // by key, not in push order
+  EXPECT_EQ(channel.Pop(0), 4);
   // Workers are still usable after a failure.
   int ran = 0;
   workers.Run(0, [&] { ran = 1; });
@@ -478,7 +626,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(Row, PmpRecordsSplitScheduleAndBubble) {
   for (std::string schedule : {"gpipe", "1f1b"}) {
-    auto r = RunRow("--strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --schedule=" + schedule);
+    auto r = RunRow("--strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --balance=params --schedule=" + schedule);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const Row& row = r.row;
     EXPECT_EQ(row.at("split"), "8,2");
@@ -492,6 +640,9 @@ TEST(Row, PmpRecordsSplitScheduleAndBubble) {
     auto busy = Numbers(row.at("stage_busy_ms"));
     ASSERT_EQ(busy.size(), 2u);
     for (double b : busy) EXPECT_GT(b, 0);
+    EXPECT_EQ(Numbers(row.at("stage_time_ms")).size(), 2u);
+    for (double mb : Numbers(row.at("activation_peak_mb"))) EXPECT_GT(mb, 0);
+    EXPECT_EQ(row.at("virtual_stages"), "1");
     ExpectMemoryPerDevice(row, 2);
     EXPECT_NE(r.output.find("pmp split (balanced by parameter count): stem..layer4.0 | layer4.1..head = 8,2"),
               std::string::npos) << r.output;
@@ -551,9 +702,23 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"--strategy=pmp --gpus=11 --oversubscribe", "--gpus=11: pmp puts at least one unit on each device"},
         Case{"--strategy=mp --gpus=11 --oversubscribe", "--gpus=11: mp puts at least one unit on each device, but the model has only 10 units: stem, layer1.0"},
         Case{"--strategy=mp --gpus=2 --split=4,4", "--split=4,4: the counts sum to 8, not 10"},
-        Case{"--strategy=pmp --gpus=2 --split=3,3,4", "--split=3,3,4: 3 counts for --gpus=2"},
+        Case{"--strategy=pmp --gpus=2 --split=3,3,4", "--split=3,3,4: 3 counts for 2 stages"},
+        Case{"--strategy=pmp --gpus=2 --schedule=interleaved --virtual-stages=2 --split=5,5",
+             "--split=5,5: 2 counts for 4 stages; accepted: 4 comma-separated unit counts >= 1 (one per stage, --gpus=2 x --virtual-stages=2)"},
+        Case{"--strategy=pmp --gpus=2 --schedule=interleaved --virtual-stages=6",
+             "--virtual-stages=6: --gpus=2 x 6 = 12 model chunks, but the model has only 10 units"},
+        Case{"--strategy=pmp --gpus=3 --oversubscribe --batch-size=12 --chunks=4 --schedule=interleaved",
+             "--chunks=4: --schedule=interleaved takes micro-batches in groups of --gpus=3; accepted: a multiple of 3"},
+        Case{"--strategy=pmp --gpus=3 --oversubscribe --batch-size=8 --chunks=2 --schedule=zero-bubble",
+             "--chunks=2: --schedule=zero-bubble needs at least one micro-batch per device; accepted: --chunks>=3"},
+        Case{"--strategy=pmp --gpus=2 --schedule=gpipe --virtual-stages=2",
+             "--virtual-stages=2: applies only to --schedule=interleaved, not to --schedule=gpipe"},
+        Case{"--strategy=dp --gpus=2 --chunks=4", "--chunks=4: applies only to --strategy=pmp, not to --strategy=dp"},
+        Case{"--strategy=mp --gpus=2 --schedule=1f1b", "--schedule=1f1b: applies only to --strategy=pmp, not to --strategy=mp"},
+        Case{"--strategy=mp --gpus=2 --bucket-cap-mb=1", "--bucket-cap-mb=1: applies only to --strategy=ddp|zero*"},
+        Case{"--strategy=dp --gpus=2 --split=5,5", "--split=5,5: applies only to --strategy=mp|pmp"},
         Case{"--strategy=mp --gpus=2 --split=4,x", "--split=4,x"},
-        Case{"--strategy=pmp --gpus=2 --schedule=zb", "--schedule=zb: not accepted; accepted values: gpipe|1f1b"},
+        Case{"--strategy=pmp --gpus=2 --schedule=zb", "--schedule=zb: not accepted; accepted values: gpipe|1f1b|interleaved|zero-bubble"},
         Case{"--strategy=mp --gpus=2 --balance=flops", "--balance=flops"},
         Case{"--strategy=dp --gpus=1000", "--gpus=1000 x --threads-per-device=1: 1000 threads but this machine has"},
         Case{"--strategy=pmp --gpus=2 --chunks=3 --verify --batch-size=8", "--chunks=3"}),

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# End to end through the real binary: dp, mp and pmp (both schedules) on two
+# End to end through the real binary: dp, mp and pmp (every schedule) on two
 # CPU logical devices each append one well-formed row that passes --verify
-# against single; dp's scaling efficiency comes from the single row in the
-# same file; bad inputs exit 2 with one message naming the value and leave
-# the results file untouched.
+# against single (float64), every schedule with SGD and Adam on 2 and 3
+# devices; dp's scaling efficiency comes from the single row in the same
+# file; bad inputs exit 2 with one message naming the value and leave the
+# results file untouched.
 set -euo pipefail
 BIN="$1"; SRC="$2"
 TMP="$(mktemp -d)"; trap 'rm -rf "$TMP"' EXIT
@@ -18,22 +19,35 @@ COMMON=(--device=cpu --small-input --width=8 --image-size=16 --num-classes=10 --
         --progress=off --out="$TMP/r.csv")
 "$BIN" --strategy=single "${COMMON[@]}" --batch-size=8
 "$BIN" --strategy=dp --gpus=2 $OVER "${COMMON[@]}" --batch-size=8 --verify
-"$BIN" --strategy=mp --gpus=2 $OVER "${COMMON[@]}" --batch-size=16 --verify
-"$BIN" --strategy=pmp --gpus=2 $OVER "${COMMON[@]}" --batch-size=16 --chunks=4 --schedule=gpipe --verify
-"$BIN" --strategy=pmp --gpus=2 $OVER "${COMMON[@]}" --batch-size=16 --chunks=4 --schedule=1f1b --verify
+"$BIN" --strategy=mp --gpus=2 $OVER "${COMMON[@]}" --batch-size=16 --balance=params --verify
+"$BIN" --strategy=pmp --gpus=2 $OVER "${COMMON[@]}" --batch-size=16 --chunks=4 --schedule=gpipe --balance=params --verify
+"$BIN" --strategy=pmp --gpus=2 $OVER "${COMMON[@]}" --batch-size=16 --chunks=4 --schedule=1f1b --balance=params --verify
 "$BIN" --strategy=pmp --gpus=2 $OVER "${COMMON[@]}" --batch-size=16 --chunks=2 --split=5,5 --balance=time
+# Defaults (time-balanced split, 1f1b), then every schedule x optimizer on 2
+# and 3 devices against single in float64.
+"$BIN" --strategy=pmp --gpus=2 $OVER "${COMMON[@]}" --batch-size=16 --verify
+PAR=(--device=cpu --small-input --width=8 --image-size=16 --num-classes=10 --steps=2 --warmup=0 --progress=off
+     --verify --verify-steps=2 --out="$TMP/parity.csv")
+for opt in "--optimizer=sgd" "--optimizer=adam --lr=0.001"; do
+  for g in 2 3; do
+    for sched in gpipe 1f1b interleaved zero-bubble; do
+      "$BIN" --strategy=pmp --gpus=$g --oversubscribe "${PAR[@]}" $opt --batch-size=$((4 * g)) --chunks=$((2 * g)) \
+        --schedule=$sched >/dev/null 2>&1 || fail "parity run: $g devices, $sched, $opt"
+    done
+  done
+done
 
 "$PY" - "$TMP/r.csv" <<'PYEOF'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-assert [r["strategy"] for r in rows] == ["single", "dp", "mp", "pmp", "pmp", "pmp"], [r["strategy"] for r in rows]
-single, dp, mp, gpipe, f1b, explicit = rows
+assert [r["strategy"] for r in rows] == ["single", "dp", "mp", "pmp", "pmp", "pmp", "pmp"], [r["strategy"] for r in rows]
+single, dp, mp, gpipe, f1b, explicit, default = rows
 for r in rows[1:]:
     assert r["gpus"] == "2" and r["world_size"] == "1", r
     mem = [float(x) for x in r["mem_per_device_mb"].split("/")]
     assert len(mem) == 2 and all(m > 0 for m in mem), (r["strategy"], r["mem_per_device_mb"])
     assert float(r["throughput_img_s"]) > 0 and float(r["forward_ms"]) > 0 and float(r["backward_ms"]) > 0
-for r in rows[1:5]:
+for r in rows[1:5] + [default]:
     assert r["parity_ok"] == "true" and float(r["parity_max_abs_diff"]) <= 1e-10, (r["strategy"], r["parity_max_abs_diff"])
 # dp: batch per device, global = 2x; its efficiency against the single row (same per-device batch).
 assert dp["per_device_batch"] == "8" and dp["global_batch"] == "16", dp
@@ -52,6 +66,22 @@ for r, sched in ((gpipe, "gpipe"), (f1b, "1f1b")):
 # --split wins over --balance; the row records the split used.
 assert explicit["split"] == "5,5" and explicit["chunks"] == "2", explicit
 assert abs(float(explicit["bubble_theory"]) - 1 / 3) < 1e-4, explicit
+# Defaults: split by measured time, 1f1b; each stage's measured time and peak activations recorded.
+assert default["schedule"] == "1f1b" and len(default["split"].split(",")) == 2, default
+for r in (default, gpipe, f1b, mp):
+    assert len(r["stage_time_ms"].split("/")) == 2 and all(float(x) > 0 for x in r["stage_time_ms"].split("/")), r
+    assert all(float(x) > 0 for x in r["activation_peak_mb"].split("/")), r["activation_peak_mb"]
+# Every schedule x optimizer x 2/3 devices: parity with single in float64.
+par = list(csv.DictReader(open(sys.argv[1].replace("r.csv", "parity.csv"))))
+assert len(par) == 16, len(par)
+for r in par:
+    assert r["parity_ok"] == "true" and float(r["parity_max_abs_diff"]) <= 1e-10, (r["command"], r["parity_max_abs_diff"])
+    assert r["schedule"] in ("gpipe", "1f1b", "interleaved", "zero-bubble"), r["schedule"]
+    if r["schedule"] == "interleaved":
+        assert r["virtual_stages"] == "2" and len(r["split"].split(",")) == 2 * int(r["gpus"]), r
+    if r["schedule"] == "zero-bubble":
+        assert len(r["chunk_fbw_ms"].split("/")[0].split(":")) == 3, r["chunk_fbw_ms"]
+        assert 0 <= float(r["bubble_theory"]) < 1, r["bubble_theory"]
 print("rows ok: dp", dp["throughput_img_s"], "mp", mp["throughput_img_s"], "pmp", gpipe["throughput_img_s"],
       f1b["throughput_img_s"], "img/s; pmp bubble", gpipe["bubble_measured"], "vs", gpipe["bubble_theory"])
 PYEOF
@@ -72,7 +102,15 @@ bad "--chunks=0: must be at least 1" --strategy=pmp --gpus=2 $OVER --chunks=0
 bad "--gpus=11: mp puts at least one unit on each device, but the model has only 10 units: stem, layer1.0" \
   --strategy=mp --gpus=11 --oversubscribe
 bad "--split=4,4: the counts sum to 8, not 10" --strategy=mp --gpus=2 $OVER --split=4,4
-bad "--split=2,2,6: 3 counts for --gpus=2" --strategy=pmp --gpus=2 $OVER --split=2,2,6
+bad "--split=2,2,6: 3 counts for 2 stages" --strategy=pmp --gpus=2 $OVER --split=2,2,6
+bad "--virtual-stages=6: --gpus=2 x 6 = 12 model chunks, but the model has only 10 units" \
+  --strategy=pmp --gpus=2 $OVER --schedule=interleaved --virtual-stages=6
+bad "--chunks=2: --schedule=zero-bubble needs at least one micro-batch per device; accepted: --chunks>=3" \
+  --strategy=pmp --gpus=3 --oversubscribe --batch-size=8 --chunks=2 --schedule=zero-bubble
+bad "--chunks=4: --schedule=interleaved takes micro-batches in groups of --gpus=3" \
+  --strategy=pmp --gpus=3 --oversubscribe --batch-size=12 --chunks=4 --schedule=interleaved
+bad "--chunks=4: applies only to --strategy=pmp, not to --strategy=mp" --strategy=mp --gpus=2 $OVER --chunks=4
+bad "--bucket-cap-mb=1: applies only to --strategy=ddp|zero\*, not to --strategy=pmp" --strategy=pmp --gpus=2 $OVER --bucket-cap-mb=1
 bad "--schedule=zb" --strategy=pmp --gpus=2 $OVER --schedule=zb
 bad "--gpus=1000 x --threads-per-device=1: 1000 threads" --strategy=dp --gpus=1000
 echo "model_parallel: all checks passed"

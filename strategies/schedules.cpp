@@ -1,0 +1,195 @@
+#include "strategies/schedules.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <numeric>
+#include <set>
+#include <tuple>
+
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+
+#include "harness/config.h"
+
+namespace ddpbench {
+namespace {
+
+PipelineTable EmptyTable(int devices, int virtual_stages, int micro_batches) {
+  TORCH_CHECK(devices >= 1 && virtual_stages >= 1 && micro_batches >= 1, "pipeline table: ", devices,
+              " devices, ", virtual_stages, " chunks each, ", micro_batches, " micro-batches");
+  PipelineTable t;
+  t.devices = devices;
+  t.virtual_stages = virtual_stages;
+  t.micro_batches = micro_batches;
+  t.actions.resize(devices);
+  return t;
+}
+
+PipelineAction Forward(int m, int chunk) { return {PipelineOp::kForward, m, chunk}; }
+
+}  // namespace
+
+PipelineSchedule ParsePipelineSchedule(const std::string& name) {
+  if (name == "gpipe") return PipelineSchedule::kGPipe;
+  if (name == "1f1b") return PipelineSchedule::k1F1B;
+  if (name == "interleaved") return PipelineSchedule::kInterleaved;
+  if (name == "zero-bubble") return PipelineSchedule::kZeroBubble;
+  throw ConfigError(fmt::format("--schedule={}: not accepted; accepted values: gpipe|1f1b|interleaved|zero-bubble",
+                                name));
+}
+
+PipelineTable GPipeTable(int devices, int micro_batches) {
+  PipelineTable t = EmptyTable(devices, 1, micro_batches);
+  for (int s = 0; s < devices; ++s) {
+    for (int m = 0; m < micro_batches; ++m) t.actions[s].push_back(Forward(m, s));
+    for (int m = micro_batches - 1; m >= 0; --m) t.actions[s].push_back({PipelineOp::kBackward, m, s});
+  }
+  return t;
+}
+
+// 1F1B's order; each backward is `backward` (whole), or B followed by W once
+// more than `deferred(s)` W's wait.
+static PipelineTable OneFOneBOrder(int devices, int micro_batches, bool split, int (*deferred)(int)) {
+  PipelineTable t = EmptyTable(devices, 1, micro_batches);
+  for (int s = 0; s < devices; ++s) {
+    auto& a = t.actions[s];
+    const int warmup = std::min(devices - 1 - s, micro_batches);
+    std::deque<int> waiting;  // micro-batches whose W is still to run
+    int f = 0;
+    for (; f < warmup; ++f) a.push_back(Forward(f, s));
+    for (int b = 0; b < micro_batches; ++b) {
+      if (f < micro_batches) a.push_back(Forward(f++, s));
+      if (!split) {
+        a.push_back({PipelineOp::kBackward, b, s});
+        continue;
+      }
+      a.push_back({PipelineOp::kBackwardInput, b, s});
+      waiting.push_back(b);
+      const bool last = b + 1 == micro_batches;
+      while (!waiting.empty() && (last || static_cast<int>(waiting.size()) > deferred(s))) {
+        a.push_back({PipelineOp::kBackwardWeight, waiting.front(), s});
+        waiting.pop_front();
+      }
+    }
+  }
+  return t;
+}
+
+PipelineTable OneFOneBTable(int devices, int micro_batches) {
+  return OneFOneBOrder(devices, micro_batches, false, [](int) { return 0; });
+}
+
+PipelineTable ZeroBubbleH1Table(int devices, int micro_batches) {
+  return OneFOneBOrder(devices, micro_batches, true, [](int s) { return s; });
+}
+
+PipelineTable InterleavedTable(int devices, int virtual_stages, int micro_batches) {
+  const int S = devices, V = virtual_stages, M = micro_batches;
+  PipelineTable t = EmptyTable(S, V, M);
+  TORCH_CHECK(M % S == 0, "interleaved: ", M, " micro-batches is not a multiple of ", S, " devices");
+  const int total = M * V;  // (micro-batch, chunk) pairs per device
+  for (int d = 0; d < S; ++d) {
+    // The k-th forward (backward) of device d: groups of S micro-batches
+    // through the chunks in order (backward: in reverse order).
+    auto action = [&](int k, PipelineOp op) {
+      const int group = k / (S * V), within = k % (S * V);
+      int v = within / S;
+      if (op != PipelineOp::kForward) v = V - 1 - v;
+      return PipelineAction{op, group * S + within % S, v * S + d};
+    };
+    auto& a = t.actions[d];
+    const int warmup = std::min(total, (S - d - 1) * 2 + (V - 1) * S);
+    int f = 0;
+    for (; f < warmup; ++f) a.push_back(action(f, PipelineOp::kForward));
+    for (int b = 0; b < total; ++b) {
+      if (f < total) a.push_back(action(f++, PipelineOp::kForward));
+      a.push_back(action(b, PipelineOp::kBackward));
+    }
+  }
+  return t;
+}
+
+PipelineTable BuildPipelineTable(PipelineSchedule schedule, int devices, int virtual_stages, int micro_batches) {
+  switch (schedule) {
+    case PipelineSchedule::kGPipe: return GPipeTable(devices, micro_batches);
+    case PipelineSchedule::k1F1B: return OneFOneBTable(devices, micro_batches);
+    case PipelineSchedule::kInterleaved: return InterleavedTable(devices, virtual_stages, micro_batches);
+    case PipelineSchedule::kZeroBubble: return ZeroBubbleH1Table(devices, micro_batches);
+  }
+  TORCH_CHECK(false, "unknown pipeline schedule");
+}
+
+double PipelineSimulation::Bubble() const {
+  if (makespan <= 0) return 0;
+  return 1.0 - std::accumulate(busy.begin(), busy.end(), 0.0) / (busy.size() * makespan);
+}
+
+ChunkTimes UniformChunkTimes(int chunks) {
+  return {std::vector<double>(chunks, 1.0), std::vector<double>(chunks, 1.0), std::vector<double>(chunks, 1.0)};
+}
+
+PipelineSimulation SimulatePipeline(const PipelineTable& t, const ChunkTimes& times) {
+  const int S = t.devices, C = t.chunks();
+  using Key = std::tuple<char, int, int>;  // op, micro-batch, chunk
+  std::map<Key, double> end;               // finish time of each action run
+  auto done = [&](char op, int m, int c) { return end.count({op, m, c}) > 0; };
+  auto finish = [&](char op, int m, int c) { return end.at({op, m, c}); };
+  PipelineSimulation sim;
+  sim.busy.assign(S, 0.0);
+  sim.peak_in_flight.assign(S, 0);
+  std::vector<double> free(S, 0.0);
+  std::vector<int> held(S, 0);
+  std::vector<size_t> next(S, 0);
+  size_t left = 0;
+  for (auto& a : t.actions) left += a.size();
+  while (left > 0) {
+    bool progressed = false;
+    for (int d = 0; d < S; ++d) {
+      if (next[d] == t.actions[d].size()) continue;
+      const PipelineAction& a = t.actions[d][next[d]];
+      const int m = a.micro_batch, c = a.chunk;
+      // The input gradient of chunk c+1 comes from its B or whole backward.
+      auto grad_from = [&](int chunk) { return done('B', m, chunk) ? 'B' : 'b'; };
+      std::vector<Key> deps;
+      if (a.op == PipelineOp::kForward) {
+        if (c > 0) deps.push_back({'F', m, c - 1});
+      } else if (a.op == PipelineOp::kBackwardWeight) {
+        deps.push_back({'B', m, c});
+      } else {
+        deps.push_back({'F', m, c});
+        if (c + 1 < C) deps.push_back({grad_from(c + 1), m, c + 1});
+      }
+      double start = free[d];
+      bool ready = true;
+      for (const Key& k : deps) {
+        if (!done(std::get<0>(k), std::get<1>(k), std::get<2>(k))) ready = false;
+        else start = std::max(start, finish(std::get<0>(k), std::get<1>(k), std::get<2>(k)));
+      }
+      if (!ready) continue;
+      double ms = a.op == PipelineOp::kForward          ? times.forward.at(c)
+                  : a.op == PipelineOp::kBackwardInput  ? times.backward_input.at(c)
+                  : a.op == PipelineOp::kBackwardWeight ? times.backward_weight.at(c)
+                                                        : times.backward_input.at(c) + times.backward_weight.at(c);
+      end[{static_cast<char>(a.op), m, c}] = free[d] = start + ms;
+      sim.busy[d] += ms;
+      if (a.op == PipelineOp::kForward) sim.peak_in_flight[d] = std::max(sim.peak_in_flight[d], ++held[d]);
+      if (a.op == PipelineOp::kBackward || a.op == PipelineOp::kBackwardWeight) --held[d];
+      ++next[d];
+      --left;
+      progressed = true;
+    }
+    if (!progressed) {
+      sim.deadlock = true;
+      break;
+    }
+  }
+  sim.makespan = *std::max_element(free.begin(), free.end());
+  return sim;
+}
+
+double TheoreticalBubble(int devices, int virtual_stages, int micro_batches) {
+  return static_cast<double>(devices - 1) / (virtual_stages * micro_batches + devices - 1);
+}
+
+}  // namespace ddpbench

@@ -1,0 +1,82 @@
+// Pipeline schedules as data. A schedule is a table: for each device, the
+// ordered actions it runs (forward, backward, or the backward cut into its
+// input part B and weight part W; which micro-batch; which model chunk). One
+// small function builds each schedule's table, the tests check the tables,
+// and the pipeline engine (pipeline.cpp) runs any of them, as Megatron's
+// schedule tables and torch.distributed.pipelining's runtime do.
+//
+// Model chunk c of C = devices x V lives on device c % devices (round-robin,
+// Megatron's interleaved placement); V = 1 is one contiguous stage a device.
+// Pure logic; exposed for tests.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ddpbench {
+
+enum class PipelineOp : char {
+  kForward = 'F',
+  kBackward = 'b',        // the whole backward: input and weight gradients
+  kBackwardInput = 'B',   // the input gradient only (zero-bubble)
+  kBackwardWeight = 'W',  // the weight gradients of an earlier B
+};
+
+struct PipelineAction {
+  PipelineOp op = PipelineOp::kForward;
+  int micro_batch = 0;
+  int chunk = 0;
+  bool operator==(const PipelineAction& o) const {
+    return op == o.op && micro_batch == o.micro_batch && chunk == o.chunk;
+  }
+};
+
+struct PipelineTable {
+  int devices = 1, virtual_stages = 1, micro_batches = 1;
+  std::vector<std::vector<PipelineAction>> actions;  // per device, in order
+  int chunks() const { return devices * virtual_stages; }
+  int DeviceOf(int chunk) const { return chunk % devices; }
+};
+
+enum class PipelineSchedule { kGPipe, k1F1B, kInterleaved, kZeroBubble };
+// gpipe|1f1b|interleaved|zero-bubble; ConfigError otherwise.
+PipelineSchedule ParsePipelineSchedule(const std::string& name);
+
+// All forwards, then all backwards (last micro-batch first).
+PipelineTable GPipeTable(int devices, int micro_batches);
+// 1F1B (PipeDream-Flush): S-1-s warm-up forwards, then one forward one
+// backward, then the remaining backwards; device s holds S-s micro-batches.
+PipelineTable OneFOneBTable(int devices, int micro_batches);
+// Interleaved 1F1B (Megatron-LM): V chunks per device, micro-batches taken in
+// groups of S through the chunks; needs micro_batches a multiple of devices.
+PipelineTable InterleavedTable(int devices, int virtual_stages, int micro_batches);
+// ZB-H1 (Qi et al.): 1F1B's order with each backward cut into B and W;
+// device s defers up to s W's, which fill the bubbles of the drain, so every
+// device holds at most S micro-batches, as 1F1B's first device does.
+PipelineTable ZeroBubbleH1Table(int devices, int micro_batches);
+PipelineTable BuildPipelineTable(PipelineSchedule schedule, int devices, int virtual_stages, int micro_batches);
+
+// Milliseconds of each action kind on each chunk (kBackward: input + weight).
+struct ChunkTimes {
+  std::vector<double> forward, backward_input, backward_weight;
+};
+
+// The table run on ideal devices: every action starts once its device is
+// free and its inputs exist (forward of chunk c-1; input gradient of chunk
+// c+1; its own forward; its own B). Reports a deadlock instead of hanging.
+struct PipelineSimulation {
+  bool deadlock = false;
+  double makespan = 0;
+  std::vector<double> busy;         // per device
+  std::vector<int> peak_in_flight;  // per device: micro-batch x chunk activations held at once
+  double Bubble() const;            // 1 - sum(busy) / (devices x makespan)
+};
+PipelineSimulation SimulatePipeline(const PipelineTable& table, const ChunkTimes& times);
+// Equal chunks: forward 1, input gradient 1, weight gradient 1.
+ChunkTimes UniformChunkTimes(int chunks);
+
+// Idle fraction of an ideal pipeline of equal stages with V chunks per
+// device: (S-1)/(V*M + S-1), i.e. GPipe's and 1F1B's (S-1)/(M+S-1) at V=1.
+double TheoreticalBubble(int devices, int virtual_stages, int micro_batches);
+
+}  // namespace ddpbench
