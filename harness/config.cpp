@@ -92,9 +92,9 @@ void ValidateConfig(const RunConfig& c) {
     throw ConfigError(fmt::format("--grad-accum={}: must divide --batch-size={} (each step splits the batch "
                                   "into that many micro-batches)", c.grad_accum, c.batch_size));
   CheckMember("--compression", c.compression, {"none", "fp16", "bf16"});
-  if (c.compression != "none" && c.strategy == "zero1")
-    throw ConfigError(fmt::format("--compression={}: gradient compression is a ddp option; zero1 reduces "
-                                  "gradients in full precision (leave --compression at none)", c.compression));
+  if (c.compression != "none" && c.strategy.rfind("zero", 0) == 0)
+    throw ConfigError(fmt::format("--compression={}: gradient compression is a ddp option; {} reduces "
+                                  "gradients in full precision (leave --compression at none)", c.compression, c.strategy));
   if (!(c.timeout_s > 0)) throw ConfigError(fmt::format("--timeout={}: must be > 0 seconds", c.timeout_s));
   CheckMember("--zero-reduce", c.zero_reduce, {"reduce-scatter", "all-reduce"});
   CheckMember("--balance", c.balance, {"params", "time"});
@@ -118,7 +118,7 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   CLI::App app{"ddpbench: train one ResNet workload under one parallelism strategy and append one "
                "honest CSV row (throughput, memory per device, accuracy, scaling, parity)."};
   app.option_defaults()->always_capture_default();
-  app.add_option("--strategy", c.strategy, "single|dp|ddp|mp|pmp|zero1 (see --list)");
+  app.add_option("--strategy", c.strategy, "single|dp|ddp|mp|pmp|zero1|zero2|zero3 (see --list)");
   app.add_flag("--list", c.list, "print the registered strategies and exit");
   app.add_option("--gpus", c.gpus, "number of devices (GPUs, or CPU thread groups)");
   app.add_option("--device", c.device, "auto|cuda|cpu");
@@ -158,7 +158,7 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--grad-accum", c.grad_accum, "ddp: micro-steps per optimizer step");
   app.add_option("--compression", c.compression, "ddp: gradient compression hook none|fp16|bf16");
   app.add_option("--timeout", c.timeout_s, "seconds before a stuck collective ends the run");
-  app.add_option("--zero-reduce", c.zero_reduce, "zero1: reduce-scatter|all-reduce");
+  app.add_option("--zero-reduce", c.zero_reduce, "zero1|zero2|zero3: reduce-scatter|all-reduce");
   app.add_option("--balance", c.balance, "mp/pmp: params|time");
   app.add_option("--split", c.split, "mp/pmp: units per device, e.g. 4,6");
   app.add_option("--chunks", c.chunks, "pmp: micro-batches per batch");

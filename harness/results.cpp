@@ -23,11 +23,11 @@ const std::vector<std::string>& ResultColumns() {
       "warmup", "epochs", "amp", "optimizer", "lr", "throughput_img_s",
       "throughput_per_rank_img_s", "step_ms_p50", "step_ms_p90", "data_ms", "forward_ms",
       "backward_ms", "optimizer_ms", "communication_ms", "peak_mem_mb", "mem_per_device_mb",
-      "mem_reserved_per_device_mb", "peak_rss_mb", "optimizer_state_mb", "accuracy",
+      "mem_reserved_per_device_mb", "peak_rss_mb", "optimizer_state_mb", "param_mb", "grad_mb", "zero_expected_mb", "accuracy",
       "final_loss", "scaling_efficiency", "baseline_throughput_img_s", "parity_max_abs_diff",
       "parity_steps", "parity_model", "parity_ok", "split", "chunks", "schedule",
       "bubble_measured", "bubble_theory", "stage_busy_ms", "bucket_cap_mb", "grad_accum",
-      "compression", "allreduce_hidden_frac", "zero_reduce", "torch_version", "cuda_version",
+      "compression", "allreduce_hidden_frac", "zero_reduce", "units_gathered_max", "torch_version", "cuda_version",
       "nccl_version", "cpu_model", "command"};
   return kColumns;
 }
