@@ -84,6 +84,9 @@ void ValidateConfig(const RunConfig& c) {
   CheckAtLeast("--verify-steps", c.verify_steps, int64_t{1});
   if (!(c.verify_tolerance > 0)) throw ConfigError(fmt::format("--verify-tolerance={}: must be > 0", c.verify_tolerance));
   if (!(c.bucket_cap_mb > 0)) throw ConfigError(fmt::format("--bucket-cap-mb={}: must be > 0", c.bucket_cap_mb));
+  if (c.strategy == "zero3" && c.bucket_cap_mb != 25.0)
+    throw ConfigError(fmt::format("--bucket-cap-mb={}: zero3's buckets are the model's units (one each); leave "
+                                  "--bucket-cap-mb at its default, or use ddp|zero1|zero2", c.bucket_cap_mb));
   CheckAtLeast("--grad-accum", c.grad_accum, int64_t{1});
   if (c.grad_accum > 1 && c.strategy != "ddp")
     throw ConfigError(fmt::format("--grad-accum={}: gradient accumulation is a ddp option; use it with "
@@ -154,7 +157,7 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_flag("--verify", c.verify, "check parameters against the single-device run before timing");
   app.add_option("--verify-steps", c.verify_steps, "steps of the parity check");
   app.add_option("--verify-tolerance", c.verify_tolerance, "largest parameter difference accepted by --verify");
-  app.add_option("--bucket-cap-mb", c.bucket_cap_mb, "ddp: gradient bucket size");
+  app.add_option("--bucket-cap-mb", c.bucket_cap_mb, "ddp|zero1|zero2: gradient bucket size");
   app.add_option("--grad-accum", c.grad_accum, "ddp: micro-steps per optimizer step");
   app.add_option("--compression", c.compression, "ddp: gradient compression hook none|fp16|bf16");
   app.add_option("--timeout", c.timeout_s, "seconds before a stuck collective ends the run");

@@ -35,8 +35,8 @@ def devices(row):
 
 def detail(row):
     parts = []
-    for key in ("split", "schedule", "chunks", "bubble_measured", "zero_reduce", "optimizer_state_mb",
-                "allreduce_hidden_frac", "amp"):
+    for key in ("split", "schedule", "chunks", "bubble_measured", "zero_reduce", "param_mb", "grad_mb",
+                "optimizer_state_mb", "zero_expected_mb", "units_gathered_max", "allreduce_hidden_frac", "amp"):
         value = row.get(key, "")
         if value and not (key == "amp" and value == "off"):
             parts.append(f"{key}={value}")

@@ -44,7 +44,9 @@
 // stay valid meanwhile: their storage object is kept and only its bytes go
 // and come back, as FSDP resizes storage. The last unit is kept from its
 // forward to its backward, which follows at once. So at most two units are
-// held in full at a time: the current one and the prefetched one.
+// held in full at a time in a training step: the current one and the
+// prefetched one. Evaluation gathers the whole model once and keeps it until
+// the next step.
 //
 // fp16 loss scaling: every rank unscales its own slices, so the inf/NaN
 // verdict is all-reduced (MAX) before the shared skip-or-step decision.
@@ -170,6 +172,7 @@ class ShardedStrategy final : public Strategy {
   }
 
   torch::Tensor Predict(const torch::Tensor& images) override {
+    if (stage_ == 3) GatherForEvaluation();
     torch::NoGradGuard no_grad;
     model_->eval();
     torch::Tensor logits;
@@ -186,12 +189,10 @@ class ShardedStrategy final : public Strategy {
       for (size_t b = 0; b < gathers_.size(); ++b) Gather(static_cast<int64_t>(b));
       return model_->parameters();
     }
-    const int64_t held_max = held_max_;  // not a step's: left out of the figure
-    for (size_t b = 0; b < gathers_.size(); ++b) Gather(static_cast<int64_t>(b));
+    GatherForEvaluation();
     std::vector<torch::Tensor> params;
     for (auto& p : model_->parameters()) params.push_back(p.detach().clone());
-    for (size_t b = 0; b < gathers_.size(); ++b) Release(b);
-    held_max_ = held_max;
+    ReleaseEvaluation();
     return params;
   }
 
@@ -370,6 +371,7 @@ class ShardedStrategy final : public Strategy {
 
   void BeginStep() {
     if (stage_ == 1) flat_grads_.zero_();  // autograd accumulates into the buckets
+    ReleaseEvaluation();
     const size_t n = partition_.buckets.size();
     remaining_ = expected_;
     next_launch_ = 0;
@@ -411,7 +413,7 @@ class ShardedStrategy final : public Strategy {
 
   void AfterForward(size_t u, torch::Tensor& out, bool training) {
     const int64_t b = UnitBucket(u);
-    if (stage_ < 3 || b < 0) return;
+    if (stage_ < 3 || b < 0 || evaluation_held_) return;
     const bool backward = training && out.requires_grad();
     if (backward)
       out.register_hook([this, u](const torch::Tensor& /*grad*/) { BeforeBackward(u); });
@@ -459,6 +461,23 @@ class ShardedStrategy final : public Strategy {
     auto scope = timer_->Measure(Phase::kCommunication);
     CollectiveLabel label(labels_.gather);
     for (size_t b = bucket_params_.size(); b-- > 0;) StartGather(static_cast<int64_t>(b));
+  }
+
+  // Stage 3, evaluation and the parity check: the whole model gathered once
+  // and kept until the next step, so that ranks whose test shares differ by
+  // a batch still issue the same collectives (as FSDP's summon_full_params).
+  // Not counted in units_gathered_max, which is about training steps.
+  void GatherForEvaluation() {
+    if (evaluation_held_) return;
+    const int64_t held_max = held_max_;
+    for (size_t b = 0; b < held_.size(); ++b) Gather(static_cast<int64_t>(b));
+    held_max_ = held_max;
+    evaluation_held_ = true;
+  }
+  void ReleaseEvaluation() {
+    if (!evaluation_held_) return;
+    for (size_t b = 0; b < held_.size(); ++b) Release(b);
+    evaluation_held_ = false;
   }
 
   // Stage 3: bucket b's full parameters get their memory, or give it back.
@@ -635,6 +654,7 @@ class ShardedStrategy final : public Strategy {
   std::vector<torch::Tensor> bucket_params_, slice_params_, bucket_grads_, slice_grads_, shards_;
   std::vector<bool> held_;  // stage 3: bucket_params_ has memory
   int64_t held_max_ = 0;    // stage 3: most buckets held at once
+  bool evaluation_held_ = false;  // stage 3: all held for evaluation
   std::vector<c10::intrusive_ptr<c10d::Work>> gathers_;  // per bucket: its all-gather under way
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

@@ -363,6 +363,11 @@ TEST(ZeroStrategies, WorldOneComputesWhatSingleComputes) {
 TEST(ZeroStrategies, Zero3HoldsAtMostTheCurrentAndThePrefetchedUnit) {
   WorldOne run("adam");
   auto strategy = run.Trained("zero3", 2);
+  // Evaluation holds the whole model until the next step, which gives it back.
+  strategy->Predict(torch::randn({2, 3, 16, 16}, torch::kDouble));
+  run.timer.StartStep();
+  strategy->Step({torch::randn({4, 3, 16, 16}, torch::kDouble), torch::randint(0, 10, {4})});
+  run.timer.FinishStep();
   auto extras = strategy->Extras();
   // ResNet-18 has 10 units (stem, 8 blocks, head); never more than 2 in full.
   EXPECT_EQ(extras.at("units_gathered_max"), "2");
@@ -419,6 +424,11 @@ TEST(ZeroConfig, BadFlags) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("zero3 reduces"), std::string::npos) << e.what();
   }
+  c.compression = "none";
+  c.bucket_cap_mb = 5;  // zero3's buckets are its units
+  EXPECT_THROW(ValidateConfig(c), ConfigError);
+  c.strategy = "zero2";
+  EXPECT_NO_THROW(ValidateConfig(c));
 }
 
 }  // namespace

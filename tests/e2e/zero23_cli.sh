@@ -71,5 +71,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/bad_input.sh"
 snapshot_results
 bad_input zero2 "--compression=fp16: gradient compression is a ddp option; zero2 reduces" --gpus=2 --compression=fp16
 bad_input zero3 "--zero-reduce=scatter: not accepted; accepted values: reduce-scatter|all-reduce" --gpus=2 --zero-reduce=scatter
+bad_input zero3 "--bucket-cap-mb=5: zero3's buckets are the model's units" --gpus=2 --bucket-cap-mb=5
 bad_input zero3 "--grad-accum=2: gradient accumulation is a ddp option" --gpus=2 --grad-accum=2
 echo "zero23_cli: all checks passed"
