@@ -31,8 +31,9 @@
 // whole buckets, as torch's ZeroRedundancyOptimizer under DDP does, and each
 // rank then uses its slice.
 //
-// Parameters: stages 1 and 2 all-gather the updated slices bucket by bucket
-// right after the optimizer step, asynchronously, and the next forward runs
+// Parameters: stages 1 and 2 all-gather the updated slices bucket by bucket,
+// asynchronously, as the next forward starts (after its buffer broadcast,
+// which would otherwise queue behind them in Gloo's work queue); it runs
 // the model unit by unit, each unit waiting only for the buckets holding its
 // own parameters (the buckets the stem needs are started first). Stage 3
 // keeps only its slices at rest: before a unit's forward its bucket is
@@ -162,16 +163,18 @@ class ShardedStrategy final : public Strategy {
     {
       auto scope = timer_->Measure(Phase::kForward);
       if (comm_) dist_->BroadcastFromRoot(buffers_, labels_.buffers);
+      StartParameterGathers();  // after the broadcast, which would otherwise queue behind them
       AutocastGuard amp(config_->amp, device_);
       loss = ClassificationLoss(RunUnits(batch.images.to(device_), /*training=*/true), batch.labels.to(device_));
     }
     Backward(loss);
     OptimizerStep();
-    if (stage_ < 3) StartParameterGathers();
+    gathers_due_ = stage_ < 3 && comm_;
     return {loss.detach()};
   }
 
   torch::Tensor Predict(const torch::Tensor& images) override {
+    StartParameterGathers();
     if (stage_ == 3) GatherForEvaluation();
     torch::NoGradGuard no_grad;
     model_->eval();
@@ -186,6 +189,7 @@ class ShardedStrategy final : public Strategy {
 
   std::vector<torch::Tensor> Parameters() override {
     if (stage_ < 3) {
+      StartParameterGathers();
       for (size_t b = 0; b < gathers_.size(); ++b) Gather(static_cast<int64_t>(b));
       return model_->parameters();
     }
@@ -454,10 +458,13 @@ class ShardedStrategy final : public Strategy {
     gathers_[b].reset();
   }
 
-  // Stages 1, 2: every bucket's updated slices to every rank, in the order
-  // the next forward needs them (the stem's parameters are laid out last).
+  // Stages 1, 2, after an optimizer step: every bucket's updated slices to
+  // every rank, in the order the next forward needs them (the stem's
+  // parameters are laid out last). Started when the parameters are next
+  // needed, so at the start of the next forward.
   void StartParameterGathers() {
-    if (!comm_) return;
+    if (!gathers_due_) return;
+    gathers_due_ = false;
     auto scope = timer_->Measure(Phase::kCommunication);
     CollectiveLabel label(labels_.gather);
     for (size_t b = bucket_params_.size(); b-- > 0;) StartGather(static_cast<int64_t>(b));
@@ -653,6 +660,7 @@ class ShardedStrategy final : public Strategy {
   // gradient slice, and the optimizer's leaves.
   std::vector<torch::Tensor> bucket_params_, slice_params_, bucket_grads_, slice_grads_, shards_;
   std::vector<bool> held_;  // stage 3: bucket_params_ has memory
+  bool gathers_due_ = false;  // stages 1, 2: updated slices not yet sent
   int64_t held_max_ = 0;    // stage 3: most buckets held at once
   bool evaluation_held_ = false;  // stage 3: all held for evaluation
   std::vector<c10::intrusive_ptr<c10d::Work>> gathers_;  // per bucket: its all-gather under way
