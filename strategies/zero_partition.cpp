@@ -89,12 +89,12 @@ ZeroPartition PartitionForZero(const std::vector<int64_t>& numels, int64_t eleme
   });
 }
 
-ZeroPartition PartitionForZeroByGroup(const std::vector<int64_t>& numels, const std::vector<int64_t>& group_of,
-                                      int world, int64_t align) {
+ZeroPartition PartitionForZeroByGroup(const std::vector<int64_t>& numels,
+                                      const std::vector<int64_t>& group_of, int world, int64_t align) {
   CheckCommon(numels, world, align);
   if (group_of.size() != numels.size())
-    throw std::invalid_argument(fmt::format("ZeRO partition: {} groups for {} parameters", group_of.size(),
-                                            numels.size()));
+    throw std::invalid_argument(
+        fmt::format("ZeRO partition: {} groups for {} parameters", group_of.size(), numels.size()));
   for (size_t i = 1; i < group_of.size(); ++i)
     if (group_of[i] < group_of[i - 1])
       throw std::invalid_argument(fmt::format("ZeRO partition: parameter {} is in group {} after group {}", i,

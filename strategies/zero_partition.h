@@ -65,7 +65,7 @@ ZeroPartition PartitionForZero(const std::vector<int64_t>& numels, int64_t eleme
 // parameter i, non-decreasing; a bucket closes where the group changes.
 // Throws std::invalid_argument as PartitionForZero, and on a group list of
 // another length or a decreasing one.
-ZeroPartition PartitionForZeroByGroup(const std::vector<int64_t>& numels, const std::vector<int64_t>& group_of,
-                                      int world, int64_t align = 1);
+ZeroPartition PartitionForZeroByGroup(const std::vector<int64_t>& numels,
+                                      const std::vector<int64_t>& group_of, int world, int64_t align = 1);
 
 }  // namespace ddpbench

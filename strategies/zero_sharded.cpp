@@ -58,13 +58,13 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
-#include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <deque>
 #include <functional>
 #include <numeric>
+#include <torch/csrc/distributed/c10d/comm.hpp>
 
 #include "harness/config.h"
 #include "harness/dist.h"
@@ -77,8 +77,8 @@
 namespace ddpbench {
 namespace {
 
-constexpr int64_t kAlignBytes = 64;         // parameters and slices start on 64-byte boundaries
-constexpr size_t kReductionsInFlight = 2;   // stages 2, 3: bucket buffers awaiting their reduction
+constexpr int64_t kAlignBytes = 64;        // parameters and slices start on 64-byte boundaries
+constexpr size_t kReductionsInFlight = 2;  // stages 2, 3: bucket buffers awaiting their reduction
 
 // Runs `fn` after a parameter's AccumulateGrad has added this backward's
 // gradient into .grad.
@@ -165,7 +165,8 @@ class ShardedStrategy final : public Strategy {
       if (comm_) dist_->BroadcastFromRoot(buffers_, labels_.buffers);
       StartParameterGathers();  // after the broadcast, which would otherwise queue behind them
       AutocastGuard amp(config_->amp, device_);
-      loss = ClassificationLoss(RunUnits(batch.images.to(device_), /*training=*/true), batch.labels.to(device_));
+      loss =
+          ClassificationLoss(RunUnits(batch.images.to(device_), /*training=*/true), batch.labels.to(device_));
     }
     Backward(loss);
     OptimizerStep();
@@ -296,7 +297,8 @@ class ShardedStrategy final : public Strategy {
     }
     launch_order_.resize(n);
     std::iota(launch_order_.begin(), launch_order_.end(), size_t{0});
-    if (stage_ == 3) std::reverse(launch_order_.begin(), launch_order_.end());  // backward visits units from the end
+    if (stage_ == 3)
+      std::reverse(launch_order_.begin(), launch_order_.end());  // backward visits units from the end
 
     auto options = params_.front().options();
     if (stage_ < 3) flat_params_ = torch::zeros({partition_.total_numel}, options);
@@ -419,8 +421,7 @@ class ShardedStrategy final : public Strategy {
     const int64_t b = UnitBucket(u);
     if (stage_ < 3 || b < 0 || evaluation_held_) return;
     const bool backward = training && out.requires_grad();
-    if (backward)
-      out.register_hook([this, u](const torch::Tensor& /*grad*/) { BeforeBackward(u); });
+    if (backward) out.register_hook([this, u](const torch::Tensor& /*grad*/) { BeforeBackward(u); });
     // The last unit's backward comes next: keep it.
     if (!backward || NeighbourBucket(u, +1) >= 0) Release(b);
   }
@@ -645,8 +646,8 @@ class ShardedStrategy final : public Strategy {
   int rank_ = 0, world_ = 1;
   bool comm_ = false, reduce_scatter_ = true, alltoall_ = false;
   ResNet model_{nullptr};
-  std::vector<torch::Tensor> params_, buffers_;  // params_ in layout order
-  std::vector<int64_t> param_unit_;              // the unit of each of params_
+  std::vector<torch::Tensor> params_, buffers_;     // params_ in layout order
+  std::vector<int64_t> param_unit_;                 // the unit of each of params_
   std::vector<std::vector<int64_t>> unit_buckets_;  // per unit: the buckets holding its parameters
   ZeroPartition partition_;
   std::vector<size_t> launch_order_;  // the order gradients complete buckets in
@@ -659,10 +660,10 @@ class ShardedStrategy final : public Strategy {
   // between the first gradient and the reduction), this rank's reduced
   // gradient slice, and the optimizer's leaves.
   std::vector<torch::Tensor> bucket_params_, slice_params_, bucket_grads_, slice_grads_, shards_;
-  std::vector<bool> held_;  // stage 3: bucket_params_ has memory
-  bool gathers_due_ = false;  // stages 1, 2: updated slices not yet sent
-  int64_t held_max_ = 0;    // stage 3: most buckets held at once
-  bool evaluation_held_ = false;  // stage 3: all held for evaluation
+  std::vector<bool> held_;                               // stage 3: bucket_params_ has memory
+  bool gathers_due_ = false;                             // stages 1, 2: updated slices not yet sent
+  int64_t held_max_ = 0;                                 // stage 3: most buckets held at once
+  bool evaluation_held_ = false;                         // stage 3: all held for evaluation
   std::vector<c10::intrusive_ptr<c10d::Work>> gathers_;  // per bucket: its all-gather under way
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

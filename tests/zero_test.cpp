@@ -374,8 +374,8 @@ TEST(ZeroStrategies, Zero3HoldsAtMostTheCurrentAndThePrefetchedUnit) {
   // World 1: the shard is everything, so each figure is the whole model's.
   EXPECT_EQ(extras.at("param_mb"), extras.at("grad_mb"));
   EXPECT_GT(std::stod(extras.at("param_mb")), 0);
-  EXPECT_NEAR(std::stod(extras.at("zero_expected_mb")),
-              4 * std::stod(extras.at("param_mb")), 0.05);  // P + G + 2 moments, float64 each
+  EXPECT_NEAR(std::stod(extras.at("zero_expected_mb")), 4 * std::stod(extras.at("param_mb")),
+              0.05);  // P + G + 2 moments, float64 each
   EXPECT_EQ(extras.count("bucket_cap_mb"), 0u);
 }
 
