@@ -198,6 +198,9 @@ void ValidateConfig(const RunConfig& c) {
   CheckAtLeast("--verify-steps", c.verify_steps, int64_t{1});
   if (!(c.verify_tolerance > 0)) throw ConfigError(fmt::format("--verify-tolerance={}: must be > 0", c.verify_tolerance));
   if (!(c.bucket_cap_mb > 0)) throw ConfigError(fmt::format("--bucket-cap-mb={}: must be > 0", c.bucket_cap_mb));
+  if (c.strategy == "zero3" && c.bucket_cap_mb != 25.0)
+    throw ConfigError(fmt::format("--bucket-cap-mb={}: zero3's buckets are the model's units (one each); leave "
+                                  "--bucket-cap-mb at its default, or use ddp|zero1|zero2", c.bucket_cap_mb));
   CheckAtLeast("--grad-accum", c.grad_accum, int64_t{1});
   if (c.grad_accum > 1 && c.strategy != "ddp")
     throw ConfigError(fmt::format("--grad-accum={}: gradient accumulation is a ddp option; use it with "
@@ -206,9 +209,9 @@ void ValidateConfig(const RunConfig& c) {
     throw ConfigError(fmt::format("--grad-accum={}: must divide --batch-size={} (each step splits the batch "
                                   "into that many micro-batches)", c.grad_accum, c.batch_size));
   CheckMember("--compression", c.compression, {"none", "fp16", "bf16"});
-  if (c.compression != "none" && c.strategy == "zero1")
-    throw ConfigError(fmt::format("--compression={}: gradient compression is a ddp option; zero1 reduces "
-                                  "gradients in full precision (leave --compression at none)", c.compression));
+  if (c.compression != "none" && c.strategy.rfind("zero", 0) == 0)
+    throw ConfigError(fmt::format("--compression={}: gradient compression is a ddp option; {} reduces "
+                                  "gradients in full precision (leave --compression at none)", c.compression, c.strategy));
   if (!(c.timeout_s > 0)) throw ConfigError(fmt::format("--timeout={}: must be > 0 seconds", c.timeout_s));
   CheckLabel("--run-id", c.run_id);
   CheckLabel("--entry", c.entry);
@@ -242,7 +245,7 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   // Repeats are collected (and then refused by RejectRepeats with both values).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.allow_extras();
-  app.add_option("--strategy", c.strategy, "single|dp|ddp|mp|pmp|zero1 (see --list)");
+  app.add_option("--strategy", c.strategy, "single|dp|ddp|mp|pmp|zero1|zero2|zero3 (see --list)");
   app.add_flag("--list", c.list, "print the registered strategies and exit");
   app.add_option("--gpus", c.gpus, "number of devices (GPUs, or CPU thread groups)");
   app.add_option("--device", c.device, "auto|cuda|cpu");
@@ -288,11 +291,11 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_flag("--verify", c.verify, "check parameters against the single-device run before timing");
   app.add_option("--verify-steps", c.verify_steps, "steps of the parity check");
   app.add_option("--verify-tolerance", c.verify_tolerance, "largest parameter difference accepted by --verify");
-  app.add_option("--bucket-cap-mb", c.bucket_cap_mb, "ddp: gradient bucket size");
+  app.add_option("--bucket-cap-mb", c.bucket_cap_mb, "ddp|zero1|zero2: gradient bucket size");
   app.add_option("--grad-accum", c.grad_accum, "ddp: micro-steps per optimizer step");
   app.add_option("--compression", c.compression, "ddp: gradient compression hook none|fp16|bf16");
   app.add_option("--timeout", c.timeout_s, "seconds before a stuck collective ends the run");
-  app.add_option("--zero-reduce", c.zero_reduce, "zero1: reduce-scatter|all-reduce");
+  app.add_option("--zero-reduce", c.zero_reduce, "zero1|zero2|zero3: reduce-scatter|all-reduce");
   app.add_option("--balance", c.balance, "mp/pmp: time (measured forward+backward per unit)|params");
   app.add_option("--split", c.split, "mp/pmp: units per stage, e.g. 4,6");
   app.add_option("--chunks", c.chunks, "pmp: micro-batches per batch");

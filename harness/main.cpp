@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
     }
     if (!multi && env.world > 1)
       throw ConfigError(fmt::format("--strategy={} runs in one process, but {} started {} ranks; use ddp or "
-                                    "zero1 under a launcher, or start one process", config.strategy,
+                                    "zero1|zero2|zero3 under a launcher, or start one process", config.strategy,
                                     env.launcher, env.world));
     if (multi) {
       if (config.gpus_given && config.gpus != env.world)

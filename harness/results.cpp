@@ -29,12 +29,12 @@ const std::vector<std::string>& ResultColumns() {
       "throughput_min_img_s", "throughput_max_img_s",
       "throughput_per_rank_img_s", "step_ms_p50", "step_ms_p90", "model_tflops_per_img", "mfu", "data_ms", "forward_ms",
       "backward_ms", "optimizer_ms", "communication_ms", "peak_mem_mb", "mem_per_device_mb",
-      "mem_reserved_per_device_mb", "peak_rss_mb", "optimizer_state_mb", "accuracy",
+      "mem_reserved_per_device_mb", "peak_rss_mb", "optimizer_state_mb", "param_mb", "grad_mb", "zero_expected_mb", "accuracy",
       "final_loss", "scaling_efficiency", "baseline_throughput_img_s", "parity_max_abs_diff",
       "parity_steps", "parity_model", "parity_ok", "split", "stage_time_ms", "chunks", "schedule",
       "virtual_stages", "bubble_measured", "bubble_theory", "stage_busy_ms", "chunk_fbw_ms", "activation_peak_mb",
       "bucket_cap_mb", "grad_accum",
-      "compression", "allreduce_hidden_frac", "zero_reduce", "store_bind", "torch_version", "cuda_version",
+      "compression", "allreduce_hidden_frac", "zero_reduce", "units_gathered_max", "store_bind", "torch_version", "cuda_version",
       "nccl_version", "cpu_model", "command"};
   return kColumns;
 }

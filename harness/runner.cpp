@@ -43,7 +43,7 @@ std::vector<torch::Device> ResolveDevices(const RunConfig& c, const StrategyInfo
                      info.parallelism == Parallelism::kModel) ? c.gpus : 1;
   if (info.parallelism == Parallelism::kNone && c.gpus != 1)
     throw ConfigError(fmt::format("--gpus={}: the '{}' strategy uses exactly one device; use --gpus=1 "
-                                  "or a multi-device strategy (dp|ddp|mp|pmp|zero1)", c.gpus, c.strategy));
+                                  "or a multi-device strategy (dp|ddp|mp|pmp|zero1|zero2|zero3)", c.gpus, c.strategy));
   std::vector<torch::Device> devices;
   if (cuda) {
     int count = CudaDeviceCount();

@@ -43,7 +43,8 @@ def parity(row):
 
 
 def detail(row):
-    keys = ("split", "schedule", "chunks", "zero_reduce", "optimizer_state_mb", "compression", "amp")
+    keys = ("split", "schedule", "chunks", "zero_reduce", "param_mb", "grad_mb", "optimizer_state_mb",
+            "zero_expected_mb", "units_gathered_max", "compression", "amp")
     return " ".join(f"{k}={row[k]}" for k in keys
                     if row.get(k) and not (k in ("amp", "compression") and row[k] in ("off", "none")))
 

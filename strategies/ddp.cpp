@@ -26,6 +26,7 @@
 #include "harness/training.h"
 #include "strategies/data_parallel.h"
 #include "strategies/factories.h"
+#include "strategies/zero_memory.h"
 
 namespace ddpbench {
 namespace {
@@ -180,10 +181,31 @@ class DdpStrategy final : public Strategy {
     // only: with NCCL a future completes when the work is enqueued, not done.
     const double hidden = overlap_.HiddenFraction(static_cast<size_t>(config_->warmup));
     if (!device_.is_cuda() && hidden >= 0) extras["allreduce_hidden_frac"] = fmt::format("{:.3f}", hidden);
+    auto memory = ModelStateMemory();
+    extras.insert(memory.begin(), memory.end());
     return extras;
   }
 
  private:
+  // What this rank holds between steps: the parameters; the gradients
+  // (.grad, and the Reducer's bucket buffers, which persist as another full
+  // copy because gradient_as_bucket_view is off, as in torch's default); the
+  // formula's stage 0 beside it.
+  std::map<std::string, std::string> ModelStateMemory() {
+    auto bytes = [](const at::Tensor& t) { return t.defined() ? static_cast<double>(t.nbytes()) : 0.0; };
+    double param_bytes = 0, grad_bytes = 0;
+    int64_t count = 0;
+    for (const auto& p : params_) {
+      param_bytes += bytes(p);
+      grad_bytes += bytes(p.grad());
+      count += p.numel();
+    }
+    for (auto& bucket : reducer_->get_grad_buckets(/*return_zero_tensors=*/false))
+      grad_bytes += bytes(bucket.getBufferRef());
+    return ModelStateColumns(param_bytes, grad_bytes, /*stage=*/0, count, dist_->world,
+                             BytesPerParameter(config_->optimizer, config_->momentum, params_.front().element_size()));
+  }
+
   const RunConfig* config_ = nullptr;
   PhaseTimer* timer_ = nullptr;
   DistContext* dist_ = nullptr;

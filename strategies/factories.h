@@ -11,4 +11,6 @@ std::unique_ptr<Strategy> MakeDdpStrategy();
 std::unique_ptr<Strategy> MakeMpStrategy();
 std::unique_ptr<Strategy> MakePmpStrategy();
 std::unique_ptr<Strategy> MakeZero1Strategy();
+std::unique_ptr<Strategy> MakeZero2Strategy();
+std::unique_ptr<Strategy> MakeZero3Strategy();
 }  // namespace ddpbench

@@ -28,9 +28,17 @@ const std::vector<StrategyEntry>& StrategyTable() {
         Parallelism::kModel, true},
        MakePmpStrategy},
       {{"zero1", "ZeRO-1: one rank per device, optimizer state sharded 1/N (bucketed reduce-scatter or all-reduce "
-                 "overlapping backward, one all-gather of the updated parameters)",
+                 "overlapping backward, bucketed all-gather of the updated parameters overlapping the next forward)",
         Parallelism::kDataMultiProcess, true},
        MakeZero1Strategy},
+      {{"zero2", "ZeRO-2: as zero1, and gradients sharded 1/N too (each bucket reduce-scattered into the shard, "
+                 "its buffer given back)",
+        Parallelism::kDataMultiProcess, true},
+       MakeZero2Strategy},
+      {{"zero3", "ZeRO-3 (FSDP-style): parameters, gradients and optimizer state sharded 1/N; each unit "
+                 "all-gathered before its forward and backward, freed after, the next unit's gather prefetched",
+        Parallelism::kDataMultiProcess, true},
+       MakeZero3Strategy},
   };
   return table;
 }

@@ -28,23 +28,22 @@ int ZeroPartition::OwnerOf(int64_t index) const {
   return static_cast<int>((index - b.offset) / b.shard_numel);
 }
 
-ZeroPartition PartitionForZero(const std::vector<int64_t>& numels, int64_t element_bytes,
-                               int64_t bucket_cap_bytes, int64_t first_bucket_cap_bytes, int world,
-                               int64_t align) {
+namespace {
+
+void CheckCommon(const std::vector<int64_t>& numels, int world, int64_t align) {
   if (world < 1)
     throw std::invalid_argument(fmt::format("ZeRO partition: world size {} (must be >= 1)", world));
-  if (element_bytes < 1)
-    throw std::invalid_argument(
-        fmt::format("ZeRO partition: element size {} bytes (must be >= 1)", element_bytes));
-  if (bucket_cap_bytes < 1 || first_bucket_cap_bytes < 1)
-    throw std::invalid_argument(fmt::format("ZeRO partition: bucket caps {} and {} bytes (must be >= 1)",
-                                            bucket_cap_bytes, first_bucket_cap_bytes));
   if (align < 1)
     throw std::invalid_argument(fmt::format("ZeRO partition: alignment {} (must be >= 1)", align));
   for (size_t i = 0; i < numels.size(); ++i)
     if (numels[i] < 0)
       throw std::invalid_argument(fmt::format("ZeRO partition: parameter {} has {} elements", i, numels[i]));
+}
 
+// Lays the parameters out in input order, closing a bucket after parameter i
+// when close_after(i, elements so far in the bucket, buckets closed so far).
+template <typename CloseAfter>
+ZeroPartition Layout(const std::vector<int64_t>& numels, int world, int64_t align, CloseAfter close_after) {
   ZeroPartition p;
   p.world = world;
   p.slots.resize(numels.size());
@@ -66,11 +65,43 @@ ZeroPartition PartitionForZero(const std::vector<int64_t>& numels, int64_t eleme
     p.slots[i] = {static_cast<int64_t>(p.buckets.size()), current.offset + used, numels[i]};
     current.params.push_back(i);
     used += numels[i];
-    const int64_t cap = p.buckets.empty() ? first_bucket_cap_bytes : bucket_cap_bytes;
-    if (used * element_bytes >= cap) close();
+    if (close_after(i, used, p.buckets.size())) close();
   }
   if (!current.params.empty()) close();
   return p;
+}
+
+}  // namespace
+
+ZeroPartition PartitionForZero(const std::vector<int64_t>& numels, int64_t element_bytes,
+                               int64_t bucket_cap_bytes, int64_t first_bucket_cap_bytes, int world,
+                               int64_t align) {
+  CheckCommon(numels, world, align);
+  if (element_bytes < 1)
+    throw std::invalid_argument(
+        fmt::format("ZeRO partition: element size {} bytes (must be >= 1)", element_bytes));
+  if (bucket_cap_bytes < 1 || first_bucket_cap_bytes < 1)
+    throw std::invalid_argument(fmt::format("ZeRO partition: bucket caps {} and {} bytes (must be >= 1)",
+                                            bucket_cap_bytes, first_bucket_cap_bytes));
+  return Layout(numels, world, align, [&](size_t, int64_t used, size_t closed) {
+    const int64_t cap = closed == 0 ? first_bucket_cap_bytes : bucket_cap_bytes;
+    return used * element_bytes >= cap;
+  });
+}
+
+ZeroPartition PartitionForZeroByGroup(const std::vector<int64_t>& numels,
+                                      const std::vector<int64_t>& group_of, int world, int64_t align) {
+  CheckCommon(numels, world, align);
+  if (group_of.size() != numels.size())
+    throw std::invalid_argument(
+        fmt::format("ZeRO partition: {} groups for {} parameters", group_of.size(), numels.size()));
+  for (size_t i = 1; i < group_of.size(); ++i)
+    if (group_of[i] < group_of[i - 1])
+      throw std::invalid_argument(fmt::format("ZeRO partition: parameter {} is in group {} after group {}", i,
+                                              group_of[i], group_of[i - 1]));
+  return Layout(numels, world, align, [&](size_t i, int64_t, size_t) {
+    return i + 1 == group_of.size() || group_of[i + 1] != group_of[i];
+  });
 }
 
 }  // namespace ddpbench

@@ -1,10 +1,13 @@
-// ZeRO-1's partition of the trainable parameters, as a pure function so that
-// the tests can check it without a process group.
+// The partition of the trainable parameters that the sharded strategies
+// (zero1, zero2, zero3) share, as pure functions so that the tests can check
+// it without a process group.
 //
-// All trainable parameters are laid out in one flat buffer in the order their
-// gradients become ready (reverse model order). The buffer is cut into buckets
-// (up to the bucket cap, a bucket closes once it reaches it, as DDP's
-// compute_bucket_assignment_by_size does); each bucket is padded to a multiple
+// All trainable parameters are laid out in one flat buffer. zero1 and zero2
+// lay them out in the order their gradients become ready (reverse model order)
+// and cut the buffer into buckets by size (up to the bucket cap, a bucket
+// closes once it reaches it, as DDP's compute_bucket_assignment_by_size does);
+// zero3 lays them out in model order, one bucket per model unit (the unit it
+// gathers before the unit's forward). Each bucket is padded to a multiple
 // of world x alignment and split into `world` equal, contiguous slices, and
 // rank r owns slice r of every bucket. So every element (parameter or padding)
 // has exactly one owner, every rank owns exactly the same number of elements
@@ -57,5 +60,12 @@ struct ZeroPartition {
 ZeroPartition PartitionForZero(const std::vector<int64_t>& numels, int64_t element_bytes,
                                int64_t bucket_cap_bytes, int64_t first_bucket_cap_bytes, int world,
                                int64_t align = 1);
+
+// One bucket per group: `group_of[i]` is the group (e.g. the model unit) of
+// parameter i, non-decreasing; a bucket closes where the group changes.
+// Throws std::invalid_argument as PartitionForZero, and on a group list of
+// another length or a decreasing one.
+ZeroPartition PartitionForZeroByGroup(const std::vector<int64_t>& numels,
+                                      const std::vector<int64_t>& group_of, int world, int64_t align = 1);
 
 }  // namespace ddpbench

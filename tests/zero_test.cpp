@@ -1,9 +1,11 @@
-// ZeRO-1: the partition of the flat parameter buffer (every element owned by
-// exactly one rank, equal shares, aligned non-overlapping parameters, uneven
-// sizes, world 1, more ranks than elements, bad values), that stepping the
-// optimizer on each rank's flat slices is the per-parameter update, and the
-// zero1-specific flag checks. No process group: the strategy itself is
-// checked end to end by tests/e2e/zero1_cli.sh.
+// The sharded strategies (zero1, zero2, zero3): the partition of the flat
+// parameter buffer, by size and by unit (every element owned by exactly one
+// rank, equal shares, aligned non-overlapping parameters, uneven sizes, world
+// 1, more ranks than elements, bad values), that stepping the optimizer on
+// each rank's flat slices is the per-parameter update, the ZeRO paper's
+// memory formula, every stage at world 1 against single (float64), zero3's
+// gather/free accounting, and the flag checks. Several ranks are checked end
+// to end by tests/e2e/zero1_cli.sh and tests/e2e/zero23_cli.sh.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -12,9 +14,12 @@
 #include <stdexcept>
 
 #include "harness/config.h"
+#include "harness/dist.h"
+#include "harness/phase.h"
 #include "harness/training.h"
 #include "models/resnet.h"
 #include "strategies/registry.h"
+#include "strategies/zero_memory.h"
 #include "strategies/zero_partition.h"
 
 namespace ddpbench {
@@ -142,6 +147,27 @@ TEST(ZeroPartition, BalancedByBytesOnAResNet) {
   }
 }
 
+TEST(ZeroPartition, ByGroupGivesOneBucketPerGroup) {
+  // zero3's layout: parameters in model order, one bucket per unit.
+  const std::vector<int64_t> numels = {7, 1, 1000, 3, 0, 64, 5, 11};
+  const std::vector<int64_t> groups = {0, 0, 1, 1, 1, 3, 3, 4};
+  for (int world : {1, 2, 3})
+    for (int64_t align : {1, 16}) {
+      SCOPED_TRACE(::testing::Message() << "world " << world << " align " << align);
+      auto p = PartitionForZeroByGroup(numels, groups, world, align);
+      CheckPartition(p, numels, world, align);
+      ASSERT_EQ(p.buckets.size(), 4u);
+      EXPECT_EQ(p.buckets[0].params, (std::vector<size_t>{0, 1}));
+      EXPECT_EQ(p.buckets[1].params, (std::vector<size_t>{2, 3, 4}));
+      EXPECT_EQ(p.buckets[2].params, (std::vector<size_t>{5, 6}));
+      EXPECT_EQ(p.buckets[3].params, (std::vector<size_t>{7}));
+    }
+  EXPECT_THROW(PartitionForZeroByGroup({1, 2}, {0}, 2), std::invalid_argument);
+  EXPECT_THROW(PartitionForZeroByGroup({1, 2}, {1, 0}, 2), std::invalid_argument);
+  EXPECT_THROW(PartitionForZeroByGroup({1, 2}, {0, 1}, 0), std::invalid_argument);
+  EXPECT_THROW(PartitionForZeroByGroup({1, -2}, {0, 1}, 2), std::invalid_argument);
+}
+
 TEST(ZeroPartition, WorldOneOwnsEverything) {
   const std::vector<int64_t> numels = {5, 17, 3};
   auto p = PartitionForZero(numels, 4, 1 << 20, 1 << 20, 1);
@@ -243,10 +269,133 @@ TEST(ZeroOptimizer, ShardedFlatStepsEqualPerParameterSteps) {
   }
 }
 
+TEST(ZeroMemory, PaperFormula) {
+  // Mixed-precision Adam as in the paper: 2 + 2 + 12 bytes per parameter.
+  const auto mixed = BytesPerParameter("adam", 0.9, 4, /*master_copy=*/true);
+  EXPECT_EQ(mixed.param, 2);
+  EXPECT_EQ(mixed.grad, 2);
+  EXPECT_EQ(mixed.optimizer, 12);
+  const int64_t psi = int64_t{1} << 20;  // 1 Mi parameters: bytes per parameter = MiB
+  EXPECT_DOUBLE_EQ(ZeroExpectedMb(0, psi, 4, mixed), 16);
+  EXPECT_DOUBLE_EQ(ZeroExpectedMb(1, psi, 4, mixed), 4 + 12 / 4.0);
+  EXPECT_DOUBLE_EQ(ZeroExpectedMb(2, psi, 4, mixed), 2 + 14 / 4.0);
+  EXPECT_DOUBLE_EQ(ZeroExpectedMb(3, psi, 4, mixed), 16 / 4.0);
+  // What ddpbench holds: weights and gradients in the model's dtype, no master copy.
+  const auto adam = BytesPerParameter("adam", 0.9, 4);
+  EXPECT_DOUBLE_EQ(ZeroExpectedMb(0, psi, 2, adam), 16);
+  EXPECT_DOUBLE_EQ(ZeroExpectedMb(1, psi, 2, adam), 8 + 8 / 2.0);
+  const auto sgd = BytesPerParameter("sgd", 0.9, 4);
+  EXPECT_EQ(sgd.optimizer, 4);
+  EXPECT_DOUBLE_EQ(ZeroExpectedMb(0, psi, 3, sgd), 12);
+  EXPECT_DOUBLE_EQ(ZeroExpectedMb(2, psi, 3, sgd), 4 + 8 / 3.0);
+  EXPECT_EQ(BytesPerParameter("sgd", 0.0, 4).optimizer, 0);  // torch keeps no state without momentum
+  EXPECT_EQ(BytesPerParameter("adam", 0.9, 8).optimizer, 16);
+  EXPECT_DOUBLE_EQ(ZeroExpectedMb(1, psi, 1, sgd), ZeroExpectedMb(0, psi, 1, sgd));  // world 1: no saving
+  EXPECT_THROW(ZeroExpectedMb(4, psi, 2, sgd), std::invalid_argument);
+  EXPECT_THROW(ZeroExpectedMb(1, psi, 0, sgd), std::invalid_argument);
+  EXPECT_THROW(BytesPerParameter("lamb", 0.9, 4), std::invalid_argument);
+}
+
+// One process, world 1, no process group: every stage runs its whole
+// machinery (layout, hooks, bucket buffers, unit gathers as copies) and must
+// compute what single computes, in float64.
+struct WorldOne {
+  RunConfig config;
+  DistContext dist;
+  PhaseTimer timer{torch::kCPU};
+  RunContext ctx;
+  explicit WorldOne(const std::string& optimizer) {
+    config.optimizer = optimizer;
+    config.lr = optimizer == "adam" ? 0.001 : 0.05;
+    config.weight_decay = 0.01;
+    config.warmup = 0;
+    config.bucket_cap_mb = 0.001;  // several buckets in zero1 and zero2
+    ctx.config = &config;
+    ctx.dist = &dist;
+    ctx.devices = {torch::kCPU};
+    ctx.model.width = 4;
+    ctx.model.small_input = true;
+    ctx.model.num_classes = 10;
+    ctx.model.norm = NormKind::kGroup;
+    ctx.model.dtype = torch::kDouble;
+    ctx.lr = config.lr;
+    ctx.timer = &timer;
+  }
+  std::unique_ptr<Strategy> Trained(const std::string& name, int steps) {
+    config.strategy = name;
+    auto strategy = FindStrategy(name).make();
+    strategy->Setup(ctx);
+    torch::manual_seed(7);
+    for (int s = 0; s < steps; ++s) {
+      timer.StartStep();
+      strategy->Step({torch::randn({4, 3, 16, 16}, torch::kDouble), torch::randint(0, 10, {4})});
+      timer.EndStep(false);
+    }
+    return strategy;
+  }
+};
+
+TEST(ZeroStrategies, WorldOneComputesWhatSingleComputes) {
+  for (std::string optimizer : {"sgd", "adam"}) {
+    WorldOne run(optimizer);
+    auto single = run.Trained("single", 3);
+    auto expected = single->Parameters();
+    auto images = torch::randn({3, 3, 16, 16}, torch::kDouble);
+    auto logits = single->Predict(images);
+    for (std::string name : {"zero1", "zero2", "zero3"}) {
+      SCOPED_TRACE(name + " " + optimizer);
+      auto strategy = run.Trained(name, 3);
+      auto params = strategy->Parameters();
+      ASSERT_EQ(params.size(), expected.size());
+      double diff = 0;
+      for (size_t i = 0; i < params.size(); ++i) {
+        ASSERT_EQ(params[i].sizes(), expected[i].sizes()) << i;
+        diff = std::max(diff, (params[i] - expected[i]).abs().max().item<double>());
+      }
+      EXPECT_LT(diff, 1e-12);
+      EXPECT_LT((strategy->Predict(images) - logits).abs().max().item<double>(), 1e-12);
+      // The parameters survive being read: a second read agrees.
+      EXPECT_TRUE(strategy->Parameters().front().equal(params.front()));
+    }
+  }
+}
+
+TEST(ZeroStrategies, Zero3HoldsAtMostTheCurrentAndThePrefetchedUnit) {
+  WorldOne run("adam");
+  auto strategy = run.Trained("zero3", 2);
+  // Evaluation holds the whole model until the next step, which gives it back.
+  strategy->Predict(torch::randn({2, 3, 16, 16}, torch::kDouble));
+  run.timer.StartStep();
+  strategy->Step({torch::randn({4, 3, 16, 16}, torch::kDouble), torch::randint(0, 10, {4})});
+  run.timer.EndStep(false);
+  auto extras = strategy->Extras();
+  // ResNet-18 has 10 units (stem, 8 blocks, head); never more than 2 in full.
+  EXPECT_EQ(extras.at("units_gathered_max"), "2");
+  // World 1: the shard is everything, so each figure is the whole model's.
+  EXPECT_EQ(extras.at("param_mb"), extras.at("grad_mb"));
+  EXPECT_GT(std::stod(extras.at("param_mb")), 0);
+  EXPECT_NEAR(std::stod(extras.at("zero_expected_mb")), 4 * std::stod(extras.at("param_mb")),
+              0.05);  // P + G + 2 moments, float64 each
+  EXPECT_EQ(extras.count("bucket_cap_mb"), 0u);
+}
+
+TEST(ZeroStrategies, MemoryColumnsOfEveryStage) {
+  WorldOne run("sgd");
+  for (std::string name : {"zero1", "zero2"}) {
+    auto extras = run.Trained(name, 1)->Extras();
+    EXPECT_EQ(extras.count("units_gathered_max"), 0u) << name;
+    EXPECT_EQ(extras.at("bucket_cap_mb"), "0.001") << name;
+    EXPECT_GT(std::stod(extras.at("param_mb")), 0) << name;
+    EXPECT_EQ(extras.at("param_mb"), extras.at("grad_mb")) << name;  // world 1: nothing to shard
+  }
+}
+
 TEST(ZeroConfig, RegisteredAsMultiProcessDataParallel) {
-  const auto& entry = FindStrategy("zero1");
-  EXPECT_EQ(entry.info.parallelism, Parallelism::kDataMultiProcess);
-  EXPECT_TRUE(entry.info.batch_norm_differs);
+  for (const char* name : {"zero1", "zero2", "zero3"}) {
+    const auto& entry = FindStrategy(name);
+    EXPECT_EQ(entry.info.parallelism, Parallelism::kDataMultiProcess) << name;
+    EXPECT_TRUE(entry.info.batch_norm_differs) << name;
+  }
 }
 
 TEST(ZeroConfig, BadFlags) {
@@ -266,6 +415,20 @@ TEST(ZeroConfig, BadFlags) {
   EXPECT_NO_THROW(ValidateConfig(c));
   c.grad_accum = 2;
   EXPECT_THROW(ValidateConfig(c), ConfigError);
+  c.grad_accum = 1;
+  c.strategy = "zero3";
+  c.compression = "bf16";
+  try {
+    ValidateConfig(c);
+    ADD_FAILURE() << "--compression=bf16 accepted for zero3";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("zero3 reduces"), std::string::npos) << e.what();
+  }
+  c.compression = "none";
+  c.bucket_cap_mb = 5;  // zero3's buckets are its units
+  EXPECT_THROW(ValidateConfig(c), ConfigError);
+  c.strategy = "zero2";
+  EXPECT_NO_THROW(ValidateConfig(c));
 }
 
 }  // namespace

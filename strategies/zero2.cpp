@@ -1,0 +1,14 @@
+// zero2: ZeRO stage 2. Sharded: the optimizer state and the gradients, 1/N
+// per rank. Each gradient is copied into its bucket's buffer as backward
+// produces it; the bucket is reduce-scattered into this rank's gradient shard
+// and its buffer given back, so only a few bucket buffers exist at a time.
+// Parameters stay whole on every rank and are gathered as in zero1 (bucket by
+// bucket, overlapping the next forward). Machinery: strategies/zero_sharded.cpp.
+#include "strategies/factories.h"
+#include "strategies/zero_sharded.h"
+
+namespace ddpbench {
+
+std::unique_ptr<Strategy> MakeZero2Strategy() { return MakeShardedStrategy(2); }
+
+}  // namespace ddpbench

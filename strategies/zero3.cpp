@@ -1,0 +1,15 @@
+// zero3: ZeRO stage 3, FSDP-style. Sharded: optimizer state, gradients and
+// parameters, 1/N per rank at rest. Each model unit (the stem, every residual
+// block, the head: the units mp and pmp split on) is all-gathered before its
+// forward and freed after, gathered again before its backward and freed once
+// its gradients are reduce-scattered into the shard; the next unit's gather
+// is prefetched so that it overlaps this unit's compute, so at most two units
+// are held in full. Machinery: strategies/zero_sharded.cpp.
+#include "strategies/factories.h"
+#include "strategies/zero_sharded.h"
+
+namespace ddpbench {
+
+std::unique_ptr<Strategy> MakeZero3Strategy() { return MakeShardedStrategy(3); }
+
+}  // namespace ddpbench
