@@ -43,6 +43,9 @@ class TimedAllReduceHook final
       : CppCommHookInterface(std::move(group)), wire_(wire), timeline_(std::move(timeline)) {}
 
   c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
+    // Marks the launch of this bucket's all-reduce in Nsight (the transfer
+    // itself is asynchronous: NCCL's kernel or Gloo's thread).
+    NvtxRange range("communication");
     const auto start = Clock::now();
     at::Tensor buffer = bucket.getBufferRef();
     at::Tensor sent = wire_ ? buffer.to(*wire_) : buffer;
