@@ -81,7 +81,8 @@ TEST_P(MultiTensorOptimizer, AdamWithWeightDecayEqualsPerParameter) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, MultiTensorOptimizer,
-                         ::testing::Values(OptimizerKernels::kForeach, OptimizerKernels::kFused));
+                         ::testing::Values(OptimizerKernels::kForeach, OptimizerKernels::kFused),
+                         [](const auto& info) { return info.param == OptimizerKernels::kFused ? "fused" : "foreach"; });
 
 TEST(MultiTensorOptimizer, FusedSkipsTheStepWhenFoundInfIsSet) {
   auto params = Clone(MakeParams());
