@@ -8,17 +8,19 @@
 #include <cmath>
 #include <map>
 #include <stdexcept>
+#include <tuple>
 
 namespace ddpbench {
 
 using torch::Tensor;
 
 std::vector<std::vector<Tensor>> detail::GroupWithGrads(const std::vector<Tensor>& params) {
-  std::map<std::pair<std::string, int>, size_t> index;
+  std::map<std::tuple<int, int, int>, size_t> index;  // (device type, device index, dtype)
   std::vector<std::vector<Tensor>> groups;
   for (const auto& p : params) {
     if (!p.grad().defined()) continue;
-    auto key = std::make_pair(p.device().str(), static_cast<int>(p.scalar_type()));
+    auto key = std::make_tuple(static_cast<int>(p.device().type()), static_cast<int>(p.device().index()),
+                               static_cast<int>(p.scalar_type()));
     auto [it, added] = index.emplace(key, groups.size());
     if (added) groups.emplace_back();
     groups[it->second].push_back(p);

@@ -121,7 +121,6 @@ LoopTimes RunSteps(Strategy& strategy, BatchSource& train, PhaseTimer& timer, Di
   for (int64_t s = 0; s < total; ++s) {
     const bool warm = s < plan.warmup;
     if (s == plan.warmup) {  // the timed section starts on idle, aligned devices
-      losses.Read(&out.losses);
       SynchronizeDevices(devices);
       dist.Barrier();
       ResetPeakMemory(devices);
