@@ -44,6 +44,11 @@ struct DataSpec {
   int prefetch = 2;                // batches prepared ahead on background threads
   torch::Device device = torch::kCPU;
   bool channels_last = false;      // images handed over in channels-last (NHWC) strides
+  // Real data: this fraction of the training set (a fixed, seed-chosen subset)
+  // is held out as the validation set and never trained on; 0: none.
+  double val_fraction = 0;
+  // The training batch the source starts at (a resumed run's next step).
+  int64_t start_batch = 0;
   // Synthetic only:
   int64_t synthetic_classes = 1000;
   int64_t synthetic_channels = 3;
@@ -54,7 +59,8 @@ struct DatasetInfo {
   std::string name;
   bool real = false;  // false for synthetic: no accuracy is reported
   int64_t channels = 0, height = 0, width = 0, num_classes = 0;
-  int64_t train_size = 0, test_size = 0;
+  int64_t train_size = 0, test_size = 0;  // train_size: after the validation hold-out
+  int64_t val_size = 0;
 };
 
 // Names accepted by --dataset, for messages and --help.
@@ -72,13 +78,22 @@ class BatchSource {
 
 // Training batches for `rank` of `world`: a DistributedSampler share of every
 // epoch (padded as torch's DistributedSampler does), reshuffled per epoch with
-// seed + epoch, full batches only (drop_last), endless across epochs.
+// seed + epoch, full batches only (drop_last), endless across epochs. Batch k
+// is a pure function of k, so spec.start_batch = k yields what the k-th call
+// of a source started at 0 would.
 std::unique_ptr<BatchSource> MakeTrainSource(const DataSpec& spec, int rank, int world);
 // Test batches for `rank` of `world`: a disjoint, unpadded share of the test
 // set (indices rank, rank + world, ...), no shuffling or augmentation, the last
 // batch may be short; after BatchesPerEpoch() batches Next() returns an empty
 // Batch. Synthetic data has no test set: returns nullptr.
 std::unique_ptr<BatchSource> MakeTestSource(const DataSpec& spec, int rank, int world);
+// The held-out validation batches (spec.val_fraction of the training set),
+// shared out and batched as the test set is; nullptr when there are none.
+std::unique_ptr<BatchSource> MakeValSource(const DataSpec& spec, int rank, int world);
+
+// The training-set rows held out for validation: a seed-chosen
+// round(fraction * size) of 0..size-1, ascending (exposed for tests).
+std::vector<int64_t> ValidationRows(int64_t size, double fraction, uint64_t seed);
 
 // --- building blocks, exposed for tests ----------------------------------
 ImageSet ReadIdxPair(const std::string& images_path, const std::string& labels_path);

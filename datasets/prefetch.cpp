@@ -9,8 +9,9 @@
 
 namespace ddpbench::detail {
 
-PrefetchQueue::PrefetchQueue(BuildFn build, int64_t limit, int threads)
-    : build_(std::move(build)), limit_(limit), capacity_(threads > 0 ? threads : 0) {
+PrefetchQueue::PrefetchQueue(BuildFn build, int64_t limit, int threads, int64_t first)
+    : build_(std::move(build)), limit_(limit), capacity_(threads > 0 ? threads : 0), next_claim_(first),
+      next_take_(first) {
   if (threads < 0) throw std::invalid_argument("prefetch must be >= 0, got " + std::to_string(threads));
   threads_.reserve(static_cast<size_t>(threads));
   try {

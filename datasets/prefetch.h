@@ -22,9 +22,10 @@ namespace ddpbench::detail {
 class PrefetchQueue {
  public:
   using BuildFn = std::function<Batch(int64_t)>;
-  // limit < 0: endless; else Next() returns an empty Batch from call `limit`
-  // on. threads == 0: build(k) runs inside Next().
-  PrefetchQueue(BuildFn build, int64_t limit, int threads);
+  // limit < 0: endless; else Next() returns an empty Batch once batch `limit`
+  // is reached. threads == 0: build(k) runs inside Next(). The first batch
+  // is number `first`.
+  PrefetchQueue(BuildFn build, int64_t limit, int threads, int64_t first = 0);
   ~PrefetchQueue();  // stops and joins the workers; never waits for the consumer
   PrefetchQueue(const PrefetchQueue&) = delete;
   PrefetchQueue& operator=(const PrefetchQueue&) = delete;

@@ -13,6 +13,8 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -251,21 +253,22 @@ Batch ToDevice(Batch batch, const torch::Device& device) {
 
 class TrainSource final : public BatchSource {
  public:
-  TrainSource(const DataSpec& spec, int rank, int world, Transform transform)
+  // rows: the dataset rows trained on (all but the validation hold-out).
+  TrainSource(const DataSpec& spec, int rank, int world, Transform transform, std::vector<int64_t> rows)
       : transform_(std::move(transform)),
-        sampler_(transform_.set->labels.size(0), rank, world, /*shuffle=*/true, spec.seed,
-                 /*drop_last=*/false),
+        rows_(std::move(rows)),
+        sampler_(static_cast<int64_t>(rows_.size()), rank, world, /*shuffle=*/true, spec.seed, /*drop_last=*/false),
         batch_size_(spec.batch_size),
         device_(spec.device) {
     batches_per_epoch_ = sampler_.NumSamples() / batch_size_;
     if (batches_per_epoch_ == 0) {
       throw DataError("'" + spec.name + "': batch size " + std::to_string(batch_size_) +
                       " is larger than rank " + std::to_string(rank) + "'s share of the training set (" +
-                      std::to_string(sampler_.NumSamples()) + " samples of " +
-                      std::to_string(transform_.set->labels.size(0)) + " over " + std::to_string(world) +
-                      " ranks): no full batch per epoch");
+                      std::to_string(sampler_.NumSamples()) + " samples of " + std::to_string(rows_.size()) +
+                      " over " + std::to_string(world) + " ranks): no full batch per epoch");
     }
-    queue_ = std::make_unique<detail::PrefetchQueue>([this](int64_t k) { return Build(k); }, -1, spec.prefetch);
+    queue_ = std::make_unique<detail::PrefetchQueue>([this](int64_t k) { return Build(k); }, -1, spec.prefetch,
+                                                     spec.start_batch);
   }
 
   Batch Next() override { return ToDevice(queue_->Next(), device_); }
@@ -289,11 +292,13 @@ class TrainSource final : public BatchSource {
   Batch Build(int64_t k) {
     const int64_t epoch = k / batches_per_epoch_, b = k % batches_per_epoch_;
     const auto indices = EpochIndices(epoch);
-    const auto begin = indices->begin() + b * batch_size_;
-    return transform_.Make(std::vector<int64_t>(begin, begin + batch_size_), epoch, /*train=*/true);
+    std::vector<int64_t> batch_rows(static_cast<size_t>(batch_size_));
+    for (int64_t i = 0; i < batch_size_; ++i) batch_rows[i] = rows_[(*indices)[b * batch_size_ + i]];
+    return transform_.Make(batch_rows, epoch, /*train=*/true);
   }
 
   const Transform transform_;
+  const std::vector<int64_t> rows_;
   const DistributedSampler sampler_;
   const int64_t batch_size_;
   const torch::Device device_;
@@ -303,12 +308,14 @@ class TrainSource final : public BatchSource {
   std::unique_ptr<detail::PrefetchQueue> queue_;  // last: stopped before the rest goes
 };
 
-class TestSource final : public BatchSource {
+// One pass over fixed rows (the test set, or the validation hold-out): rank r
+// takes rows r, r + world, ... in order.
+class EvalSource final : public BatchSource {
  public:
-  TestSource(const DataSpec& spec, int rank, int world, Transform transform)
+  EvalSource(const DataSpec& spec, int rank, int world, Transform transform, const std::vector<int64_t>& rows)
       : transform_(std::move(transform)), batch_size_(spec.batch_size), device_(spec.device) {
-    const int64_t n = transform_.set->labels.size(0);
-    for (int64_t i = rank; i < n; i += world) share_.push_back(i);
+    for (size_t i = static_cast<size_t>(rank); i < rows.size(); i += static_cast<size_t>(world))
+      share_.push_back(rows[i]);
     const auto share = static_cast<int64_t>(share_.size());
     batches_per_epoch_ = (share + batch_size_ - 1) / batch_size_;
     queue_ = std::make_unique<detail::PrefetchQueue>([this](int64_t k) { return Build(k); },
@@ -358,6 +365,56 @@ void ValidateRankWorld(int rank, int world) {
 
 }  // namespace detail
 
+namespace {
+
+// Every row of 0..size-1 not in `held_out` (ascending).
+std::vector<int64_t> Complement(int64_t size, const std::vector<int64_t>& held_out) {
+  std::vector<int64_t> rows;
+  rows.reserve(static_cast<size_t>(size) - held_out.size());
+  size_t h = 0;
+  for (int64_t i = 0; i < size; ++i) {
+    if (h < held_out.size() && held_out[h] == i) {
+      ++h;
+      continue;
+    }
+    rows.push_back(i);
+  }
+  return rows;
+}
+
+std::vector<int64_t> AllRows(int64_t size) { return Complement(size, {}); }
+
+void CheckFraction(double fraction) {
+  if (!(fraction >= 0 && fraction < 1))
+    throw std::invalid_argument("validation fraction must be in [0, 1), got " + std::to_string(fraction));
+}
+
+}  // namespace
+
+std::vector<int64_t> ValidationRows(int64_t size, double fraction, uint64_t seed) {
+  CheckFraction(fraction);
+  const auto count = static_cast<int64_t>(std::llround(fraction * static_cast<double>(size)));
+  // Rows ranked by a hash of (seed, row): a fixed, uniform pick of `count`.
+  std::vector<std::pair<uint64_t, int64_t>> ranked;
+  ranked.reserve(static_cast<size_t>(size));
+  const uint64_t key = detail::HashCombine(detail::SplitMix64(seed), 0x76616cULL);  // "val"
+  for (int64_t i = 0; i < size; ++i) ranked.emplace_back(detail::HashCombine(key, static_cast<uint64_t>(i)), i);
+  std::partial_sort(ranked.begin(), ranked.begin() + count, ranked.end());
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < count; ++i) rows.push_back(ranked[static_cast<size_t>(i)].second);
+  std::sort(rows.begin(), rows.end());
+  return rows;
+}
+
+namespace {
+
+// The training rows of `set` after the hold-out.
+std::vector<int64_t> TrainRows(const DataSpec& spec, int64_t size) {
+  return Complement(size, ValidationRows(size, spec.val_fraction, spec.seed));
+}
+
+}  // namespace
+
 const std::vector<std::string>& DatasetNames() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> out;
@@ -380,7 +437,8 @@ DatasetInfo DescribeDataset(const DataSpec& spec) {
   info.height = spec.image_size > 0 ? spec.image_size : train->images.size(2);
   info.width = spec.image_size > 0 ? spec.image_size : train->images.size(3);
   info.num_classes = t.classes;
-  info.train_size = train->labels.size(0);
+  info.val_size = static_cast<int64_t>(ValidationRows(train->labels.size(0), spec.val_fraction, spec.seed).size());
+  info.train_size = train->labels.size(0) - info.val_size;
   info.test_size = test->labels.size(0);
   return info;
 }
@@ -390,7 +448,9 @@ std::unique_ptr<BatchSource> MakeTrainSource(const DataSpec& spec, int rank, int
   detail::ValidateSpec(spec);
   detail::ValidateRankWorld(rank, world);
   if (t.format == Format::kSynthetic) return detail::MakeSyntheticTrainSource(spec, rank, world);
-  return std::make_unique<TrainSource>(spec, rank, world, MakeTransform(spec, t, LoadSet(spec, t, true)));
+  auto set = LoadSet(spec, t, true);
+  std::vector<int64_t> rows = TrainRows(spec, set->labels.size(0));
+  return std::make_unique<TrainSource>(spec, rank, world, MakeTransform(spec, t, std::move(set)), std::move(rows));
 }
 
 std::unique_ptr<BatchSource> MakeTestSource(const DataSpec& spec, int rank, int world) {
@@ -398,7 +458,20 @@ std::unique_ptr<BatchSource> MakeTestSource(const DataSpec& spec, int rank, int 
   detail::ValidateSpec(spec);
   detail::ValidateRankWorld(rank, world);
   if (t.format == Format::kSynthetic) return nullptr;
-  return std::make_unique<TestSource>(spec, rank, world, MakeTransform(spec, t, LoadSet(spec, t, false)));
+  auto set = LoadSet(spec, t, false);
+  const std::vector<int64_t> rows = AllRows(set->labels.size(0));
+  return std::make_unique<EvalSource>(spec, rank, world, MakeTransform(spec, t, std::move(set)), rows);
+}
+
+std::unique_ptr<BatchSource> MakeValSource(const DataSpec& spec, int rank, int world) {
+  const Traits& t = Lookup(spec.name);
+  detail::ValidateSpec(spec);
+  detail::ValidateRankWorld(rank, world);
+  if (t.format == Format::kSynthetic || spec.val_fraction <= 0) return nullptr;
+  auto set = LoadSet(spec, t, true);
+  const std::vector<int64_t> rows = ValidationRows(set->labels.size(0), spec.val_fraction, spec.seed);
+  if (rows.empty()) return nullptr;
+  return std::make_unique<EvalSource>(spec, rank, world, MakeTransform(spec, t, std::move(set)), rows);
 }
 
 }  // namespace ddpbench

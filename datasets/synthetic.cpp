@@ -26,7 +26,7 @@ void CheckSynthetic(const DataSpec& spec) {
 
 class SyntheticSource final : public BatchSource {
  public:
-  SyntheticSource(const DataSpec& spec, int rank, int world) {
+  SyntheticSource(const DataSpec& spec, int rank, int world) : next_(spec.start_batch) {
     batches_per_epoch_ = std::max<int64_t>(1, spec.synthetic_size / world / spec.batch_size);
     auto gen = at::make_generator<at::CPUGeneratorImpl>(HashCombine(SplitMix64(spec.seed), static_cast<uint64_t>(rank)));
     const int64_t side = Side(spec);
@@ -46,7 +46,7 @@ class SyntheticSource final : public BatchSource {
 
  private:
   std::vector<Batch> pool_;
-  int64_t next_ = 0;
+  int64_t next_;
   int64_t batches_per_epoch_ = 1;
 };
 

@@ -129,7 +129,84 @@ void CheckFlagsApply(const RunConfig& c) {
   }
 }
 
+// Budgets, targets, validation and snapshots (issue 13).
+void ValidateAnswerFlags(const RunConfig& c) {
+  if (c.target_accuracy != -1 && !(c.target_accuracy > 0 && c.target_accuracy <= 1))
+    throw ConfigError(fmt::format("--target-accuracy={}: must be a top-1 fraction in (0, 1], e.g. 0.85",
+                                  c.target_accuracy));
+  const bool real = c.dataset != "synthetic";
+  if (c.target_accuracy > 0 && !real)
+    throw ConfigError(fmt::format("--target-accuracy={}: synthetic data has no validation set; use a real "
+                                  "--dataset (mnist|fashion-mnist|cifar10|cifar100)", c.target_accuracy));
+  CheckAtLeast("--eval-every", c.eval_every, int64_t{0});
+  if (c.given.count("--eval-every") && !(c.TrainsToAnswer() && real))
+    throw ConfigError(fmt::format("--eval-every={}: validation runs only when training to an answer on real "
+                                  "data (--epochs, --time-budget or --target-accuracy with a real --dataset)",
+                                  c.eval_every));
+  if (c.val_fraction != -1 && !(c.val_fraction >= 0 && c.val_fraction < 1))
+    throw ConfigError(fmt::format("--val-fraction={}: must be in [0, 1)", c.val_fraction));
+  if (c.val_fraction > 0 && !real)
+    throw ConfigError(fmt::format("--val-fraction={}: synthetic data has no training set to hold out from; "
+                                  "use a real --dataset", c.val_fraction));
+  if (c.target_accuracy > 0 && c.val_fraction == 0)
+    throw ConfigError("--target-accuracy with --val-fraction=0: the target is checked on the validation set; "
+                      "give --val-fraction > 0");
+  if (c.repeat > 1 && c.TrainsToAnswer())
+    throw ConfigError(fmt::format("--repeat={}: repeats time a fixed number of steps; leave it out with "
+                                  "--epochs, --time-budget or --target-accuracy", c.repeat));
+  for (const char* flag : {"--snapshot-every", "--snapshot-keep", "--resume"})
+    if (c.given.count(flag) && c.snapshot_dir.empty())
+      throw ConfigError(fmt::format("{}: snapshots need --snapshot-dir=DIR", flag));
+  c.SnapshotEverySteps();
+  CheckAtLeast("--snapshot-keep", c.snapshot_keep, int64_t{1});
+  if (!c.snapshot_dir.empty() && c.verify)
+    throw ConfigError("--verify with --snapshot-dir: the parity check trains from fresh weights; run it "
+                      "without snapshots");
+}
+
 }  // namespace
+
+int64_t RunConfig::SnapshotEverySteps() const {
+  if (snapshot_every.empty() || snapshot_every == "epoch") return 0;
+  size_t pos = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(snapshot_every, &pos);
+  } catch (...) {
+    pos = 0;
+  }
+  if (pos != snapshot_every.size() || v < 1)
+    throw ConfigError(fmt::format("--snapshot-every={}: must be a number of steps >= 1 or 'epoch'", snapshot_every));
+  return v;
+}
+
+double ParseDuration(const std::string& flag, const std::string& value) {
+  const auto bad = [&] {
+    return ConfigError(fmt::format("{}={}: not a duration; accepted: seconds or a number with s|m|h units, "
+                                   "e.g. 90, 45s, 30m, 2h, 1h30m", flag, value.empty() ? "''" : value));
+  };
+  double total = 0;
+  size_t i = 0;
+  std::string last_unit;
+  while (i < value.size()) {
+    size_t used = 0;
+    double number = 0;
+    try {
+      number = std::stod(value.substr(i), &used);
+    } catch (...) {
+      throw bad();
+    }
+    if (used == 0 || !std::isfinite(number) || number < 0 || !std::isdigit(static_cast<unsigned char>(value[i])))
+      throw bad();
+    i += used;
+    const char unit = i < value.size() ? value[i++] : 's';
+    const double scale = unit == 'h' ? 3600 : unit == 'm' ? 60 : unit == 's' ? 1 : 0;
+    if (scale == 0 || (i == value.size() && used == 0)) throw bad();
+    total += number * scale;
+  }
+  if (!(total > 0)) throw bad();
+  return total;
+}
 
 std::vector<std::string> FlagStrategies(const std::string& flag) {
   for (const auto& [name, strategies] : StrategyFlagTable())
@@ -234,6 +311,7 @@ void ValidateConfig(const RunConfig& c) {
         throw ConfigError(fmt::format("--split={}: must be a comma list of unit counts >= 1, one per device, e.g. 4,6", c.split));
     }
   }
+  ValidateAnswerFlags(c);
   CheckFlagsApply(c);
 }
 
@@ -288,6 +366,19 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   bool no_eval = false;
   app.add_flag("--no-eval", no_eval, "skip the test-set accuracy");
   app.add_option("--eval-batches", c.eval_batches, "evaluate on at most this many test batches per rank (0: all)");
+  app.add_option("--time-budget", c.time_budget, "train whole steps until this much time is spent "
+                 "(e.g. 90m, 2h), then evaluate and write the row");
+  app.add_option("--target-accuracy", c.target_accuracy, "stop when the validation top-1 accuracy reaches this "
+                 "fraction (row: time_to_target_s, steps_to_target)");
+  app.add_option("--eval-every", c.eval_every, "validate every this many steps (0: at each epoch's end)");
+  app.add_option("--val-fraction", c.val_fraction, "fraction of the training set held out for validation "
+                 "(default 0.2 when training to an answer on real data, else 0)");
+  app.add_option("--snapshot-dir", c.snapshot_dir, "write resumable snapshots here; a run of the same "
+                 "configuration resumes from the newest valid one");
+  app.add_option("--snapshot-every", c.snapshot_every, "steps between snapshots, or 'epoch' (default)");
+  app.add_option("--snapshot-keep", c.snapshot_keep, "newest snapshots kept in --snapshot-dir");
+  app.add_flag("--resume", c.resume, "require a snapshot of this configuration in --snapshot-dir and resume from it");
+  app.add_option("--epoch-csv", c.epoch_csv, "per-epoch CSV (default: beside --out)");
   app.add_flag("--verify", c.verify, "check parameters against the single-device run before timing");
   app.add_option("--verify-steps", c.verify_steps, "steps of the parity check");
   app.add_option("--verify-tolerance", c.verify_tolerance, "largest parameter difference accepted by --verify");
@@ -321,8 +412,12 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   std::string command;
   for (int i = 0; i < argc; ++i) command += (i ? " " : "") + ShellQuote(argv[i]);
   c.command = command;
+  if (!c.time_budget.empty()) c.time_budget_s = ParseDuration("--time-budget", c.time_budget);
   if (!c.list) ValidateConfig(c);
-  if (c.steps == -1 && c.epochs == -1) c.steps = 50;
+  // Training to an answer without a step count runs until the budget or the
+  // target stops it (steps stays -1: unbounded).
+  if (c.steps == -1 && c.epochs == -1 && c.time_budget_s < 0 && c.target_accuracy < 0) c.steps = 50;
+  if (c.val_fraction == -1) c.val_fraction = c.TrainsToAnswer() && c.dataset != "synthetic" ? 0.2 : 0;
   return true;
 }
 

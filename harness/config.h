@@ -17,6 +17,10 @@ class ConfigError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The exit code of a run stopped by SIGTERM/SIGUSR1 after every rank wrote
+// its snapshot (run the same command to resume); see main.cpp for the others.
+constexpr int kExitPreempted = 5;
+
 struct RunConfig {
   // What to run.
   std::string strategy = "single";
@@ -70,6 +74,18 @@ struct RunConfig {
   bool eval = true;                // test accuracy when the dataset is real
   int64_t eval_batches = 0;        // 0: the whole test set
 
+  // Training to an answer (issue 13): budgets, targets, validation, snapshots.
+  std::string time_budget;         // as typed ("90m"); "" : none
+  double time_budget_s = -1;       // parsed; -1: none
+  double target_accuracy = -1;     // validation top-1 in (0, 1]; -1: none
+  int64_t eval_every = 0;          // steps between validations (0: every epoch)
+  double val_fraction = -1;        // -1: 0.2 when training to an answer on real data, else 0
+  std::string snapshot_dir;        // "" : no snapshots
+  std::string snapshot_every;      // "N" steps or "epoch" ("" : epoch)
+  int64_t snapshot_keep = 3;       // newest complete snapshots kept
+  bool resume = false;             // a snapshot must be there (else: resume when one is)
+  std::string epoch_csv;           // per-epoch CSV ("" : beside --out when there is one)
+
   // Correctness.
   bool verify = false;
   int64_t verify_steps = 3;
@@ -97,6 +113,11 @@ struct RunConfig {
   std::string command;
 
   int Depth() const;  // 18 for "resnet18", ...
+  // Trains until an answer (epochs, a time budget or a target accuracy)
+  // rather than for a number of timed steps: validation per epoch.
+  bool TrainsToAnswer() const { return epochs > 0 || time_budget_s > 0 || target_accuracy > 0; }
+  // Steps between snapshots; 0: at every epoch's end (--snapshot-every=epoch).
+  int64_t SnapshotEverySteps() const;
   bool UsesCuda() const { return device == "cuda"; }  // after resolution
 };
 
@@ -113,5 +134,9 @@ void ValidateConfig(const RunConfig& config);
 std::vector<std::string> FlagStrategies(const std::string& flag);
 
 std::string ShellQuote(const std::string& arg);
+
+// "90", "90s", "30m", "2h", "1h30m", "1.5h" in seconds; throws ConfigError
+// naming `flag` and the value otherwise.
+double ParseDuration(const std::string& flag, const std::string& value);
 
 }  // namespace ddpbench

@@ -198,10 +198,13 @@ volatile sig_atomic_t g_num_children = 0;
 pid_t g_children[kMaxChildren];
 volatile sig_atomic_t g_signal = 0;
 
+// SIGTERM and SIGUSR1 (Slurm's --signal) reach the ranks as they are, so a
+// run with snapshots can finish its step and write one; SIGINT stops them.
 void ForwardSignal(int sig) {
   g_signal = sig;
+  const int forward = sig == SIGINT ? SIGTERM : sig;
   for (int i = 0; i < g_num_children; ++i)
-    if (g_children[i] > 0) ::kill(g_children[i], SIGTERM);
+    if (g_children[i] > 0) ::kill(g_children[i], forward);
 }
 
 std::string SelfExe() {
@@ -225,6 +228,70 @@ std::string Describe(int status) {
     return fmt::format("was killed by signal {} ({})", sig, strsignal(sig));
   }
   return fmt::format("exited with code {}", WEXITSTATUS(status));
+}
+
+// Waits for every rank. The first rank that fails stops the others (SIGTERM,
+// then SIGKILL after 5 s) and its exit code is returned. After a signal the
+// ranks get `grace_s` to finish their step and snapshot: if they all exit
+// with kExitPreempted (or 0) that is the answer, else the signal's 128 + n.
+int WaitForRanks(std::vector<pid_t>& pids, double grace_s) {
+  using Clock = std::chrono::steady_clock;
+  const int world = static_cast<int>(pids.size());
+  int remaining = world, exit_code = 0, failed_rank = -1, preempted = 0;
+  std::string failure;
+  Clock::time_point kill_at = Clock::time_point::max();
+  bool signalled = false;
+  while (remaining > 0) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, failed_rank >= 0 || g_signal ? WNOHANG : 0);
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid < 0) break;  // no children left
+    if (pid == 0) {
+      if (g_signal && !signalled) {  // interrupted: the ranks stop (and may snapshot) first
+        signalled = true;
+        kill_at = std::min(kill_at, Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));
+      }
+      if (Clock::now() >= kill_at)
+        for (int r = 0; r < world; ++r)
+          if (pids[r] > 0) ::kill(pids[r], SIGKILL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    int rank = -1;
+    for (int r = 0; r < world; ++r)
+      if (pids[r] == pid) rank = r;
+    if (rank < 0) continue;
+    pids[rank] = -1;
+    g_children[rank] = -1;
+    --remaining;
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (code == kExitPreempted) ++preempted;
+    if ((code == 0 || code == kExitPreempted) || failed_rank != -1) continue;
+    failed_rank = rank;
+    exit_code = code >= 0 ? code : 1;
+    failure = fmt::format("rank {} (pid {}) {}", rank, pid, Describe(status));
+    if (remaining > 0) {
+      failure += fmt::format("; stopped the other {} rank(s)", remaining);
+      for (int r = 0; r < world; ++r)
+        if (pids[r] > 0) ::kill(pids[r], SIGTERM);
+    }
+    kill_at = std::min(kill_at, Clock::now() + std::chrono::seconds(5));
+  }
+  if (failed_rank >= 0 && !g_signal) {
+    fmt::print(stderr, "ddpbench: error: {}\n", failure);
+    return exit_code;
+  }
+  if (g_signal && preempted == world) {
+    fmt::print(stderr, "ddpbench: preempted (signal {}): every rank wrote its snapshot; run the same command "
+               "to resume\n", static_cast<int>(g_signal));
+    return kExitPreempted;
+  }
+  if (g_signal) {
+    fmt::print(stderr, "ddpbench: error: interrupted (signal {}); stopped every rank{}\n", static_cast<int>(g_signal),
+               failed_rank >= 0 ? " (" + failure + ")" : "");
+    return 128 + g_signal;
+  }
+  return preempted > 0 ? kExitPreempted : 0;
 }
 
 }  // namespace
@@ -266,9 +333,10 @@ int SpawnRanks(const RunConfig& config, int world, int argc, char** argv) {
   struct sigaction sa {};
   sa.sa_handler = ForwardSignal;
   sigemptyset(&sa.sa_mask);
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {}, old_term {}, old_usr1 {};
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGUSR1, &sa, &old_usr1);
 
   const pid_t parent = ::getpid();
   std::vector<pid_t> pids(world, -1);
@@ -290,53 +358,12 @@ int SpawnRanks(const RunConfig& config, int world, int argc, char** argv) {
     g_num_children = r + 1;
   }
 
-  using Clock = std::chrono::steady_clock;
-  int remaining = world, exit_code = 0, failed_rank = -1;
-  std::string failure;
-  Clock::time_point kill_at{};
-  while (remaining > 0) {
-    int status = 0;
-    pid_t pid = ::waitpid(-1, &status, failed_rank >= 0 || g_signal ? WNOHANG : 0);
-    if (pid < 0 && errno == EINTR) continue;
-    if (pid < 0) break;  // no children left
-    if (pid == 0) {
-      if (failed_rank < 0 && g_signal) {  // interrupted by the user
-        failed_rank = -2;
-        exit_code = 128 + g_signal;
-        kill_at = Clock::now() + std::chrono::seconds(5);
-      }
-      if (Clock::now() >= kill_at)
-        for (int r = 0; r < world; ++r)
-          if (pids[r] > 0) ::kill(pids[r], SIGKILL);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      continue;
-    }
-    int rank = -1;
-    for (int r = 0; r < world; ++r)
-      if (pids[r] == pid) rank = r;
-    if (rank < 0) continue;
-    pids[rank] = -1;
-    g_children[rank] = -1;
-    --remaining;
-    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (!ok && failed_rank == -1) {
-      failed_rank = rank;
-      exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-      failure = fmt::format("rank {} (pid {}) {}", rank, pid, Describe(status));
-      if (remaining > 0) {
-        failure += fmt::format("; stopped the other {} rank(s)", remaining);
-        for (int r = 0; r < world; ++r)
-          if (pids[r] > 0) ::kill(pids[r], SIGTERM);
-      }
-      kill_at = Clock::now() + std::chrono::seconds(5);
-    }
-  }
+  const int code = WaitForRanks(pids, !config.snapshot_dir.empty() ? config.timeout_s : 5.0);
   g_num_children = 0;
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
-  if (failed_rank >= 0) fmt::print(stderr, "ddpbench: error: {}\n", failure);
-  if (failed_rank == -2) fmt::print(stderr, "ddpbench: error: interrupted (signal {}); stopped every rank\n", g_signal);
-  return exit_code;
+  sigaction(SIGUSR1, &old_usr1, nullptr);
+  return code;
 }
 
 }  // namespace ddpbench

@@ -1,6 +1,7 @@
 // ddpbench's entry point: parse and validate, then run this process's part.
 // Every failure ends here as one line on stderr and a non-zero exit code:
-// 2 bad input (flags, data), 3 parity failure, 4 results file, 1 anything else.
+// 2 bad input (flags, data), 3 parity failure, 4 results file, 5 preempted
+// by SIGTERM/SIGUSR1 after a snapshot (run it again to resume), 1 anything else.
 #include <c10/util/Exception.h>
 
 #include <cstdio>

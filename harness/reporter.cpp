@@ -73,6 +73,7 @@ void AddIdentity(const RunResult& r, Row& row) {
 }
 
 void AddSpeed(const RunResult& r, Row& row) {
+  if (r.timed_steps == 0) return;  // stopped (budget, target) inside the warm-up: nothing was timed
   const double throughput = r.Throughput();
   row["throughput_img_s"] = Num(throughput, 2);
   const auto repeats = r.RepeatThroughputs();
@@ -117,6 +118,7 @@ void AddMemoryAndQuality(const RunResult& r, Row& row) {
       return std::vector<double>{f.optimizer_state_mb};
     }), 2);
   if (r.accuracy >= 0) row["accuracy"] = Num(r.accuracy, 4);
+  if (r.test_loss >= 0) row["test_loss"] = Num(r.test_loss, 4);
   row["final_loss"] = Num(loss, 4);
   if (r.parity) {
     row["parity_max_abs_diff"] = fmt::format("{:.3e}", r.parity->max_abs_diff);
@@ -124,6 +126,33 @@ void AddMemoryAndQuality(const RunResult& r, Row& row) {
     row["parity_model"] = r.parity->model;
     row["parity_ok"] = Bool(r.parity->max_abs_diff <= r.config->verify_tolerance);
   }
+}
+
+// Budgets, targets, epochs and snapshots (issue 13).
+void AddGoal(const RunResult& r, Row& row) {
+  const RunConfig& c = *r.config;
+  if (c.val_fraction > 0) row["val_fraction"] = fmt::format("{}", c.val_fraction);
+  if (c.time_budget_s > 0) row["time_budget_s"] = fmt::format("{}", c.time_budget_s);
+  if (c.target_accuracy > 0) row["target_accuracy"] = fmt::format("{}", c.target_accuracy);
+  if (!r.goal) return;
+  const GoalFigures& g = *r.goal;
+  auto set = [&](const char* column, double v, int digits) {
+    if (v >= 0) row[column] = Num(v, digits);
+  };
+  row["stop_reason"] = g.stop_reason;
+  row["steps_done"] = std::to_string(g.steps_done);
+  set("train_time_s", g.train_time_s, 2);
+  if (g.resumed_from >= 0) row["resumed_from_step"] = std::to_string(g.resumed_from);
+  row["restarts"] = std::to_string(g.restarts);
+  if (c.TrainsToAnswer()) row["epochs_completed"] = std::to_string(g.epochs_completed);
+  row["steps_per_epoch"] = std::to_string(g.steps_per_epoch);
+  set("mean_epoch_s", g.mean_epoch_s, 3);
+  set("best_val_loss", g.best_val_loss, 4);
+  set("val_accuracy", g.val_accuracy, 4);
+  set("time_to_target_s", g.time_to_target_s, 2);
+  if (g.steps_to_target >= 0) row["steps_to_target"] = std::to_string(g.steps_to_target);
+  if (!g.epoch_csv.empty()) row["epoch_csv"] = g.epoch_csv;
+  if (!g.snapshot.empty()) row["snapshot"] = g.snapshot;
 }
 
 }  // namespace
@@ -166,6 +195,7 @@ Row BuildRow(const RunResult& r) {
   AddIdentity(r, row);
   AddSpeed(r, row);
   AddMemoryAndQuality(r, row);
+  AddGoal(r, row);
   for (const auto& [k, v] : r.extras) row[k] = v;
   row["torch_version"] = r.env.torch_version;
   row["cuda_version"] = r.env.cuda_version;
@@ -196,7 +226,7 @@ bool FindBaselineThroughput(const std::vector<Row>& rows, const Row& row, double
 
 bool AddScaling(const std::vector<Row>& baseline_rows, double gpus, Row* row) {
   double base = 0;
-  if (!FindBaselineThroughput(baseline_rows, *row, &base)) return false;
+  if (!row->count("throughput_img_s") || !FindBaselineThroughput(baseline_rows, *row, &base)) return false;
   (*row)["baseline_throughput_img_s"] = Num(base, 2);
   (*row)["scaling_efficiency"] = Num(std::stod(row->at("throughput_img_s")) / (gpus * base), 4);
   return true;

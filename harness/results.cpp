@@ -30,7 +30,9 @@ const std::vector<std::string>& ResultColumns() {
       "throughput_per_rank_img_s", "step_ms_p50", "step_ms_p90", "model_tflops_per_img", "mfu", "data_ms", "forward_ms",
       "backward_ms", "optimizer_ms", "communication_ms", "peak_mem_mb", "mem_per_device_mb",
       "mem_reserved_per_device_mb", "peak_rss_mb", "optimizer_state_mb", "param_mb", "grad_mb", "zero_expected_mb", "accuracy",
-      "final_loss", "scaling_efficiency", "baseline_throughput_img_s", "parity_max_abs_diff",
+      "final_loss", "test_loss", "val_fraction", "val_accuracy", "best_val_loss", "epochs_completed", "steps_per_epoch", "mean_epoch_s",
+      "time_budget_s", "target_accuracy", "time_to_target_s", "steps_to_target", "stop_reason", "steps_done",
+      "train_time_s", "resumed_from_step", "restarts", "epoch_csv", "snapshot", "scaling_efficiency", "baseline_throughput_img_s", "parity_max_abs_diff",
       "parity_steps", "parity_model", "parity_ok", "split", "stage_time_ms", "chunks", "schedule",
       "virtual_stages", "bubble_measured", "bubble_theory", "stage_busy_ms", "chunk_fbw_ms", "activation_peak_mb",
       "bucket_cap_mb", "grad_accum",
@@ -229,20 +231,30 @@ void MigrateAndAppend(int fd, const std::string& path, const std::string& text, 
   for (const auto& r : rows) out += FormatRow(columns, r);
   out += FormatRow(columns, row);
 
-  std::string tmp = path + ".migrate-XXXXXX";
+  struct stat st {};
+  const mode_t mode = ::fstat(fd, &st) == 0 ? (st.st_mode & 07777) : 0644;
+  try {
+    ReplaceFile(path, out, mode);
+  } catch (const ResultsError& e) {
+    throw ResultsError(fmt::format("--out={}: its header is another ddpbench version's and migrating it "
+                                   "failed: {}", path, e.what()));
+  }
+}
+
+}  // namespace
+
+void ReplaceFile(const std::string& path, const std::string& data, unsigned mode) {
+  std::string tmp = path + ".tmp-XXXXXX";
   int tfd = ::mkostemp(tmp.data(), O_CLOEXEC);
   if (tfd < 0)
-    throw ResultsError(fmt::format("--out={}: its header is another ddpbench version's; cannot create a "
-                                   "temporary file to migrate it: {}", path, std::strerror(errno)));
+    throw ResultsError(fmt::format("{}: cannot create a temporary file beside it: {}", path, std::strerror(errno)));
   FdGuard guard{tfd};
   try {
-    struct stat st {};
-    if (::fstat(fd, &st) == 0) ::fchmod(tfd, st.st_mode & 07777);
-    WriteAll(tfd, out, tmp);
+    ::fchmod(tfd, mode);
+    WriteAll(tfd, data, tmp);
     Sync(tfd, tmp);
     if (::rename(tmp.c_str(), path.c_str()) != 0)
-      throw ResultsError(fmt::format("--out={}: cannot replace it with the migrated file: {}", path,
-                                     std::strerror(errno)));
+      throw ResultsError(fmt::format("{}: cannot rename {} over it: {}", path, tmp, std::strerror(errno)));
   } catch (...) {
     ::unlink(tmp.c_str());
     throw;
@@ -250,8 +262,6 @@ void MigrateAndAppend(int fd, const std::string& path, const std::string& text, 
   FdGuard dir{::open(DirectoryOf(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
   if (dir.fd >= 0) ::fsync(dir.fd);
 }
-
-}  // namespace
 
 bool IsResultsHeader(const std::vector<std::string>& header) {
   std::set<std::string> names(header.begin(), header.end());
@@ -332,6 +342,8 @@ std::vector<PathOption> PathOptions(const RunConfig& c) {
   return {
       {"--out", c.out, PathKind::kAppendResults},
       {"--baseline", c.baseline, PathKind::kReadResults},
+      {"--epoch-csv", c.epoch_csv, PathKind::kWriteFile},
+      {"--snapshot-dir", c.snapshot_dir, PathKind::kWriteDir},
   };
 }
 

@@ -48,6 +48,11 @@ void AppendRowOrSave(const std::string& path, const Row& row);
 // One field, CSV-quoted only when it needs to be (comma, quote, newline, edge
 // spaces).
 std::string CsvField(const std::string& value);
+
+// Replaces `path` with `data` so that a reader sees the old file or the new
+// one, never a part: a temporary file beside it, fsync, rename, fsync of the
+// directory. Throws ResultsError naming the path.
+void ReplaceFile(const std::string& path, const std::string& data, unsigned mode = 0644);
 std::string FormatRow(const std::vector<std::string>& columns, const Row& row);
 
 // All rows of a results file, keyed by header name. Throws ResultsError.

@@ -43,6 +43,22 @@ struct RunSettings {
   std::string optimizer_impl;  // fused|foreach|per-param
 };
 
+// A run that trained to an answer (epochs, budget, target) or kept
+// snapshots: where it stopped and what it reached.
+struct GoalFigures {
+  std::string stop_reason;     // steps|epochs|budget|target
+  int64_t steps_done = 0;      // training steps in all (earlier sessions too)
+  int64_t resumed_from = -1;   // step this session started at; -1: a fresh run
+  int64_t restarts = 0;
+  double train_time_s = 0;     // training time over every session
+  int64_t epochs_completed = 0;
+  int64_t steps_per_epoch = 0;
+  double mean_epoch_s = -1, best_val_loss = -1, val_accuracy = -1;
+  double time_to_target_s = -1;
+  int64_t steps_to_target = -1;
+  std::string epoch_csv, snapshot;
+};
+
 struct RunResult {
   const RunConfig* config = nullptr;
   RunEnvironment env;
@@ -62,7 +78,9 @@ struct RunResult {
   std::vector<double> step_ms;                  // rank 0's timed steps
   std::array<double, kNumPhases> phase_ms{};    // rank 0, per step
   std::vector<RankFigures> ranks;
-  double accuracy = -1;                         // -1: not evaluated
+  double accuracy = -1;                         // test top-1; -1: not evaluated
+  double test_loss = -1;
+  std::optional<GoalFigures> goal;
   std::optional<ParityFigures> parity;
   std::map<std::string, std::string> extras;    // the strategy's own columns
 

@@ -14,6 +14,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <ctime>
+#include <limits>
 #include <thread>
 
 #include <fmt/format.h>
@@ -27,7 +29,9 @@
 #include "harness/mfu.h"
 #include "harness/phase.h"
 #include "harness/run_result.h"
+#include "harness/snapshot.h"
 #include "harness/step_loop.h"
+#include "harness/train_goal.h"
 #include "harness/training.h"
 #include "strategies/registry.h"
 
@@ -122,6 +126,7 @@ PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, c
   spec.prefetch = config.prefetch;
   spec.device = run.devices.front();
   spec.synthetic_classes = config.num_classes > 0 ? config.num_classes : 1000;
+  spec.val_fraction = config.val_fraction;
   run.replicas = entry.info.parallelism == Parallelism::kDataInProcess      ? config.gpus
                  : entry.info.parallelism == Parallelism::kDataMultiProcess ? dist.world
                                                                             : 1;
@@ -144,6 +149,7 @@ PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, c
   run.settings = ResolveSettings(config, run.devices);
   model.channels_last = spec.channels_last = run.settings.memory_format == "channels_last";
   ValidateResNetOptions(model);
+  if (dist.is_root()) CheckResumable(config, dist.world);
   return run;
 }
 
@@ -185,22 +191,73 @@ void ConfigureProcess(const PreparedRun& run, const StrategyEntry& entry, DistCo
     dist.Connect(config.timeout_s, cuda, /*nccl=*/cuda && !run.oversubscribed);
 }
 
-LoopPlan PlanSteps(const RunConfig& config, const PreparedRun& run, BatchSource& train, const DistContext& dist) {
-  LoopPlan plan;
-  plan.warmup = config.warmup;
+// Steps of the whole run: --steps after the warm-up, --epochs' worth, or
+// unbounded (a budget or a target ends it).
+int64_t TotalSteps(const RunConfig& config, BatchSource& train) {
   if (config.epochs > 0) {
     const int64_t total = std::llround(config.epochs * train.BatchesPerEpoch());
-    plan.timed = total - config.warmup;
-    if (plan.timed < 1)
+    if (total - config.warmup < 1)
       throw ConfigError(fmt::format("--epochs={}: gives {} steps ({} per epoch), not more than --warmup={}",
                                     config.epochs, total, train.BatchesPerEpoch(), config.warmup));
-  } else {
-    plan.timed = config.steps;
+    return total;
   }
+  if (config.steps > 0) return config.warmup + config.steps;
+  return std::numeric_limits<int64_t>::max() / 4;
+}
+
+// This session's steps: a resumed run continues at first_step and warms up
+// again (untimed) before timing what is left.
+LoopPlan PlanSteps(const RunConfig& config, const PreparedRun& run, BatchSource& train, const DistContext& dist,
+                   int64_t first_step) {
+  LoopPlan plan;
+  const int64_t remaining = TotalSteps(config, train) - first_step;
+  plan.first_step = first_step;
+  plan.warmup = std::min(config.warmup, std::max<int64_t>(remaining - 1, 0));
+  plan.timed = remaining - plan.warmup;
   plan.process_batch = run.process_batch;
   plan.progress = dist.is_root() && (config.progress == "on" || (config.progress == "auto" && isatty(STDERR_FILENO)));
   plan.check_every = config.device == "cuda" ? 25 : 1;
   return plan;
+}
+
+// The per-epoch CSV of a run that trains to an answer: --epoch-csv, or a file
+// beside --out named after the strategy and the run's start.
+std::string EpochCsvPath(const RunConfig& config, const DistContext& dist) {
+  if (!config.TrainsToAnswer()) return "";
+  if (!config.epoch_csv.empty()) return config.epoch_csv;
+  if (config.out.empty()) return "";
+  const std::string stem = config.out.size() > 4 && config.out.substr(config.out.size() - 4) == ".csv"
+                               ? config.out.substr(0, config.out.size() - 4) : config.out;
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
+  return fmt::format("{}-epochs-{}-{}gpu-{}.csv", stem, config.strategy, config.gpus, stamp);
+}
+
+// Where the run stands: fresh, or the newest intact snapshot of this
+// configuration restored into the strategy (and this process's RNG).
+LoopState ResumeOrStart(const RunConfig& config, DistContext& dist, Strategy& strategy, SnapshotStore* store) {
+  LoopState state;
+  if (store) {
+    if (auto loaded = store->LoadNewest(dist)) {
+      TensorMap tensors;
+      for (const auto& [key, value] : loaded->tensors)
+        if (key.rfind("rng.", 0) != 0) tensors[key] = value;
+      strategy.LoadState(tensors);
+      LoadRngStates(loaded->tensors);
+      state = loaded->loop;
+      ++state.restarts;
+      if (dist.is_root())
+        LogInfo("resuming from {}: step {}, {:.1f} s trained, {} epoch(s) recorded", loaded->name, state.step,
+                state.elapsed_s, state.history.size());
+    } else if (config.resume) {
+      throw ConfigError(fmt::format("--resume: {}; leave --resume out to start afresh", store->WhyNothing()));
+    }
+  }
+  if (state.epoch_csv.empty()) state.epoch_csv = EpochCsvPath(config, dist);
+  return state;
 }
 
 // The warm-up once, then `repeat` timed sections of plan.timed steps each.
@@ -220,7 +277,7 @@ RankFigures MeasureRank(const PreparedRun& run, const std::vector<LoopTimes>& se
   std::vector<double> rank_tput;
   for (const auto& t : sections) {
     f.wall_ms.push_back(t.wall_ms);
-    rank_tput.push_back(run.process_batch * static_cast<double>(t.step_ms.size()) * 1000.0 / t.wall_ms);
+    rank_tput.push_back(t.step_ms.empty() ? 0 : run.process_batch * static_cast<double>(t.step_ms.size()) * 1000.0 / t.wall_ms);
   }
   f.throughput = Median(rank_tput);
   const auto& losses = sections.back().losses;
@@ -299,6 +356,38 @@ int Report(const RunResult& result) {
   return 0;
 }
 
+// The loop's figures into the result: steps, phases, the strategy's
+// columns, and every rank's own figures (collective).
+void CollectFigures(const PreparedRun& run, const std::vector<LoopTimes>& sections, Strategy& strategy,
+                    DistContext& dist, RunResult* result) {
+  for (const auto& t : sections) result->step_ms.insert(result->step_ms.end(), t.step_ms.begin(), t.step_ms.end());
+  result->timed_steps = static_cast<int64_t>(sections.back().step_ms.size());
+  const double counted = std::max<double>(1, static_cast<double>(result->step_ms.size()));  // phase totals span every section
+  for (int p = 0; p < kNumPhases; ++p) result->phase_ms[p] = sections.back().phase_ms[p] / counted;
+  result->extras = strategy.Extras();
+  result->ranks = GatherRanks(MeasureRank(run, sections, strategy), dist);
+}
+
+GoalFigures DescribeGoal(const TrainingGoal& goal, const LoopState& start, int64_t steps_per_epoch) {
+  const LoopState& s = goal.state();
+  GoalFigures g;
+  g.stop_reason = goal.stop_reason();
+  g.steps_done = s.step;
+  g.resumed_from = start.restarts > 0 ? start.step : -1;
+  g.restarts = s.restarts;
+  g.train_time_s = s.elapsed_s;
+  g.epochs_completed = static_cast<int64_t>(s.history.size());
+  g.steps_per_epoch = steps_per_epoch;
+  g.mean_epoch_s = goal.mean_epoch_s();
+  g.best_val_loss = goal.best_val_loss();
+  g.val_accuracy = s.history.empty() ? -1 : s.history.back().val_accuracy;
+  g.time_to_target_s = s.time_to_target_s;
+  g.steps_to_target = s.steps_to_target;
+  if (!s.history.empty()) g.epoch_csv = s.epoch_csv;  // written at the first epoch's end
+  g.snapshot = goal.last_snapshot();
+  return g;
+}
+
 }  // namespace
 
 void PreflightCheck(const RunConfig& config, int world) {
@@ -311,6 +400,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   const StrategyEntry& entry = FindStrategy(config_in.strategy);
   const PreparedRun run = PrepareRun(config_in, entry, dist);
   const RunConfig& config = run.config;
+  if (!config.snapshot_dir.empty()) ArmStopSignals();  // finish the step, snapshot, exit kExitPreempted
   ConfigureProcess(run, entry, dist);
   CpuDeviceScope main_device(0);
 
@@ -319,13 +409,6 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   if (config.lr_scaling == "sqrt") lr *= std::sqrt(static_cast<double>(run.replicas));
   PhaseTimer timer(run.devices.front());
   const RunContext ctx{&config, &dist, run.devices, run.model, lr, &timer};
-
-  std::unique_ptr<BatchSource> train, test;
-  {
-    CpuDeviceScope host(-1);  // host-side data is not device memory
-    train = MakeTrainSource(run.spec, dist.rank, dist.world);
-  }
-  const LoopPlan plan = PlanSteps(config, run, *train, dist);
 
   RunResult result = DescribeRun(run, dist, lr);
   if (config.verify) {  // correctness before timing
@@ -336,21 +419,54 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   }
   auto strategy = entry.make();
   strategy->Setup(ctx);
+  std::unique_ptr<SnapshotStore> store;
+  if (!config.snapshot_dir.empty())
+    store = std::make_unique<SnapshotStore>(config.snapshot_dir, RunIdentity(config, dist.world), config.snapshot_keep);
+  const LoopState start = ResumeOrStart(config, dist, *strategy, store.get());
+
+  std::unique_ptr<BatchSource> train, test;
+  {
+    CpuDeviceScope host(-1);  // host-side data is not device memory
+    DataSpec spec = run.spec;
+    spec.start_batch = start.step;
+    train = MakeTrainSource(spec, dist.rank, dist.world);
+  }
+  LoopPlan plan = PlanSteps(config, run, *train, dist, start.step);
+  if (plan.timed < 1) {
+    if (dist.is_root())
+      LogInfo("the snapshot is at step {}, the run's last: nothing left to train (its row was written when it "
+              "finished); remove --snapshot-dir={} to run afresh", start.step, config.snapshot_dir);
+    dist.Shutdown();
+    return 0;
+  }
+  std::unique_ptr<TrainingGoal> goal;
+  if (config.TrainsToAnswer() || store) {
+    goal = std::make_unique<TrainingGoal>(config, dist, *strategy, run.spec, train->BatchesPerEpoch(), start,
+                                          store.get());
+    plan.after_step = [&goal](int64_t done, LossLog& losses) { return goal->AfterStep(done, losses); };
+  }
   const auto sections = RunRepeats(*strategy, *train, timer, dist, run.devices, plan, config.repeat);
+  if (goal && goal->preempted()) {
+    if (dist.is_root())
+      LogWarn("preempted after step {}: snapshot {} written; run the same command again to continue",
+              goal->state().step, goal->last_snapshot());
+    dist.Shutdown();
+    return kExitPreempted;
+  }
+  if (goal) {
+    goal->Finish();
+    result.goal = DescribeGoal(*goal, start, train->BatchesPerEpoch());
+  }
   if (run.info.real && config.eval) {  // made now, so its prefetching cannot slow the timed steps
     {
       CpuDeviceScope host(-1);
       test = MakeTestSource(run.spec, dist.rank, dist.world);
     }
-    result.accuracy = EvaluateAccuracy(*strategy, test.get(), dist, config.eval_batches);
+    const EvalResult tested = Evaluate(*strategy, test.get(), dist, config.eval_batches);
+    result.accuracy = tested.accuracy;
+    result.test_loss = tested.loss;
   }
-
-  result.timed_steps = plan.timed;
-  for (const auto& t : sections) result.step_ms.insert(result.step_ms.end(), t.step_ms.begin(), t.step_ms.end());
-  const double counted = static_cast<double>(result.step_ms.size());  // phase totals span every section
-  for (int p = 0; p < kNumPhases; ++p) result.phase_ms[p] = sections.back().phase_ms[p] / counted;
-  result.extras = strategy->Extras();
-  result.ranks = GatherRanks(MeasureRank(run, sections, *strategy), dist);
+  CollectFigures(run, sections, *strategy, dist, &result);
   dist.Shutdown();
   return dist.is_root() ? Report(result) : 0;
 }

@@ -16,6 +16,7 @@
 #include "harness/cuda_support.h"
 #include "harness/dist.h"
 #include "harness/memory.h"
+#include "harness/training.h"
 #include "strategies/strategy.h"
 
 namespace ddpbench {
@@ -63,35 +64,6 @@ class StepClock {
   std::vector<double> host_ms_;
 };
 
-// Device-side losses, read in batches at check points.
-class LossLog {
- public:
-  void Add(const torch::Tensor& loss, int64_t step, bool counted) {
-    pending_.push_back(loss);
-    steps_.push_back({step, counted});
-  }
-  // Reads the pending losses; throws on the first that is not finite.
-  double Read(std::vector<double>* timed) {
-    if (pending_.empty()) return last_;
-    auto values = torch::stack(pending_).to(torch::kCPU, torch::kDouble).contiguous();
-    const double* v = values.data_ptr<double>();
-    for (size_t i = 0; i < pending_.size(); ++i) {
-      if (!std::isfinite(v[i]))
-        throw std::runtime_error(fmt::format("step {}: the loss is {} (diverged); lower --lr", steps_[i].first, v[i]));
-      if (steps_[i].second) timed->push_back(v[i]);
-      last_ = v[i];
-    }
-    pending_.clear();
-    steps_.clear();
-    return last_;
-  }
-
- private:
-  std::vector<torch::Tensor> pending_;
-  std::vector<std::pair<int64_t, bool>> steps_;
-  double last_ = 0;
-};
-
 struct Progress {
   bool on;
   void Update(int64_t step, int64_t total, bool warmup, double img_s, double loss) const {
@@ -103,6 +75,35 @@ struct Progress {
 };
 
 }  // namespace
+
+void LossLog::Add(const torch::Tensor& loss, int64_t step, bool counted) {
+  pending_.push_back(loss);
+  steps_.push_back({step, counted});
+}
+
+double LossLog::Read() {
+  if (pending_.empty()) return last_;
+  auto values = torch::stack(pending_).to(torch::kCPU, torch::kDouble).contiguous();
+  const double* v = values.data_ptr<double>();
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    if (!std::isfinite(v[i]))
+      throw std::runtime_error(fmt::format("step {}: the loss is {} (diverged); lower --lr", steps_[i].first, v[i]));
+    if (steps_[i].second) timed_.push_back(v[i]);
+    read_.emplace_back(steps_[i].first, v[i]);
+    last_ = v[i];
+  }
+  pending_.clear();
+  steps_.clear();
+  return last_;
+}
+
+double LossLog::MeanSince(int64_t first) {
+  Read();
+  double sum = 0;
+  int64_t n = 0;
+  for (auto it = read_.rbegin(); it != read_.rend() && it->first >= first; ++it, ++n) sum += it->second;
+  return n > 0 ? sum / static_cast<double>(n) : std::nan("");
+}
 
 void SynchronizeDevices(const std::vector<torch::Device>& devices) {
   for (const auto& d : devices)
@@ -118,6 +119,7 @@ LoopTimes RunSteps(Strategy& strategy, BatchSource& train, PhaseTimer& timer, Di
   const int64_t total = plan.warmup + plan.timed;
   Clock::time_point timed_start = Clock::now(), since_check = Clock::now();
   int64_t steps_since_check = 0;
+  double paused_ms = 0;  // after_step's time inside the timed section
   for (int64_t s = 0; s < total; ++s) {
     const bool warm = s < plan.warmup;
     if (s == plan.warmup) {  // the timed section starts on idle, aligned devices
@@ -126,6 +128,7 @@ LoopTimes RunSteps(Strategy& strategy, BatchSource& train, PhaseTimer& timer, Di
       ResetPeakMemory(devices);
       timed_start = since_check = Clock::now();
       steps_since_check = 0;
+      paused_ms = 0;
     }
     timer.StartStep();
     clock.Begin();
@@ -136,40 +139,57 @@ LoopTimes RunSteps(Strategy& strategy, BatchSource& train, PhaseTimer& timer, Di
         auto scope = timer.Measure(Phase::kData);
         batch = train.Next();
       }
-      losses.Add(strategy.Step(batch).loss, s, !warm);
+      losses.Add(strategy.Step(batch).loss, plan.first_step + s, !warm);
     }
     clock.End(!warm);
     timer.EndStep(!warm);
     ++steps_since_check;
     const bool last_of_phase = s + 1 == plan.warmup || s + 1 == total;
     if (last_of_phase || (s + 1) % plan.check_every == 0) {
-      const double loss = losses.Read(&out.losses);
+      const double loss = losses.Read();
       progress.Update(warm ? s + 1 : s + 1 - plan.warmup, warm ? plan.warmup : plan.timed, warm,
                       steps_since_check * plan.process_batch * 1000.0 / MsSince(since_check), loss);
       since_check = Clock::now();
       steps_since_check = 0;
     }
+    if (plan.after_step) {
+      const Clock::time_point paused = Clock::now();
+      out.stopped = plan.after_step(plan.first_step + s + 1, losses);
+      paused_ms += MsSince(paused);
+      if (out.stopped) break;
+    }
   }
+  losses.Read();
   SynchronizeDevices(devices);
-  out.wall_ms = MsSince(timed_start);
+  out.losses = losses.timed();
+  out.wall_ms = MsSince(timed_start) - paused_ms;
   out.step_ms = clock.StepMs();
   out.phase_ms = timer.Totals();
   return out;
 }
 
-double EvaluateAccuracy(Strategy& strategy, BatchSource* test, DistContext& dist, int64_t max_batches) {
+EvalResult Evaluate(Strategy& strategy, BatchSource* source, DistContext& dist, int64_t max_batches) {
   int64_t correct = 0, total = 0;
+  double loss_sum = 0;
   torch::NoGradGuard no_grad;
-  for (int64_t b = 0; test && (max_batches == 0 || b < max_batches); ++b) {
-    Batch batch = test->Next();
+  for (int64_t b = 0; source && (max_batches == 0 || b < max_batches); ++b) {
+    Batch batch = source->Next();
     if (batch.size() == 0) break;
-    auto logits = strategy.Predict(batch.images);
-    correct += logits.argmax(1).to(torch::kCPU).eq(batch.labels.to(torch::kCPU)).sum().item<int64_t>();
+    auto logits = strategy.Predict(batch.images).to(torch::kCPU);
+    const auto labels = batch.labels.to(torch::kCPU);
+    correct += logits.argmax(1).eq(labels).sum().item<int64_t>();
+    loss_sum += ClassificationLoss(logits, labels).item<double>() * static_cast<double>(batch.size());
     total += batch.size();
   }
-  const double all_correct = dist.AllReduceSum(static_cast<double>(correct));
-  const double all_total = dist.AllReduceSum(static_cast<double>(total));
-  return all_total > 0 ? all_correct / all_total : -1;
+  const std::vector<double> sums = dist.AllGather({static_cast<double>(correct), static_cast<double>(total), loss_sum});
+  double all_correct = 0, all_total = 0, all_loss = 0;
+  for (size_t r = 0; r < sums.size(); r += 3) {
+    all_correct += sums[r];
+    all_total += sums[r + 1];
+    all_loss += sums[r + 2];
+  }
+  if (all_total == 0) return {};
+  return {all_correct / all_total, all_loss / all_total};
 }
 
 }  // namespace ddpbench

@@ -9,6 +9,8 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "harness/phase.h"
@@ -19,32 +21,65 @@ class Strategy;
 class BatchSource;
 struct DistContext;
 
+class LossLog;
+
 struct LoopPlan {
+  int64_t first_step = 0;  // steps done before this loop (a resumed run's)
   int64_t warmup = 0;
-  int64_t timed = 1;
+  int64_t timed = 1;       // at most; after_step may stop the loop earlier
   int64_t process_batch = 1;  // images per step in this process (progress only)
   bool progress = false;      // a live line on stderr
   // Losses are read (and checked for divergence) every this many steps; 1 on
   // CPU, where reading costs nothing.
   int64_t check_every = 1;
+  // Called after every step with the steps done in all (first_step
+  // included); true stops the loop. Its time (validation, snapshots) is not
+  // part of the section's wall time.
+  std::function<bool(int64_t steps_done, LossLog& losses)> after_step;
+};
+
+// Device-side losses, read in batches at check points (or when asked).
+class LossLog {
+ public:
+  void Add(const torch::Tensor& loss, int64_t step, bool counted);
+  // Reads the pending losses; throws on the first that is not finite.
+  // Returns the last one read.
+  double Read();
+  // The mean loss of the steps numbered >= first (reads pending ones first).
+  double MeanSince(int64_t first);
+  // Losses of the timed (counted) steps, in order.
+  const std::vector<double>& timed() const { return timed_; }
+
+ private:
+  std::vector<torch::Tensor> pending_;
+  std::vector<std::pair<int64_t, bool>> steps_;
+  std::vector<std::pair<int64_t, double>> read_;  // (step, loss), every step read
+  std::vector<double> timed_;
+  double last_ = 0;
 };
 
 struct LoopTimes {
   std::vector<double> step_ms;     // per timed step
   std::vector<double> losses;      // per timed step
   std::array<double, kNumPhases> phase_ms{};  // the timer's totals: every counted step so far
-  double wall_ms = 0;              // first timed step's start to the last one's end
+  double wall_ms = 0;              // first timed step's start to the last one's end, less after_step's time
+  bool stopped = false;            // after_step ended the loop early
 };
 
-// Runs plan.warmup + plan.timed steps; throws when the loss is not finite.
+// Runs plan.warmup + plan.timed steps (fewer when after_step stops it);
+// throws when the loss is not finite.
 LoopTimes RunSteps(Strategy& strategy, BatchSource& train, PhaseTimer& timer, DistContext& dist,
                    const std::vector<torch::Device>& devices, const LoopPlan& plan);
 
 // Synchronises every device of `devices` (no-op on CPU).
 void SynchronizeDevices(const std::vector<torch::Device>& devices);
 
-// Fraction of this process's test batches (at most max_batches, 0: all)
-// classified correctly, summed over ranks; -1 when there is no test set.
-double EvaluateAccuracy(Strategy& strategy, BatchSource* test, DistContext& dist, int64_t max_batches);
+struct EvalResult {
+  double accuracy = -1;  // top-1 fraction over every rank's batches; -1: no data
+  double loss = -1;      // mean cross-entropy per image; -1: no data
+};
+// Every rank's evaluation batches of `source` (at most max_batches each, 0:
+// all) in eval mode, summed over ranks. Collective.
+EvalResult Evaluate(Strategy& strategy, BatchSource* source, DistContext& dist, int64_t max_batches);
 
 }  // namespace ddpbench

@@ -31,6 +31,7 @@ import datetime
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tomllib
@@ -162,9 +163,38 @@ def record_failure(path, run_id, entry, rc, reason, argv):
                     "exit_code": "" if rc is None else rc, "reason": reason, "command": shlex.join(argv)})
 
 
-def default_run_id():
+def default_run_id(out_dir):
+    """UTC time and job id; a requeued Slurm job (same job id) keeps its first
+    run id, remembered in <out_dir>/.job-<id>, so the night continues."""
+    job = os.environ.get("SLURM_JOB_ID")
+    marker = os.path.join(out_dir, f".job-{job}") if job else None
+    if marker and os.path.exists(marker):
+        with open(marker) as f:
+            return f.read().strip()
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%M%SZ")
-    return f"{stamp}-{os.environ.get('SLURM_JOB_ID', 'local')}"
+    run_id = f"{stamp}-{job or 'local'}"
+    if marker:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(marker, "w") as f:
+            f.write(run_id + "\n")
+    return run_id
+
+
+# SIGUSR1/SIGTERM (sbatch --signal=B:USR1@...): the entry running finishes,
+# no other starts, and the job asks Slurm to requeue it.
+STOP = []
+
+
+def on_stop_signal(sig, _frame):
+    STOP.append(sig)
+
+
+def measured_entries(night_csv):
+    """Entries that already have a row in this night (a requeued job skips them)."""
+    if not os.path.exists(night_csv):
+        return set()
+    with open(night_csv, newline="") as f:
+        return {row.get("entry", "") for row in csv.DictReader(f)}
 
 
 def run_matrix(args):
@@ -173,8 +203,16 @@ def run_matrix(args):
     if not args.dry_run:
         os.makedirs(night, exist_ok=True)
     failed = 0
+    done = measured_entries(night + ".csv")
     for entry in runs:
         if args.only and entry["name"] not in args.only:
+            continue
+        if STOP:
+            print(f"!! signal {STOP[0]}: stopping before {entry['name']}; the requeued job goes on from there",
+                  flush=True)
+            return night, failed
+        if entry["name"] in done:
+            print(f"== {entry['name']}: measured before the requeue; skipped", flush=True)
             continue
         argv = command(args.bin, defaults, entry, night + ".csv", args.run_id)
         print(f"== {entry['name']}: {shlex.join(argv)}", flush=True)
@@ -207,10 +245,12 @@ def report(args, night):
 
 
 def main():
+    signal.signal(signal.SIGUSR1, on_stop_signal)
+    signal.signal(signal.SIGTERM, on_stop_signal)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--matrix", required=True, help="TOML matrix file")
     parser.add_argument("--out-dir", default="results/nightly", help="where the nights are kept")
-    parser.add_argument("--run-id", default=default_run_id(), help="the night's label (default: UTC time-jobid)")
+    parser.add_argument("--run-id", help="the night's label (default: UTC time-jobid, kept across a requeue)")
     parser.add_argument("--bin", default="build/ddpbench")
     parser.add_argument("--only", action="append", help="run only this entry (repeatable)")
     parser.add_argument("--k", default="3", help="gate: throughput below median - k x MAD is a regression")
@@ -218,6 +258,8 @@ def main():
     parser.add_argument("--no-report", action="store_true", help="rows only: no tables, figures or gate")
     parser.add_argument("--dry-run", action="store_true", help="print each entry's command, run nothing")
     args = parser.parse_args()
+    if not args.run_id:
+        args.run_id = default_run_id(args.out_dir)
     if not LABEL.match(args.run_id):
         sys.exit(f"nightly: --run-id={args.run_id}: a label is letters, digits and - _ . : + (at most 64)")
     try:
@@ -227,6 +269,12 @@ def main():
         sys.exit(2)
     if args.dry_run:
         return
+    if STOP:
+        job = os.environ.get("SLURM_JOB_ID")
+        if job:
+            subprocess.run(["scontrol", "requeue", job], check=False)
+        print(f"nightly {args.run_id}: preempted (signal {STOP[0]}); rows so far in {night}.csv")
+        sys.exit(5)
     gate = 0 if args.no_report else report(args, night)
     print(f"nightly {args.run_id}: {failed} failed entr{'y' if failed == 1 else 'ies'}; "
           f"rows in {night}.csv" + ("; regressions found" if gate else ""))

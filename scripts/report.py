@@ -133,6 +133,62 @@ def scaling_tables(rows):
     return tables
 
 
+def epoch_time(row):
+    return R.num(row, "mean_epoch_s")
+
+
+ANSWER_ROWS = [
+    ("devices x nodes", R.devices_by_nodes),
+    ("learning rate", lambda r: r.get("lr", "")),
+    ("global batch", lambda r: r.get("global_batch", "")),
+    ("steps per epoch", lambda r: r.get("steps_per_epoch", "")),
+    ("mean epoch time (s)", lambda r: r.get("mean_epoch_s", "")),
+    ("epochs reached", lambda r: r.get("epochs_completed", "")),
+    ("best validation loss", lambda r: r.get("best_val_loss", "")),
+    ("test loss", lambda r: r.get("test_loss", "")),
+    ("top-1 test accuracy", lambda r: r.get("accuracy", "")),
+    ("time to target (s)", lambda r: r.get("time_to_target_s", "")),
+    ("stopped by", lambda r: r.get("stop_reason", "")),
+]
+
+
+def answer_tables(rows):
+    """Seed 001's table: runs that trained to an answer (a time budget, a target
+    or epochs), one column per device count, scaling efficiency from the
+    measured epoch times (T1 / (N x TN)), as seed 001 computes it."""
+    runs = [r for r in rows if r.get("stop_reason") and r.get("epochs_completed")]
+    groups = []
+    for r in runs:
+        group = next((g for g in groups if all(g[0].get(k) == r.get(k) for k in WORKLOAD_KEYS + (
+            "time_budget_s", "target_accuracy"))), None)
+        if group:
+            group.append(r)
+        else:
+            groups.append([r])
+    tables = []
+    for group in groups:
+        columns = {}
+        for r in group:
+            columns[(R.devices(r), R.nodes(r))] = r
+        ordered = [columns[k] for k in sorted(columns)]
+        base = ordered[0] if R.devices(ordered[0]) == 1 else None
+
+        def efficiency(r):
+            if not base or not epoch_time(base) or not epoch_time(r):
+                return ""
+            return f"{epoch_time(base) / (R.devices(r) * epoch_time(r)):.2f}"
+        g = group[0]
+        budget = f"{float(g['time_budget_s']):g} s budget" if g.get("time_budget_s") else "no budget"
+        title = (f"Training to an answer: {g.get('model')} w{g.get('width')}, {g.get('dataset')}, "
+                 f"{g.get('per_device_batch')} images per device, {budget}, {R.device_kind(g)}")
+        header = [""] + [f"{R.devices(r)} x {r.get('strategy')}" for r in ordered]
+        body = [[name] + [f(r) for r in ordered] for name, f in ANSWER_ROWS[:6]]
+        body.append(["scaling efficiency"] + [efficiency(r) for r in ordered])
+        body += [[name] + [f(r) for r in ordered] for name, f in ANSWER_ROWS[6:]]
+        tables.append((title, header, body))
+    return tables
+
+
 def failure_table(failures):
     header = ["entry", "strategy", "devices x nodes", "exit", "why"]
     return header, [[f["entry"], f["strategy"], f"{f['gpus']} x {f['nodes']}", f["exit_code"], f["reason"]]
@@ -149,6 +205,7 @@ def sections(rows, failures):
     """[(title, header, body)] of every table of the report."""
     out = [("Strategies", *strategy_table(rows))]
     out += scaling_tables(rows)
+    out += answer_tables(rows)
     if failures:
         out.append(("Failed entries", *failure_table(failures)))
     return out

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,9 @@ struct DeviceMemory {
   double peak_reserved_mb = -1;  // CUDA only; -1: not applicable
 };
 
+// Everything the next training step depends on, by stable name (issue 13's snapshots).
+using TensorMap = std::map<std::string, torch::Tensor>;
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -81,6 +85,11 @@ class Strategy {
   virtual std::map<std::string, std::string> Extras() { return {}; }
   // Optimizer-state bytes held by this process (for optimizer_state_mb).
   virtual double OptimizerStateMb() { return -1; }
+  // Every tensor the next step depends on in this process (parameters and
+  // buffers, optimizer state, loss scaler); see the snapshot code.
+  virtual TensorMap SaveState() { throw std::runtime_error("this strategy cannot be snapshotted yet"); }
+  // Restores SaveState()'s map after Setup(), before the first Step().
+  virtual void LoadState(const TensorMap& state) { throw std::runtime_error("this strategy cannot be resumed yet"); }
 };
 
 }  // namespace ddpbench

@@ -575,6 +575,68 @@ TEST(SourceTest, TestSharesCoverTestSetOnce) {
   for (int64_t i = 0; i < kTest; ++i) EXPECT_EQ(seen[i], 1) << i;
 }
 
+TEST(SourceTest, ValidationHoldOutIsDisjointAndFixed) {
+  TempDir dir;
+  WriteIdxDir(dir.path());
+  DataSpec spec = IdxSpec(dir.path());
+  spec.val_fraction = 0.2;
+  const auto held = ValidationRows(kTrain, 0.2, spec.seed);
+  ASSERT_EQ(held.size(), 10u);  // round(0.2 * 50)
+  EXPECT_EQ(held, ValidationRows(kTrain, 0.2, spec.seed));
+  EXPECT_NE(held, ValidationRows(kTrain, 0.2, spec.seed + 1));
+  EXPECT_TRUE(ValidationRows(kTrain, 0, spec.seed).empty());
+  EXPECT_THROW(ValidationRows(kTrain, 1.0, spec.seed), std::invalid_argument);
+  const DatasetInfo info = DescribeDataset(spec);
+  EXPECT_EQ(info.train_size, 40);
+  EXPECT_EQ(info.val_size, 10);
+  // Training batches over two epochs never touch a held-out row; each epoch
+  // covers the 40 others (10 batches of 4 on one rank).
+  auto train = MakeTrainSource(spec, 0, 1);
+  ASSERT_EQ(train->BatchesPerEpoch(), 10);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::set<int64_t> seen;
+    for (int b = 0; b < 10; ++b)
+      for (int64_t row : RowIndices(train->Next())) {
+        EXPECT_FALSE(std::binary_search(held.begin(), held.end(), row)) << row;
+        seen.insert(row);
+      }
+    EXPECT_EQ(seen.size(), 40u);
+  }
+  // The validation batches: exactly the held-out rows, once, over 2 ranks.
+  std::multiset<int64_t> val_rows;
+  for (int r = 0; r < 2; ++r) {
+    auto val = MakeValSource(spec, r, 2);
+    for (Batch b = val->Next(); b.size() > 0; b = val->Next())
+      for (int64_t row : RowIndices(b)) val_rows.insert(row);
+  }
+  EXPECT_EQ(std::vector<int64_t>(val_rows.begin(), val_rows.end()), held);
+  spec.val_fraction = 0;
+  EXPECT_EQ(MakeValSource(spec, 0, 1), nullptr);
+}
+
+TEST(SourceTest, StartBatchContinuesTheSameSequence) {
+  TempDir dir;
+  WriteIdxDir(dir.path());
+  DataSpec spec = IdxSpec(dir.path());
+  spec.augment = true;
+  spec.prefetch = 2;
+  spec.val_fraction = 0.1;
+  auto from_zero = MakeTrainSource(spec, 1, 2);
+  for (int k = 0; k < 7; ++k) from_zero->Next();  // across the epoch boundary (5 per epoch)
+  spec.start_batch = 7;
+  auto resumed = MakeTrainSource(spec, 1, 2);
+  for (int k = 7; k < 15; ++k) EXPECT_TRUE(SameBatch(from_zero->Next(), resumed->Next())) << "batch " << k;
+  DataSpec synth;
+  synth.batch_size = 2;
+  synth.image_size = 8;
+  synth.synthetic_size = 40;
+  auto s0 = MakeTrainSource(synth, 0, 1);
+  s0->Next();
+  s0->Next();
+  synth.start_batch = 2;
+  EXPECT_TRUE(SameBatch(s0->Next(), MakeTrainSource(synth, 0, 1)->Next()));
+}
+
 TEST(SourceTest, Synthetic) {
   DataSpec spec;
   spec.batch_size = 5;

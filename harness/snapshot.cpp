@@ -1,0 +1,345 @@
+// See snapshot.h. Each rank's tensors go through torch::pickle_save (the
+// format torch.save writes, so `torch.load` reads a rank file in Python) and
+// ReplaceFile (temporary file, fsync, rename); the SHA-1 of each file comes
+// back to rank 0 through an all-gather, which is also the point where every
+// rank has finished writing, and only then is the manifest written. Loading
+// walks the manifests newest first and takes the first one that every rank
+// finds intact (an all-reduce per candidate), so all ranks resume together.
+#include "harness/snapshot.h"
+
+#include <ATen/Context.h>
+#include <ATen/core/Generator.h>
+#include <c10/util/hash.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <torch/serialize.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "harness/config.h"
+#include "harness/cuda_support.h"
+#include "harness/dist.h"
+#include "harness/log.h"
+#include "harness/results.h"
+
+namespace ddpbench {
+namespace {
+
+using json = nlohmann::json;
+constexpr const char* kFormat = "ddpbench-snapshot/1";
+
+std::string ReadBytes(const std::string& path, bool* ok) {
+  std::string data;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  *ok = fd >= 0;
+  if (fd < 0) return data;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) *ok = false;
+    if (n <= 0) break;
+    data.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return data;
+}
+
+std::vector<std::string> ListDir(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
+    ::closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+bool StartsWith(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// "H-step000000120.json" -> 120 for hash H; -1 for any other name.
+int64_t StepOf(const std::string& name, const std::string& hash, const std::string& suffix) {
+  const std::string prefix = hash + "-step";
+  if (!StartsWith(name, prefix) || !EndsWith(name, suffix)) return -1;
+  const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoll(digits);
+}
+
+std::string Sha1(const std::string& bytes) { return c10::sha1(bytes).str(); }
+
+// A SHA-1 hex digest as five exact doubles (for the all-gather) and back.
+std::vector<double> DigestWords(const std::string& hex) {
+  std::vector<double> words;
+  for (size_t i = 0; i < 5; ++i) words.push_back(static_cast<double>(std::stoul(hex.substr(i * 8, 8), nullptr, 16)));
+  return words;
+}
+std::string DigestHex(const double* words) {
+  std::string hex;
+  for (int i = 0; i < 5; ++i) hex += fmt::format("{:08x}", static_cast<uint32_t>(words[i]));
+  return hex;
+}
+
+json ToJson(const LoopState& s) {
+  json history = json::array();
+  for (const auto& e : s.history)
+    history.push_back({{"epoch", e.epoch}, {"steps", e.steps}, {"train_loss", e.train_loss},
+                       {"val_loss", e.val_loss}, {"val_accuracy", e.val_accuracy}, {"epoch_s", e.epoch_s},
+                       {"elapsed_s", e.elapsed_s}});
+  return {{"step", s.step}, {"elapsed_s", s.elapsed_s}, {"history", history},
+          {"time_to_target_s", s.time_to_target_s}, {"steps_to_target", s.steps_to_target},
+          {"epoch_csv", s.epoch_csv}, {"restarts", s.restarts}};
+}
+
+LoopState FromJson(const json& j) {
+  LoopState s;
+  s.step = j.at("step").get<int64_t>();
+  s.elapsed_s = j.at("elapsed_s").get<double>();
+  for (const auto& e : j.at("history"))
+    s.history.push_back({e.at("epoch").get<int64_t>(), e.at("steps").get<int64_t>(), e.at("train_loss").get<double>(),
+                         e.at("val_loss").get<double>(), e.at("val_accuracy").get<double>(),
+                         e.at("epoch_s").get<double>(), e.at("elapsed_s").get<double>()});
+  s.time_to_target_s = j.at("time_to_target_s").get<double>();
+  s.steps_to_target = j.at("steps_to_target").get<int64_t>();
+  s.epoch_csv = j.at("epoch_csv").get<std::string>();
+  s.restarts = j.at("restarts").get<int64_t>();
+  return s;
+}
+
+std::string Utc() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// The manifests in `dir` (any configuration), parsed; unreadable ones are
+// returned with `error` set.
+struct Manifest {
+  std::string name;
+  json body;
+  std::string error;
+};
+std::vector<Manifest> ReadManifests(const std::string& dir) {
+  std::vector<Manifest> out;
+  for (const auto& name : ListDir(dir)) {
+    if (!EndsWith(name, ".json") || name.find("-step") == std::string::npos) continue;
+    Manifest m{name, {}, ""};
+    bool ok = false;
+    const std::string text = ReadBytes(dir + "/" + name, &ok);
+    try {
+      if (!ok) throw std::runtime_error(std::strerror(errno));
+      m.body = json::parse(text);
+      if (m.body.value("format", "") != kFormat) throw std::runtime_error("not a " + std::string(kFormat) + " manifest");
+    } catch (const std::exception& e) {
+      m.error = e.what();
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+// The first flag whose value differs, as "--batch-size: 16 there, 32 here".
+std::string FirstDifference(const std::map<std::string, std::string>& ours, const json& theirs) {
+  for (const auto& [key, value] : ours) {
+    const std::string other = theirs.contains(key) ? theirs.at(key).get<std::string>() : "(unset)";
+    if (other != value) return fmt::format("--{}: {} there, {} here", key, other, value);
+  }
+  return "the same flags, another format version";
+}
+
+void MakeDirectory(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    throw ResultsError(fmt::format("--snapshot-dir={}: cannot create it: {}", dir, std::strerror(errno)));
+}
+
+}  // namespace
+
+std::map<std::string, std::string> RunIdentity(const RunConfig& c, int world) {
+  auto num = [](double v) { return fmt::format("{}", v); };
+  return {
+      {"strategy", c.strategy}, {"world", std::to_string(world)}, {"gpus", std::to_string(c.gpus)},
+      {"device", c.device}, {"threads-per-device", std::to_string(c.threads_per_device)},
+      {"model", c.model}, {"width", std::to_string(c.width)}, {"small-input", c.small_input ? "1" : "0"},
+      {"norm", c.norm}, {"dataset", c.dataset}, {"image-size", std::to_string(c.image_size)},
+      {"batch-size", std::to_string(c.batch_size)}, {"augment", c.augment ? "1" : "0"},
+      {"num-classes", std::to_string(c.num_classes)}, {"val-fraction", num(c.val_fraction)},
+      {"amp", c.amp}, {"optimizer", c.optimizer}, {"lr", num(c.lr)}, {"lr-scaling", c.lr_scaling},
+      {"momentum", num(c.momentum)}, {"weight-decay", num(c.weight_decay)}, {"seed", std::to_string(c.seed)},
+      {"memory-format", c.memory_format}, {"optimizer-impl", c.optimizer_impl},
+      {"bucket-cap-mb", num(c.bucket_cap_mb)}, {"grad-accum", std::to_string(c.grad_accum)},
+      {"compression", c.compression}, {"zero-reduce", c.zero_reduce}, {"balance", c.balance},
+      {"split", c.split}, {"chunks", std::to_string(c.chunks)}, {"schedule", c.schedule},
+      {"virtual-stages", std::to_string(c.virtual_stages)},
+  };
+}
+
+SnapshotStore::SnapshotStore(std::string dir, const std::map<std::string, std::string>& identity, int64_t keep)
+    : dir_(std::move(dir)), identity_(identity), keep_(keep) {
+  identity_json_ = json(identity_).dump();
+  hash_ = Sha1(identity_json_).substr(0, 12);
+}
+
+std::vector<int64_t> SnapshotStore::CompleteSteps() const {
+  std::vector<int64_t> steps;
+  for (const auto& name : ListDir(dir_)) {
+    const int64_t step = StepOf(name, hash_, ".json");
+    if (step >= 0) steps.push_back(step);
+  }
+  return steps;
+}
+
+std::string SnapshotStore::WhyNothing() const {
+  const auto manifests = ReadManifests(dir_);
+  if (manifests.empty()) return fmt::format("{} holds no ddpbench snapshot", dir_);
+  std::string why;
+  for (const auto& m : manifests) {
+    if (!why.empty()) break;
+    if (!m.error.empty()) continue;
+    if (m.body.value("identity_hash", "") == hash_) return fmt::format("{}: no intact snapshot of this configuration", dir_);
+    why = fmt::format("{}/{} belongs to another configuration ({})", dir_, m.name,
+                      FirstDifference(identity_, m.body.at("identity")));
+  }
+  return why.empty() ? fmt::format("{} holds only unreadable snapshot manifests", dir_) : why;
+}
+
+std::optional<SnapshotStore::Loaded> SnapshotStore::LoadNewest(DistContext& dist) {
+  std::vector<Manifest> ours;
+  for (auto& m : ReadManifests(dir_)) {
+    if (StepOf(m.name, hash_, ".json") < 0) continue;
+    if (!m.error.empty()) {
+      if (dist.is_root()) LogWarn("snapshot {}/{}: unreadable manifest ({}); skipped", dir_, m.name, m.error);
+      continue;
+    }
+    ours.push_back(std::move(m));
+  }
+  std::reverse(ours.begin(), ours.end());  // newest first (names sort by step)
+  for (const auto& m : ours) {
+    std::string why;
+    std::string bytes;
+    try {
+      if (m.body.at("identity").dump() != identity_json_) throw std::runtime_error("its flags differ from this run's");
+      const json& files = m.body.at("files");
+      if (static_cast<int>(files.size()) != dist.world)
+        throw std::runtime_error(fmt::format("it has {} rank files, this run {} ranks", files.size(), dist.world));
+      const json& mine = files.at(dist.rank);
+      const std::string path = dir_ + "/" + mine.at("file").get<std::string>();
+      bool ok = false;
+      bytes = ReadBytes(path, &ok);
+      if (!ok) throw std::runtime_error(fmt::format("rank {}'s file {} cannot be read", dist.rank, path));
+      if (bytes.size() != mine.at("bytes").get<size_t>())
+        throw std::runtime_error(fmt::format("rank {}'s file {} has {} bytes, the manifest says {} (truncated?)",
+                                             dist.rank, path, bytes.size(), mine.at("bytes").get<size_t>()));
+      if (Sha1(bytes) != mine.at("sha1").get<std::string>())
+        throw std::runtime_error(fmt::format("rank {}'s file {} fails its SHA-1 check (corrupt)", dist.rank, path));
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    if (!why.empty()) LogWarn("snapshot {}/{}: {}; trying the previous one", dir_, m.name, why);
+    if (dist.AllReduceMax(why.empty() ? 0.0 : 1.0) > 0) continue;
+    Loaded loaded;
+    loaded.name = dir_ + "/" + m.name;
+    loaded.loop = FromJson(m.body.at("loop"));
+    const auto dict = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict();
+    for (const auto& item : dict) loaded.tensors[item.key().toStringRef()] = item.value().toTensor();
+    return loaded;
+  }
+  return std::nullopt;
+}
+
+std::string SnapshotStore::Write(const LoopState& loop, const std::map<std::string, torch::Tensor>& tensors,
+                                 DistContext& dist) {
+  MakeDirectory(dir_);
+  const std::string base = fmt::format("{}-step{:09d}", hash_, loop.step);
+  const std::string file = fmt::format("{}.rank{}.pt", base, dist.rank);
+  c10::Dict<std::string, at::Tensor> dict;
+  for (const auto& [key, value] : tensors)  // compact CPU copies: a view would save its whole storage
+    dict.insert(key, value.detach().to(torch::kCPU).clone(at::MemoryFormat::Contiguous));
+  const std::vector<char> bytes = torch::pickle_save(dict);
+  const std::string data(bytes.begin(), bytes.end());
+  ReplaceFile(dir_ + "/" + file, data);
+  std::vector<double> mine = DigestWords(Sha1(data));
+  mine.push_back(static_cast<double>(data.size()));
+  const std::vector<double> all = dist.AllGather(mine);  // every rank's file is complete past this point
+  const std::string manifest = dir_ + "/" + base + ".json";
+  if (dist.is_root()) {
+    json files = json::array();
+    for (int r = 0; r < dist.world; ++r)
+      files.push_back({{"rank", r}, {"file", fmt::format("{}.rank{}.pt", base, r)},
+                       {"bytes", static_cast<int64_t>(all[r * 6 + 5])}, {"sha1", DigestHex(&all[r * 6])}});
+    const json body = {{"format", kFormat}, {"written_at", Utc()}, {"identity_hash", hash_},
+                       {"identity", json::parse(identity_json_)}, {"loop", ToJson(loop)}, {"files", files}};
+    ReplaceFile(manifest, body.dump(1) + "\n");
+  }
+  dist.Barrier();  // the manifest exists before anything older is pruned
+  Prune(dist.rank, loop.step);
+  return manifest;
+}
+
+// Keeps the newest keep_ complete snapshots of this configuration: rank 0
+// removes older manifests (first, so a snapshot stops being complete before
+// its files go), every rank its own older or orphaned files.
+void SnapshotStore::Prune(int rank, int64_t newest) {
+  std::vector<int64_t> complete = CompleteSteps();
+  const size_t drop = complete.size() > static_cast<size_t>(keep_) ? complete.size() - keep_ : 0;
+  const std::vector<int64_t> kept(complete.begin() + static_cast<std::ptrdiff_t>(drop), complete.end());
+  auto is_kept = [&](int64_t step) { return std::find(kept.begin(), kept.end(), step) != kept.end(); };
+  if (rank == 0)
+    for (size_t i = 0; i < drop; ++i) ::unlink(fmt::format("{}/{}-step{:09d}.json", dir_, hash_, complete[i]).c_str());
+  const std::string suffix = fmt::format(".rank{}.pt", rank);
+  for (const auto& name : ListDir(dir_)) {
+    int64_t step = StepOf(name, hash_, suffix);
+    if (step < 0 && name.find(suffix + ".tmp-") != std::string::npos)
+      step = StepOf(name.substr(0, name.find(suffix) + suffix.size()), hash_, suffix);  // a killed writer's
+    if (step >= 0 && step <= newest && !is_kept(step)) ::unlink((dir_ + "/" + name).c_str());
+  }
+}
+
+void CheckResumable(const RunConfig& config, int world) {
+  if (!config.resume) return;
+  SnapshotStore store(config.snapshot_dir, RunIdentity(config, world), config.snapshot_keep);
+  struct stat st {};
+  if (::stat(config.snapshot_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw ConfigError(fmt::format("--resume: --snapshot-dir={} does not exist; nothing to resume from",
+                                  config.snapshot_dir));
+  for (const auto& name : ListDir(config.snapshot_dir))
+    if (StepOf(name, store.hash(), ".json") >= 0) return;
+  throw ConfigError(fmt::format("--resume: {}; leave --resume out to start afresh", store.WhyNothing()));
+}
+
+void SaveRngStates(std::map<std::string, torch::Tensor>* tensors) {
+  auto save = [&](const std::string& key, at::Generator gen) {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    (*tensors)[key] = gen.get_state();
+  };
+  save("rng.cpu", at::globalContext().defaultGenerator(c10::Device(c10::kCPU)));
+  for (int i = 0; CudaAvailable() && i < CudaDeviceCount(); ++i)
+    save(fmt::format("rng.cuda{}", i), at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, i)));
+}
+
+void LoadRngStates(const std::map<std::string, torch::Tensor>& tensors) {
+  for (const auto& [key, state] : tensors) {
+    if (!StartsWith(key, "rng.")) continue;
+    const c10::Device device = key == "rng.cpu" ? c10::Device(c10::kCPU)
+                                                : c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(std::stoi(key.substr(8))));
+    if (device.is_cuda() && !(CudaAvailable() && device.index() < CudaDeviceCount())) continue;
+    at::Generator gen = at::globalContext().defaultGenerator(device);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(state);
+  }
+}
+
+}  // namespace ddpbench

@@ -1,0 +1,100 @@
+// Snapshots that let a long run survive a killed rank or a preempted job
+// (issue 13): every rank writes its own tensors (model, optimizer state or
+// its shard, loss scaler, RNG) atomically, and rank 0 then writes a manifest
+// naming every rank's file, its size and SHA-1, the loop's state (step,
+// elapsed time, per-epoch history) and the configuration it belongs to. A
+// snapshot without its manifest is incomplete and never used, so ranks that
+// die half-way leave nothing half-written behind.
+//
+// Files in DIR, for a configuration whose identity hashes to H:
+//   H-step000000120.json          manifest (written last, by rank 0)
+//   H-step000000120.rank0.pt      rank 0's tensors (torch.load()-able dict)
+// Snapshots of other configurations can share the directory; they are named
+// and left alone.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddpbench {
+
+struct RunConfig;
+struct DistContext;
+
+// One epoch's figures, as the per-epoch CSV and the row report them.
+struct EpochRecord {
+  int64_t epoch = 0;         // 1-based
+  int64_t steps = 0;         // training steps done at its end
+  double train_loss = 0;     // mean over the epoch's steps
+  double val_loss = -1;      // -1: no validation set
+  double val_accuracy = -1;
+  double epoch_s = 0;        // wall time of the epoch (validation included)
+  double elapsed_s = 0;      // training time since the run began, at its end
+};
+
+// What the harness carries across a restart besides the tensors.
+struct LoopState {
+  int64_t step = 0;            // training steps done
+  double elapsed_s = 0;        // training time, summed over every session
+  std::vector<EpochRecord> history;
+  double time_to_target_s = -1;
+  int64_t steps_to_target = -1;
+  std::string epoch_csv;       // the run's per-epoch file, kept across restarts
+  int64_t restarts = 0;        // sessions resumed from a snapshot
+};
+
+// The flags that decide what a run computes, by flag name, as resolved for
+// this process (world included); equal identities may resume each other.
+std::map<std::string, std::string> RunIdentity(const RunConfig& config, int world);
+
+class SnapshotStore {
+ public:
+  // dir is created when missing. keep: newest complete snapshots kept.
+  SnapshotStore(std::string dir, const std::map<std::string, std::string>& identity, int64_t keep);
+
+  struct Loaded {
+    LoopState loop;
+    std::map<std::string, torch::Tensor> tensors;  // this rank's, on the CPU
+    std::string name;                              // manifest file, for messages
+  };
+  // The newest snapshot of this configuration whose every rank file is
+  // present and intact, loaded for this rank. Collective (ranks agree on the
+  // same one). Logs one line for each snapshot skipped and why.
+  std::optional<Loaded> LoadNewest(DistContext& dist);
+  // Why there is nothing to resume from, for --resume's error: "is empty",
+  // or the other configurations found and the first flag that differs.
+  std::string WhyNothing() const;
+
+  // Writes this rank's tensors and (rank 0) the manifest, then prunes old
+  // snapshots. Collective. Returns the manifest's path.
+  std::string Write(const LoopState& loop, const std::map<std::string, torch::Tensor>& tensors, DistContext& dist);
+
+  const std::string& dir() const { return dir_; }
+  const std::string& hash() const { return hash_; }
+
+ private:
+  std::vector<int64_t> CompleteSteps() const;  // of this configuration, ascending
+  void Prune(int rank, int64_t newest);
+
+  std::string dir_;
+  std::string identity_json_;
+  std::map<std::string, std::string> identity_;
+  std::string hash_;
+  int64_t keep_;
+};
+
+// Checks --resume before any rank starts: the directory must hold a
+// snapshot manifest of this configuration. Throws ConfigError otherwise.
+void CheckResumable(const RunConfig& config, int world);
+
+// The torch generator states of this process (CPU, and every CUDA device),
+// as "rng.*" tensors, and their restoration.
+void SaveRngStates(std::map<std::string, torch::Tensor>* tensors);
+void LoadRngStates(const std::map<std::string, torch::Tensor>& tensors);
+
+}  // namespace ddpbench
