@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "datasets/dataset.h"
+#include "harness/state_map.h"
 #include "models/resnet.h"
 
 namespace ddpbench {
@@ -81,6 +82,22 @@ class Strategy {
   virtual std::map<std::string, std::string> Extras() { return {}; }
   // Optimizer-state bytes held by this process (for optimizer_state_mb).
   virtual double OptimizerStateMb() { return -1; }
+
+  // Snapshots (issue 13). TensorMap (harness/state_map.h): everything the
+  // next training step depends on, by stable name.
+  // Every tensor the next step depends on in this process: parameters and buffers
+  // ("model.<name>", BatchNorm running stats and num_batches_tracked included), optimizer
+  // state ("optim.<...>", e.g. momentum buffers, Adam exp_avg/exp_avg_sq/step), loss scaler
+  // ("scaler.scale", "scaler.growth"). Values may alias live tensors: the caller copies them
+  // (to CPU) before the next step. zero1/2/3: this rank's shard of what is sharded, plus
+  // whatever the rank holds in full. Pure (no collectives), callable between steps.
+  virtual TensorMap SaveState() = 0;
+  // Restores a SaveState() map into a strategy after Setup(), before its first Step(): the
+  // same keys, shapes and dtypes (values may be CPU tensors; copy them to the right device),
+  // else throws std::runtime_error naming the first key that is missing, extra or differs.
+  // Optimizer state that is created lazily on the first step must be created here so the
+  // next Step() continues exactly. No collectives.
+  virtual void LoadState(const TensorMap& state) = 0;
 };
 
 }  // namespace ddpbench
