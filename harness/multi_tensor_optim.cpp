@@ -96,6 +96,15 @@ MultiTensorAdam::MultiTensorAdam(std::vector<Tensor> params, const torch::optim:
   if (options.amsgrad()) throw std::invalid_argument("multi-tensor Adam: amsgrad is not supported");
 }
 
+Tensor MultiTensorAdam::FusedStep(const Tensor& param) const {
+  auto it = step_tensors_.find(param.unsafeGetTensorImpl());
+  return it == step_tensors_.end() ? Tensor() : it->second;
+}
+
+void MultiTensorAdam::SetFusedStep(const Tensor& param, Tensor step) {
+  step_tensors_[param.unsafeGetTensorImpl()] = std::move(step);
+}
+
 void MultiTensorAdam::Update(const torch::optim::AdamOptions& o, std::vector<Tensor>& params,
                              const std::optional<Tensor>& found_inf) {
   std::vector<Tensor> grads = Grads(params), avgs, sqs, steps;

@@ -90,6 +90,11 @@ class MultiTensorAdam final : public MultiTensorOptimizer<torch::optim::AdamOpti
  public:
   MultiTensorAdam(std::vector<torch::Tensor> params, const torch::optim::AdamOptions& options,
                   OptimizerKernels kernels);
+  bool fused() const { return kernels_ == OptimizerKernels::kFused; }
+  // The fused kernel's device step count of `param` (undefined before its
+  // first fused step), which a snapshot saves and a resume puts back.
+  torch::Tensor FusedStep(const torch::Tensor& param) const;
+  void SetFusedStep(const torch::Tensor& param, torch::Tensor step);
 
  private:
   void Update(const torch::optim::AdamOptions& o, std::vector<torch::Tensor>& params,

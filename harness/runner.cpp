@@ -236,25 +236,41 @@ std::string EpochCsvPath(const RunConfig& config, const DistContext& dist) {
   return fmt::format("{}-epochs-{}-{}gpu-{}.csv", stem, config.strategy, config.gpus, stamp);
 }
 
-// Where the run stands: fresh, or the newest intact snapshot of this
-// configuration restored into the strategy (and this process's RNG).
-LoopState ResumeOrStart(const RunConfig& config, DistContext& dist, Strategy& strategy, SnapshotStore* store) {
+// The newest intact snapshot of this configuration (collective), or none.
+// A pipeline's split is measured at set-up (--balance=time) and may come out
+// otherwise on a restart, so a snapshot's split is the resumed run's --split.
+std::optional<SnapshotStore::Loaded> FindSnapshot(SnapshotStore* store, DistContext& dist, RunConfig* config) {
+  if (!store) return std::nullopt;
+  auto loaded = store->LoadNewest(dist);
+  if (!loaded && config->resume)
+    throw ConfigError(fmt::format("--resume: {}; leave --resume out to start afresh", store->WhyNothing()));
+  if (!loaded) return loaded;
+  const auto split = loaded->tensors.find("meta.split");
+  if (split != loaded->tensors.end()) {
+    std::string text;
+    const auto units = split->second.to(torch::kLong).contiguous();
+    for (int64_t i = 0; i < units.numel(); ++i) text += (i ? "," : "") + std::to_string(units.data_ptr<int64_t>()[i]);
+    config->split = text;
+  }
+  return loaded;
+}
+
+// Where the run stands: fresh, or the snapshot restored into the strategy
+// (and this process's RNG).
+LoopState ResumeOrStart(const RunConfig& config, DistContext& dist, Strategy& strategy,
+                        const std::optional<SnapshotStore::Loaded>& loaded) {
   LoopState state;
-  if (store) {
-    if (auto loaded = store->LoadNewest(dist)) {
-      TensorMap tensors;
-      for (const auto& [key, value] : loaded->tensors)
-        if (key.rfind("rng.", 0) != 0) tensors[key] = value;
-      strategy.LoadState(tensors);
-      LoadRngStates(loaded->tensors);
-      state = loaded->loop;
-      ++state.restarts;
-      if (dist.is_root())
-        LogInfo("resuming from {}: step {}, {:.1f} s trained, {} epoch(s) recorded", loaded->name, state.step,
-                state.elapsed_s, state.history.size());
-    } else if (config.resume) {
-      throw ConfigError(fmt::format("--resume: {}; leave --resume out to start afresh", store->WhyNothing()));
-    }
+  if (loaded) {
+    TensorMap tensors;
+    for (const auto& [key, value] : loaded->tensors)
+      if (key.rfind("rng.", 0) != 0) tensors[key] = value;
+    strategy.LoadState(tensors);
+    LoadRngStates(loaded->tensors);
+    state = loaded->loop;
+    ++state.restarts;
+    if (dist.is_root())
+      LogInfo("resuming from {}: step {}, {:.1f} s trained, {} epoch(s) recorded", loaded->name, state.step,
+              state.elapsed_s, state.history.size());
   }
   if (state.epoch_csv.empty()) state.epoch_csv = EpochCsvPath(config, dist);
   return state;
@@ -398,7 +414,7 @@ void PreflightCheck(const RunConfig& config, int world) {
 
 int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   const StrategyEntry& entry = FindStrategy(config_in.strategy);
-  const PreparedRun run = PrepareRun(config_in, entry, dist);
+  PreparedRun run = PrepareRun(config_in, entry, dist);
   const RunConfig& config = run.config;
   if (!config.snapshot_dir.empty()) ArmStopSignals();  // finish the step, snapshot, exit kExitPreempted
   ConfigureProcess(run, entry, dist);
@@ -417,12 +433,13 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
     result.parity = ParityFigures{parity.max_abs_diff, parity.steps, parity.model};
     if (dist.is_root()) LogInfo("parity: max |param diff| = {:.3e} ({})", parity.max_abs_diff, parity.model);
   }
-  auto strategy = entry.make();
-  strategy->Setup(ctx);
   std::unique_ptr<SnapshotStore> store;
   if (!config.snapshot_dir.empty())
     store = std::make_unique<SnapshotStore>(config.snapshot_dir, RunIdentity(config, dist.world), config.snapshot_keep);
-  const LoopState start = ResumeOrStart(config, dist, *strategy, store.get());
+  const auto snapshot = FindSnapshot(store.get(), dist, &run.config);
+  auto strategy = entry.make();
+  strategy->Setup(ctx);
+  const LoopState start = ResumeOrStart(config, dist, *strategy, snapshot);
 
   std::unique_ptr<BatchSource> train, test;
   {

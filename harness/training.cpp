@@ -140,4 +140,32 @@ void LossScaler::Step(torch::optim::Optimizer& optimizer, const std::vector<torc
   else optimizer.step();
 }
 
+void LossScaler::Save(TensorMap& out, const std::string& prefix) const {
+  if (!enabled_) return;
+  out[prefix + "scale"] = scale_;
+  out[prefix + "growth"] = growth_tracker_;
+}
+
+void LossScaler::Load(StateReader& reader, const std::string& prefix) {
+  if (!enabled_) return;
+  reader.CopyInto(prefix + "scale", scale_);
+  reader.CopyInto(prefix + "growth", growth_tracker_);
+}
+
+TensorMap SaveTrainingState(const torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                            const LossScaler& scaler) {
+  TensorMap out;
+  SaveModule(out, "model.", model);
+  SaveOptimizer(out, "optim.", optimizer, ParameterNames(optimizer, model));
+  scaler.Save(out, "scaler.");
+  return out;
+}
+
+void LoadTrainingState(StateReader& reader, const torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                       LossScaler& scaler) {
+  reader.LoadModule("model.", model);
+  reader.LoadOptimizer("optim.", optimizer, ParameterNames(optimizer, model));
+  scaler.Load(reader, "scaler.");
+}
+
 }  // namespace ddpbench

@@ -1,6 +1,7 @@
 // The pieces of a training step that every strategy shares, so that the maths
 // is written once: model construction from the run's seed, the optimizer,
-// the loss, mixed precision (autocast) and fp16 loss scaling.
+// the loss, mixed precision (autocast), fp16 loss scaling, and the snapshot
+// state of a model, its optimizer and its scaler.
 #pragma once
 
 #include <torch/types.h>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/state_map.h"
 #include "models/resnet.h"
 
 namespace torch::optim {
@@ -72,10 +74,22 @@ class LossScaler {
   // The optimizer step of one device's parameters: unscale, step unless a
   // gradient overflowed, update the scale (fp16); a plain step otherwise.
   void Step(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& params);
+  // Snapshots: the scale and the growth tracker as prefix + "scale" and
+  // prefix + "growth" (fp16 only; nothing otherwise), and back.
+  void Save(TensorMap& out, const std::string& prefix) const;
+  void Load(StateReader& reader, const std::string& prefix);
 
  private:
   bool enabled_ = false;
   torch::Tensor scale_, growth_tracker_;
 };
+
+// The state of one model trained by one optimizer and one loss scaler
+// (single, dp's device 0, ddp): "model.<name>", "optim.<param name>.<field>",
+// "scaler.scale"/"scaler.growth" (state_map.h); the reader is not finished.
+TensorMap SaveTrainingState(const torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                            const LossScaler& scaler);
+void LoadTrainingState(StateReader& reader, const torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                       LossScaler& scaler);
 
 }  // namespace ddpbench

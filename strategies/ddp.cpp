@@ -19,6 +19,7 @@
 #include <chrono>
 #include <limits>
 #include <mutex>
+#include <unordered_map>
 
 #include "harness/config.h"
 #include "harness/dist.h"
@@ -175,6 +176,41 @@ class DdpStrategy final : public Strategy {
   std::vector<torch::Tensor> Parameters() override { return model_->parameters(); }
   double OptimizerStateMb() override { return ddpbench::OptimizerStateMb(*optimizer_); }
 
+  // The model, optimizer and scaler, and the Reducer's bucket layout: after
+  // the first step it is the rebuilt one, and a resumed run starts with it so
+  // that its first step reduces the same buckets as the uninterrupted run.
+  TensorMap SaveState() override {
+    TensorMap state = SaveTrainingState(*model_, *optimizer_, *scaler_);
+    auto [order, sizes] = BucketLayout();
+    state["ddp.bucket_params"] = torch::tensor(order, torch::kLong);
+    state["ddp.bucket_sizes"] = torch::tensor(sizes, torch::kLong);
+    return state;
+  }
+
+  void LoadState(const TensorMap& state) override {
+    StateReader reader(state);
+    LoadTrainingState(reader, *model_, *optimizer_, *scaler_);
+    const auto order = reader.TakeAnyShape("ddp.bucket_params", torch::kLong).contiguous();
+    const auto sizes = reader.TakeAnyShape("ddp.bucket_sizes", torch::kLong).contiguous();
+    reader.Finish();
+    const int64_t n = static_cast<int64_t>(params_.size());
+    std::vector<int64_t> seen(n, 0);
+    for (int64_t i = 0; i < order.numel(); ++i) {
+      const int64_t p = order[i].item<int64_t>();
+      if (p < 0 || p >= n || seen[p]++) throw std::runtime_error(fmt::format(
+          "training state: key 'ddp.bucket_params' is not an order of this model's {} parameters", n));
+    }
+    if (order.numel() != n || sizes.dim() != 1 || (sizes < 1).any().item<bool>() || sizes.sum().item<int64_t>() != n)
+      throw std::runtime_error(fmt::format(
+          "training state: key 'ddp.bucket_sizes' does not cut this model's {} parameters into buckets", n));
+    std::vector<std::vector<size_t>> buckets;
+    for (int64_t b = 0, i = 0; b < sizes.numel(); ++b) {
+      buckets.emplace_back();
+      for (int64_t k = 0; k < sizes[b].item<int64_t>(); ++k) buckets.back().push_back(order[i++].item<int64_t>());
+    }
+    reducer_->initialize_buckets(std::move(buckets));
+  }
+
   std::map<std::string, std::string> Extras() override {
     std::map<std::string, std::string> extras = {
         {"bucket_cap_mb", fmt::format("{}", config_->bucket_cap_mb)},
@@ -190,6 +226,20 @@ class DdpStrategy final : public Strategy {
   }
 
  private:
+  // The Reducer's buckets: the parameter indices in bucket order, and how
+  // many each bucket holds.
+  std::pair<std::vector<int64_t>, std::vector<int64_t>> BucketLayout() {
+    std::unordered_map<const void*, int64_t> index;
+    for (size_t i = 0; i < params_.size(); ++i) index[params_[i].unsafeGetTensorImpl()] = static_cast<int64_t>(i);
+    std::vector<int64_t> order, sizes;
+    for (auto& bucket : reducer_->get_grad_buckets(/*return_zero_tensors=*/true)) {
+      const auto params = bucket.getParameters();
+      for (const auto& p : params) order.push_back(index.at(p.unsafeGetTensorImpl()));
+      sizes.push_back(static_cast<int64_t>(params.size()));
+    }
+    return {order, sizes};
+  }
+
   // What this rank holds between steps: the parameters; the gradients
   // (.grad, and the Reducer's bucket buffers, which persist as another full
   // copy because gradient_as_bucket_view is off, as in torch's default); the

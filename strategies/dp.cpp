@@ -18,6 +18,8 @@
 // (device_workers.h) that runs its replica's forward and backward; on CUDA
 // the workers use each device's default stream, as PyTorch's DataParallel.
 // BatchNorm statistics are per replica, so --verify uses GroupNorm.
+// A snapshot holds device 0's model, optimizer and scaler only: every step
+// starts by copying device 0's parameters and buffers into the replicas.
 #include <torch/torch.h>
 
 #include "harness/config.h"
@@ -139,6 +141,13 @@ class DataParallelStrategy final : public Strategy {
 
   std::vector<torch::Tensor> Parameters() override { return model_->parameters(); }
   double OptimizerStateMb() override { return ddpbench::OptimizerStateMb(*optimizer_); }
+
+  TensorMap SaveState() override { return SaveTrainingState(*model_, *optimizer_, *scaler_); }
+  void LoadState(const TensorMap& state) override {
+    StateReader reader(state);
+    LoadTrainingState(reader, *model_, *optimizer_, *scaler_);
+    reader.Finish();
+  }
 
  private:
   int Replicas(int64_t batch) const { return static_cast<int>(std::min<int64_t>(devices_.size(), batch)); }

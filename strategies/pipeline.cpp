@@ -245,6 +245,38 @@ class PipelineStrategy final : public Strategy {
 
   std::vector<torch::Tensor> Parameters() override { return model_->parameters(); }
 
+  // The whole model by its own names (each tensor on its chunk's device),
+  // every device's optimizer state by parameter name, the loss scale (the
+  // same on every device: each takes the same skip-or-step decision) and
+  // the split as "meta.split": a resumed run must cut the model the same way.
+  TensorMap SaveState() override {
+    TensorMap state;
+    SaveModule(state, "model.", *model_);
+    for (auto& dev : devices_) SaveOptimizer(state, "optim.", *dev->optimizer, ParameterNames(*dev->optimizer, *model_));
+    devices_.front()->scaler->Save(state, "scaler.");
+    state["meta.split"] = SplitTensor();
+    return state;
+  }
+
+  void LoadState(const TensorMap& state) override {
+    StateReader reader(state);
+    reader.TakeEqual("meta.split", SplitTensor(),
+                     "units per stage: --balance=time measures the split at every start; pass the saved "
+                     "split as --split to cut the model as the saved run did");
+    reader.LoadModule("model.", *model_);  // copies on this thread's streams: done before the workers go on
+    for (auto& dev : devices_) WaitForCurrentStream(dev->device);
+    // Each device's optimizer state is made in its own thread (a CPU logical
+    // device is charged for it), one device at a time.
+    for (size_t d = 0; d < devices_.size(); ++d)
+      workers_->Run(static_cast<int>(d), [&] {
+        Device& dev = *devices_[d];
+        reader.LoadOptimizer("optim.", *dev.optimizer, ParameterNames(*dev.optimizer, *model_));
+        dev.scaler->Load(reader, "scaler.");
+        WaitForCurrentStream(dev.device);
+      });
+    reader.Finish();
+  }
+
   std::map<std::string, std::string> Extras() override {
     const int S = table_.devices, V = table_.virtual_stages, M = table_.micro_batches;
     std::map<std::string, std::string> extras;
@@ -338,6 +370,10 @@ class PipelineStrategy final : public Strategy {
     torch::Tensor loss;                   // on the last chunk: the batch's mean loss
     bool timed = false;                   // past --warmup
   };
+
+  torch::Tensor SplitTensor() const {
+    return torch::tensor(std::vector<int64_t>(plan_.counts.begin(), plan_.counts.end()), torch::kLong);
+  }
 
   // Device d's part of one step, in its worker thread: its row of the
   // schedule table, then its optimizer step (fp16: the unscale; the step

@@ -49,6 +49,13 @@ class SingleStrategy final : public Strategy {
   std::vector<torch::Tensor> Parameters() override { return model_->parameters(); }
   double OptimizerStateMb() override { return ddpbench::OptimizerStateMb(*optimizer_); }
 
+  TensorMap SaveState() override { return SaveTrainingState(*model_, *optimizer_, *scaler_); }
+  void LoadState(const TensorMap& state) override {
+    StateReader reader(state);
+    LoadTrainingState(reader, *model_, *optimizer_, *scaler_);
+    reader.Finish();
+  }
+
  private:
   const RunConfig* config_ = nullptr;
   PhaseTimer* timer_ = nullptr;

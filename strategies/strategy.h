@@ -10,11 +10,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "datasets/dataset.h"
+#include "harness/state_map.h"
 #include "models/resnet.h"
 
 namespace ddpbench {
@@ -65,9 +65,6 @@ struct DeviceMemory {
   double peak_reserved_mb = -1;  // CUDA only; -1: not applicable
 };
 
-// Everything the next training step depends on, by stable name (issue 13's snapshots).
-using TensorMap = std::map<std::string, torch::Tensor>;
-
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -85,11 +82,22 @@ class Strategy {
   virtual std::map<std::string, std::string> Extras() { return {}; }
   // Optimizer-state bytes held by this process (for optimizer_state_mb).
   virtual double OptimizerStateMb() { return -1; }
-  // Every tensor the next step depends on in this process (parameters and
-  // buffers, optimizer state, loss scaler); see the snapshot code.
-  virtual TensorMap SaveState() { throw std::runtime_error("this strategy cannot be snapshotted yet"); }
-  // Restores SaveState()'s map after Setup(), before the first Step().
-  virtual void LoadState(const TensorMap& state) { throw std::runtime_error("this strategy cannot be resumed yet"); }
+
+  // Snapshots (issue 13). TensorMap (harness/state_map.h): everything the
+  // next training step depends on, by stable name.
+  // Every tensor the next step depends on in this process: parameters and buffers
+  // ("model.<name>", BatchNorm running stats and num_batches_tracked included), optimizer
+  // state ("optim.<...>", e.g. momentum buffers, Adam exp_avg/exp_avg_sq/step), loss scaler
+  // ("scaler.scale", "scaler.growth"). Values may alias live tensors: the caller copies them
+  // (to CPU) before the next step. zero1/2/3: this rank's shard of what is sharded, plus
+  // whatever the rank holds in full. Pure (no collectives), callable between steps.
+  virtual TensorMap SaveState() = 0;
+  // Restores a SaveState() map into a strategy after Setup(), before its first Step(): the
+  // same keys, shapes and dtypes (values may be CPU tensors; copy them to the right device),
+  // else throws std::runtime_error naming the first key that is missing, extra or differs.
+  // Optimizer state that is created lazily on the first step must be created here so the
+  // next Step() continues exactly. No collectives.
+  virtual void LoadState(const TensorMap& state) = 0;
 };
 
 }  // namespace ddpbench

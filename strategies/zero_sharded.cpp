@@ -203,6 +203,36 @@ class ShardedStrategy final : public Strategy {
 
   double OptimizerStateMb() override { return ddpbench::OptimizerStateMb(*optimizer_); }
 
+  // This rank's slice of every bucket's parameters ("shard.bucket<b>": after
+  // a step of stages 1 and 2 the other slices are stale until the next
+  // forward's all-gather, so only the own ones are state), the buffers, the
+  // optimizer state of its slices ("optim.bucket<b>.<field>"), the loss scale,
+  // and the rank and world the slices belong to.
+  TensorMap SaveState() override {
+    TensorMap state;
+    for (size_t b = 0; b < slice_params_.size(); ++b) state[ShardKey(b)] = slice_params_[b];
+    SaveBuffers(state, "model.", *model_);
+    SaveOptimizer(state, "optim.", *optimizer_, BucketNames());
+    scaler_->Save(state, "scaler.");
+    state["meta.rank"] = torch::tensor(int64_t{rank_});
+    state["meta.world"] = torch::tensor(int64_t{world_});
+    return state;
+  }
+
+  void LoadState(const TensorMap& state) override {
+    StateReader reader(state);
+    const char* hint = "each rank loads the shard it saved, at the same world size";
+    reader.TakeEqual("meta.world", torch::tensor(int64_t{world_}), hint);
+    reader.TakeEqual("meta.rank", torch::tensor(int64_t{rank_}), hint);
+    ReleaseEvaluation();  // stage 3: a gathered model would be stale
+    for (size_t b = 0; b < slice_params_.size(); ++b) reader.CopyInto(ShardKey(b), slice_params_[b]);
+    reader.LoadBuffers("model.", *model_);
+    reader.LoadOptimizer("optim.", *optimizer_, BucketNames());
+    scaler_->Load(reader, "scaler.");
+    reader.Finish();
+    gathers_due_ = stage_ < 3 && comm_;  // every rank's slices to every rank before the next forward
+  }
+
   std::map<std::string, std::string> Extras() override {
     std::map<std::string, std::string> extras = {{"zero_reduce", config_->zero_reduce}};
     if (stage_ < 3) extras["bucket_cap_mb"] = fmt::format("{}", config_->bucket_cap_mb);
@@ -366,6 +396,14 @@ class ShardedStrategy final : public Strategy {
       accumulator->add_post_hook(std::make_unique<GradReadyHook>([this, i] { GradReady(i); }));
       accumulators_.push_back(std::move(accumulator));  // hooks live on the node: keep it alive
     }
+  }
+
+  static std::string ShardKey(size_t b) { return fmt::format("shard.bucket{}", b); }
+  // The optimizer's parameters are the buckets' slices, in bucket order.
+  std::vector<std::string> BucketNames() const {
+    std::vector<std::string> names;
+    for (size_t b = 0; b < shards_.size(); ++b) names.push_back(fmt::format("bucket{}", b));
+    return names;
   }
 
   torch::Tensor OwnSlice(const torch::Tensor& bucket, const ZeroBucket& b) const {

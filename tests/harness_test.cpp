@@ -158,6 +158,34 @@ TEST(Config, StepsAndEpochsAreExclusive) {
   EXPECT_NE(ParseError({"--steps=5", "--epochs=1"}).find("give one of them, not both"), std::string::npos);
 }
 
+TEST(Config, DurationsAndAnswerFlags) {
+  EXPECT_EQ(ParseDuration("--time-budget", "90"), 90);
+  EXPECT_EQ(ParseDuration("--time-budget", "45s"), 45);
+  EXPECT_EQ(ParseDuration("--time-budget", "30m"), 1800);
+  EXPECT_EQ(ParseDuration("--time-budget", "2h"), 7200);
+  EXPECT_EQ(ParseDuration("--time-budget", "1h30m"), 5400);
+  EXPECT_EQ(ParseDuration("--time-budget", "1.5h"), 5400);
+  for (const char* bad : {"abc", "", "0", "-5m", "10x", "m", "1h-5m"})
+    EXPECT_THROW(ParseDuration("--time-budget", bad), ConfigError) << bad;
+  RunConfig budget = Parse({"--time-budget=2m"});
+  EXPECT_EQ(budget.time_budget_s, 120);
+  EXPECT_EQ(budget.steps, -1);  // the budget ends the run
+  EXPECT_EQ(budget.val_fraction, 0);  // synthetic data: nothing to hold out
+  RunConfig real = Parse({"--dataset=fashion-mnist", "--epochs=1"});
+  EXPECT_EQ(real.val_fraction, 0.2);
+  EXPECT_EQ(Parse({"--dataset=fashion-mnist"}).val_fraction, 0);  // a plain benchmark trains on all of it
+  EXPECT_EQ(Parse({"--snapshot-dir=/tmp/s", "--snapshot-every=25"}).SnapshotEverySteps(), 25);
+  EXPECT_EQ(Parse({"--snapshot-dir=/tmp/s", "--snapshot-every=epoch"}).SnapshotEverySteps(), 0);
+  EXPECT_NE(ParseError({"--time-budget=abc"}).find("--time-budget=abc: not a duration"), std::string::npos);
+  EXPECT_NE(ParseError({"--dataset=mnist", "--target-accuracy=1.5"}).find("must be a top-1 fraction in (0, 1]"),
+            std::string::npos);
+  EXPECT_NE(ParseError({"--snapshot-dir=/tmp/s", "--snapshot-every=0"}).find("or 'epoch'"), std::string::npos);
+  EXPECT_NE(ParseError({"--snapshot-every=5"}).find("snapshots need --snapshot-dir"), std::string::npos);
+  EXPECT_NE(ParseError({"--dataset=mnist", "--epochs=1", "--repeat=2"}).find("--repeat=2"), std::string::npos);
+  EXPECT_NE(ParseError({"--dataset=mnist", "--target-accuracy=0.9", "--val-fraction=0"}).find("validation set"),
+            std::string::npos);
+}
+
 TEST(Config, ShellQuote) {
   EXPECT_EQ(ShellQuote("--out=/tmp/a.csv"), "--out=/tmp/a.csv");
   EXPECT_EQ(ShellQuote("a b"), "'a b'");

@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# Training to an answer and surviving failures (issue 13), through the real
+# binary on a small MNIST-format dataset made here:
+#  - kill -9 of one rank after the second snapshot, then the same command
+#    again: it resumes and ends bit-identical (every tensor of the final
+#    snapshot) to an uninterrupted run, for single, ddp and zero1 (2 ranks)
+#    and pmp;
+#  - a bit-flipped and a truncated snapshot are named and skipped;
+#  - SIGTERM (to a single process and to the spawning parent) ends the run
+#    after the current step with a snapshot and exit code 5;
+#  - a time budget stops within one step of the limit, a target accuracy
+#    stops early with time_to_target_s, --epochs writes the per-epoch CSV;
+#  - bad values give one error line, exit 2 and no row.
+set -euo pipefail
+BIN="$1"; SRC="$2"
+TMP="$(mktemp -d)"; trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
+PY="$SRC/.venv/bin/python"; [[ -x "$PY" ]] || PY=python3
+fail() { echo "FAIL: $*"; exit 1; }
+
+# 600 training and 200 test images, 28x28, whose class is a bright square's
+# position: a tiny ResNet learns it within a few epochs.
+"$PY" - "$TMP/data" <<'PYEOF'
+import gzip, os, random, struct, sys
+d = sys.argv[1]; os.makedirs(d)
+def write(prefix, n, seed):
+    rng = random.Random(seed)
+    labels = [rng.randrange(10) for _ in range(n)]
+    pixels = bytearray()
+    for y in labels:
+        img = [[rng.randrange(60) for _ in range(28)] for _ in range(28)]
+        r0, c0 = 2 + (y // 5) * 13, 2 + (y % 5) * 5
+        for r in range(r0, r0 + 10):
+            for c in range(c0, c0 + 4):
+                img[r][c] = 200 + rng.randrange(56)
+        pixels += bytes(v for row in img for v in row)
+    with gzip.open(f"{d}/{prefix}-images-idx3-ubyte.gz", "wb") as f:
+        f.write(struct.pack(">IIII", 2051, n, 28, 28) + bytes(pixels))
+    with gzip.open(f"{d}/{prefix}-labels-idx1-ubyte.gz", "wb") as f:
+        f.write(struct.pack(">II", 2049, n) + bytes(labels))
+write("train", 600, 1); write("t10k", 200, 2)
+PYEOF
+
+COMMON=(--device=cpu --dataset=mnist --data-dir="$TMP/data" --small-input --width=4 --batch-size=8
+        --warmup=1 --progress=off --optimizer=adam --lr=0.003)
+manifests() { ls "$1"/*-step*.json 2>/dev/null | wc -l; }
+newest_step() { ls "$1"/*-step*.json | sed 's/.*-step0*\([0-9][0-9]*\)\.json/\1/' | sort -n | tail -1; }
+final_file() { ls "$1"/*-step$(printf '%09d' "$2").rank0.pt; }
+
+# Every tensor of two snapshot rank files equal, bit for bit.
+same_tensors() {
+  "$PY" - "$1" "$2" <<'PYEOF' || fail "$3: final state differs from the uninterrupted run"
+import sys, torch
+import torch.jit._pickle
+torch.serialization.add_safe_globals([torch.jit._pickle.restore_type_tag])  # C++ pickle_save's dict tag
+a, b = (torch.load(p, weights_only=True) for p in sys.argv[1:3])
+assert a.keys() == b.keys(), sorted(set(a) ^ set(b))
+assert any(k.startswith("model.") for k in a) and any(k.startswith("optim.") for k in a), sorted(a)[:8]
+bad = [k for k in a if not torch.equal(a[k], b[k])]
+assert not bad, bad[:5]
+PYEOF
+}
+
+# --- kill -9 one rank after the second snapshot, resume, compare -----------
+STEPS=(--steps=14 --snapshot-every=3)
+kill_and_resume() {
+  local name="$1"; shift
+  local args=("${COMMON[@]}" "${STEPS[@]}" "$@")
+  "$BIN" "${args[@]}" --snapshot-dir="$TMP/ref-$name" --out="$TMP/ref.csv" 2>"$TMP/ref-$name.log" ||
+    fail "$name: uninterrupted run failed: $(cat "$TMP/ref-$name.log")"
+  DDPBENCH_TEST_STEP_DELAY_MS=250 "$BIN" "${args[@]}" --snapshot-dir="$TMP/run-$name" --out="$TMP/r.csv" \
+    2>"$TMP/run-$name.log" &
+  local pid=$!
+  for _ in $(seq 600); do [[ $(manifests "$TMP/run-$name") -ge 2 ]] && break; sleep 0.05; done
+  [[ $(manifests "$TMP/run-$name") -ge 2 ]] || fail "$name: no second snapshot: $(cat "$TMP/run-$name.log")"
+  local victim; victim="$(pgrep -P "$pid" | tail -1 || true)"  # a spawned rank, else the process itself
+  kill -9 "${victim:-$pid}"
+  set +e; wait "$pid"; local rc=$?; set -e
+  [[ $rc -ne 0 ]] || fail "$name: the killed run exited 0"
+  local before; before="$(newest_step "$TMP/run-$name")"
+  [[ $before -lt 15 ]] || fail "$name: the run finished before the kill"
+  "$BIN" "${args[@]}" --snapshot-dir="$TMP/run-$name" --out="$TMP/r.csv" 2>"$TMP/resume-$name.log" ||
+    fail "$name: the resumed run failed: $(cat "$TMP/resume-$name.log")"
+  grep -q "resuming from .*step0*$before.json: step $before" "$TMP/resume-$name.log" ||
+    fail "$name: did not resume from step $before: $(cat "$TMP/resume-$name.log")"
+  local ref
+  for ref in "$TMP/ref-$name"/*-step000000015.rank*.pt; do  # every rank's final state
+    same_tensors "$ref" "$TMP/run-$name/$(basename "$ref")" "$name $(basename "$ref")"
+  done
+}
+kill_and_resume single --strategy=single
+kill_and_resume ddp --strategy=ddp --gpus=2
+kill_and_resume zero1 --strategy=zero1 --gpus=2
+kill_and_resume pmp --strategy=pmp --gpus=2 --chunks=2 --oversubscribe
+
+"$PY" - "$TMP/r.csv" <<'PYEOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert [r["strategy"] for r in rows] == ["single", "ddp", "zero1", "pmp"], [r["strategy"] for r in rows]
+for r in rows:
+    assert r["restarts"] == "1" and int(r["resumed_from_step"]) >= 6, (r["strategy"], r["resumed_from_step"])
+    assert r["steps_done"] == "15" and r["stop_reason"] == "steps", (r["steps_done"], r["stop_reason"])
+    assert r["snapshot"].endswith("step000000015.json"), r["snapshot"]
+PYEOF
+
+# --- corrupt snapshots are named and skipped ---------------------------------
+D="$TMP/ref-single"
+ls "$D"/*.json | sed 's/.*-step0*\([0-9]*\)\.json/\1/' | sort -n | tr '\n' ' ' | grep -q "^9 12 15 $" ||
+  fail "--snapshot-keep=3 should leave steps 9 12 15: $(ls "$D")"
+"$PY" - "$(final_file "$D" 15)" "$(final_file "$D" 12)" <<'PYEOF'
+import os, sys
+flip, cut = sys.argv[1:3]
+data = bytearray(open(flip, "rb").read()); data[len(data) // 2] ^= 0x10; open(flip, "wb").write(data)
+os.truncate(cut, os.path.getsize(cut) // 2)
+PYEOF
+"$BIN" --strategy=single "${COMMON[@]}" --steps=16 --snapshot-every=3 --snapshot-dir="$D" --out="$TMP/c.csv" \
+  2>"$TMP/corrupt.log" || fail "resume past corrupt snapshots failed: $(cat "$TMP/corrupt.log")"
+grep -q "step000000015.json: rank 0's file .* fails its SHA-1 check (corrupt); trying the previous one" "$TMP/corrupt.log" ||
+  fail "bit flip not reported: $(cat "$TMP/corrupt.log")"
+grep -q "step000000012.json: rank 0's file .* bytes, the manifest says .* (truncated?); trying the previous one" "$TMP/corrupt.log" ||
+  fail "truncation not reported: $(cat "$TMP/corrupt.log")"
+grep -q "resuming from .*step000000009.json: step 9" "$TMP/corrupt.log" || fail "did not fall back to step 9"
+
+# --- SIGTERM: finish the step, snapshot, exit 5 ------------------------------
+sigterm() {
+  local name="$1"; shift
+  DDPBENCH_TEST_STEP_DELAY_MS=200 "$BIN" "${COMMON[@]}" --steps=5000 --snapshot-dir="$TMP/term-$name" "$@" \
+    --out="$TMP/t.csv" 2>"$TMP/term-$name.log" &
+  local pid=$!
+  for _ in $(seq 600); do [[ $(manifests "$TMP/term-$name") -ge 1 ]] && break; sleep 0.05; done
+  [[ $(manifests "$TMP/term-$name") -ge 1 ]] || fail "$name: no first snapshot: $(cat "$TMP/term-$name.log")"
+  kill -TERM "$pid"
+  set +e; timeout 60 tail --pid="$pid" -f /dev/null; wait "$pid"; local rc=$?; set -e
+  [[ $rc -eq 5 ]] || fail "$name: SIGTERM gave exit $rc (want 5): $(cat "$TMP/term-$name.log")"
+  local stopped; stopped="$(sed -n 's/.*stopping after step \([0-9]*\): signal 15 received.*/\1/p' "$TMP/term-$name.log")"
+  [[ -n $stopped && $stopped -ge 2 && $(newest_step "$TMP/term-$name") -eq $stopped ]] ||
+    fail "$name: no snapshot at the step it stopped after: $(cat "$TMP/term-$name.log"); $(ls "$TMP/term-$name")"
+  [[ ! -s "$TMP/t.csv" ]] || fail "$name: a preempted run wrote a row"
+}
+sigterm single --strategy=single --snapshot-every=2
+sigterm ddp --strategy=ddp --gpus=2 --snapshot-every=2
+
+# --- budgets, targets, epochs -------------------------------------------------
+DDPBENCH_TEST_STEP_DELAY_MS=100 "$BIN" --strategy=single "${COMMON[@]}" --time-budget=2s --out="$TMP/g.csv" \
+  2>"$TMP/budget.log" || fail "budget run: $(cat "$TMP/budget.log")"
+"$BIN" --strategy=ddp --gpus=2 "${COMMON[@]}" --target-accuracy=0.6 --eval-every=10 --epochs=20 \
+  --out="$TMP/g.csv" 2>"$TMP/target.log" || fail "target run: $(cat "$TMP/target.log")"
+"$BIN" --strategy=single "${COMMON[@]}" --epochs=2 --out="$TMP/g.csv" 2>"$TMP/epochs.log" ||
+  fail "epochs run: $(cat "$TMP/epochs.log")"
+"$PY" - "$TMP/g.csv" <<'PYEOF'
+import csv, sys
+budget, target, epochs = list(csv.DictReader(open(sys.argv[1])))
+# Budget: whole steps until 2 s are spent, stopping within one step of it.
+step_s = float(budget["train_time_s"]) / int(budget["steps_done"])
+assert budget["stop_reason"] == "budget" and budget["time_budget_s"] == "2", budget["stop_reason"]
+assert 2.0 <= float(budget["train_time_s"]) < 2.0 + 2 * step_s, (budget["train_time_s"], step_s)
+assert budget["accuracy"] and budget["test_loss"], "a budget run is evaluated"
+# Target: stopped early, with the time and steps it took.
+assert target["stop_reason"] == "target", target["stop_reason"]
+assert float(target["time_to_target_s"]) > 0 and int(target["steps_to_target"]) % 10 == 0, target["steps_to_target"]
+assert int(target["steps_done"]) == int(target["steps_to_target"]) < 20 * 30, target["steps_done"]
+assert float(target["val_fraction"]) == 0.2, target["val_fraction"]
+# Epochs: the per-epoch CSV, named in the row.
+assert epochs["epochs_completed"] == "2" and float(epochs["mean_epoch_s"]) > 0, epochs["epochs_completed"]
+assert 0 < float(epochs["best_val_loss"]) and 0 <= float(epochs["val_accuracy"]) <= 1
+per_epoch = list(csv.DictReader(open(epochs["epoch_csv"])))
+assert [e["epoch"] for e in per_epoch] == ["1", "2"] and per_epoch[1]["steps"] == "120", per_epoch  # 480 / 8 per epoch
+assert min(float(e["val_loss"]) for e in per_epoch) == float(epochs["best_val_loss"]) or \
+    abs(min(float(e["val_loss"]) for e in per_epoch) - float(epochs["best_val_loss"])) < 1e-4
+PYEOF
+
+# --- bad values: one error line, exit 2, no row ------------------------------
+source "$SRC/tests/e2e/lib/bad_input.sh"
+: > "$TMP/r.csv"; snapshot_results
+mkdir -p "$TMP/empty"
+bad_input single "--time-budget=abc: not a duration" --time-budget=abc
+bad_input single "--target-accuracy=1.5: must be a top-1 fraction" --target-accuracy=1.5
+bad_input single "--snapshot-every=0: must be a number of steps >= 1 or 'epoch'" --snapshot-dir="$TMP/x" --snapshot-every=0
+bad_input single "--resume: $TMP/empty holds no ddpbench snapshot" --snapshot-dir="$TMP/empty" --resume
+bad_input single "--resume: --snapshot-dir=$TMP/nowhere does not exist" --snapshot-dir="$TMP/nowhere" --resume
+bad_input single "belongs to another configuration (--seed: 42 there, 7 here)" \
+  --snapshot-dir="$TMP/ref-single" --resume --seed=7
+bad_input ddp "belongs to another configuration" --gpus=2 --snapshot-dir="$TMP/ref-single" --resume
+bad_input single "--resume: snapshots need --snapshot-dir" --resume
+bad_input single "--val-fraction=1.5: must be in \[0, 1)" --val-fraction=1.5
+bad_input single "--eval-every=5: validation runs only when training to an answer" --eval-every=5
+COMMON=(--device=cpu --small-input --width=4 --image-size=16 --batch-size=8 --progress=off)
+bad_input single "--target-accuracy=0.5: synthetic data has no validation set" --target-accuracy=0.5
+echo "resume: all checks passed"
