@@ -132,6 +132,7 @@ std::string CompareResume(Runs& runs, int resume_at) {
 
   auto first = runs.Fresh();
   runs.Train(*first, 0, resume_at);
+  first->Predict(BatchNumber(0, 0).images);  // an evaluation before the snapshot, as at an epoch's end
   const TensorMap saved = CopyToCpu(first->SaveState());
   first.reset();
   auto resumed = runs.Fresh();
