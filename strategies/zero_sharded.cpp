@@ -209,6 +209,13 @@ class ShardedStrategy final : public Strategy {
   // optimizer state of its slices ("optim.bucket<b>.<field>"), the loss scale,
   // and the rank and world the slices belong to.
   TensorMap SaveState() override {
+    // After an evaluation (stages 1, 2) all-gathers may still write the
+    // buckets, own slices included: let them finish (no new collective).
+    for (auto& work : gathers_)
+      if (work) {
+        work->wait();
+        work.reset();
+      }
     TensorMap state;
     for (size_t b = 0; b < slice_params_.size(); ++b) state[ShardKey(b)] = slice_params_[b];
     SaveBuffers(state, "model.", *model_);

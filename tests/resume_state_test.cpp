@@ -4,13 +4,17 @@
 // and optimizer state bit-identical to an uninterrupted run. For every
 // strategy that runs in one process (single, dp, mp, pmp with each schedule,
 // zero1/2/3 at world 1, ddp at world 1 on a Gloo group of one), with SGD
-// momentum and Adam; and LoadState refusing a map that does not fit.
+// momentum and Adam; ddp and zero1/2/3 with 2 and 3 ranks in forked
+// processes; and LoadState refusing a map that does not fit.
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <iostream>
 #include <stdexcept>
 
 #include "harness/config.h"
@@ -24,10 +28,16 @@ namespace {
 
 constexpr int kSteps = 4;
 
-// Batch number k of a deterministic data source (as the loaders are).
-Batch BatchNumber(int64_t k) {
-  torch::Generator gen = at::make_generator<at::CPUGeneratorImpl>(1000 + k);
+// Batch number k of rank `rank`'s deterministic data source (as the loaders are).
+Batch BatchNumber(int64_t k, int rank) {
+  torch::Generator gen = at::make_generator<at::CPUGeneratorImpl>(1000 + 100 * rank + k);
   return {torch::randn({4, 3, 16, 16}, gen), torch::randint(0, 10, {4}, gen)};
+}
+
+int FreePort() {
+  StoreSocket probe = ListenForStore("127.0.0.1", 0, false);
+  ::close(probe.fd);
+  return probe.port;
 }
 
 TensorMap CopyToCpu(const TensorMap& state) {
@@ -51,7 +61,9 @@ void PrintTo(const Case& c, std::ostream* os) {
 
 class Runs {
  public:
-  explicit Runs(const Case& c) {
+  // Rank `rank` of `world` (world > 1: the rendezvous at 127.0.0.1:`port`,
+  // rank 0 serving it); ddp gets a Gloo group of one at world 1.
+  explicit Runs(const Case& c, int rank = 0, int world = 1, int port = 0) {
     torch::set_num_threads(1);
     config.strategy = c.strategy;
     config.optimizer = c.optimizer;
@@ -74,7 +86,7 @@ class Runs {
     ctx.model.num_classes = 10;
     ctx.lr = config.lr;
     ctx.timer = &timer;
-    if (c.strategy == "ddp") ConnectWorldOne();
+    if (world > 1 || c.strategy == "ddp") Connect(rank, world, port);
   }
   ~Runs() { dist.Shutdown(); }
 
@@ -86,7 +98,7 @@ class Runs {
   void Train(Strategy& strategy, int from, int to) {
     for (int k = from; k < to; ++k) {
       timer.StartStep();
-      strategy.Step(BatchNumber(k));
+      strategy.Step(BatchNumber(k, dist.rank));
       timer.EndStep(false);
     }
   }
@@ -97,51 +109,59 @@ class Runs {
   RunContext ctx;
 
  private:
-  // ddp needs a process group: a Gloo group of one rank on loopback.
-  void ConnectWorldOne() {
-    StoreSocket probe = ListenForStore("127.0.0.1", 0, false);
-    ::close(probe.fd);
+  void Connect(int rank, int world, int port) {
+    dist.rank = dist.local_rank = rank;
+    dist.world = dist.local_world = world;
     dist.launcher = "spawn";
     dist.master_addr = "127.0.0.1";
-    dist.master_port = probe.port;
+    dist.master_port = port > 0 ? port : FreePort();
     dist.Connect(60, /*cuda=*/false, /*nccl=*/false);
   }
 };
 
-class ResumeState : public ::testing::TestWithParam<Case> {};
-
-TEST_P(ResumeState, InterruptedRunEndsBitIdentical) {
-  const Case& c = GetParam();
-  Runs runs(c);
+// Runs kSteps steps uninterrupted, and resume_at steps, a SaveState copied
+// to the CPU, a fresh strategy that loads it and runs the rest; returns ""
+// when both end with the same state and parameters bit for bit, else the
+// first difference. Collective-safe: every rank makes the same calls.
+std::string CompareResume(Runs& runs, int resume_at) {
   auto whole = runs.Fresh();
   runs.Train(*whole, 0, kSteps);
   const TensorMap expected = CopyToCpu(whole->SaveState());
-  const auto expected_params = whole->Parameters();
+  std::vector<torch::Tensor> expected_params;
+  for (const auto& p : whole->Parameters()) expected_params.push_back(p.detach().to(torch::kCPU).clone());
 
   auto first = runs.Fresh();
-  runs.Train(*first, 0, c.resume_at);
+  runs.Train(*first, 0, resume_at);
+  first->Predict(BatchNumber(0, 0).images);  // an evaluation before the snapshot, as at an epoch's end
   const TensorMap saved = CopyToCpu(first->SaveState());
   first.reset();
-  if (c.resume_at > 0 && c.optimizer == "adam") {
-    EXPECT_TRUE(std::any_of(saved.begin(), saved.end(), [](const auto& kv) {
-      return kv.first.rfind("optim.", 0) == 0 && kv.first.size() > 5 && kv.first.substr(kv.first.size() - 5) == ".step";
-    })) << "Adam's step counts are saved";
-  }
-
   auto resumed = runs.Fresh();
   resumed->LoadState(saved);
-  runs.Train(*resumed, c.resume_at, kSteps);
+  runs.Train(*resumed, resume_at, kSteps);
   const TensorMap got = CopyToCpu(resumed->SaveState());
 
-  ASSERT_EQ(got.size(), expected.size());
+  if (runs.config.optimizer == "adam" && resume_at > 0 &&
+      std::none_of(saved.begin(), saved.end(), [](const auto& kv) {
+        return kv.first.rfind("optim.", 0) == 0 && kv.first.size() > 5 && kv.first.substr(kv.first.size() - 5) == ".step";
+      }))
+    return "no Adam step count saved";
+  if (got.size() != expected.size()) return "a resumed state of another size";
   for (const auto& [key, value] : expected) {
-    ASSERT_TRUE(got.count(key)) << key;
-    EXPECT_TRUE(got.at(key).equal(value)) << key << " differs";
+    if (!got.count(key)) return key + " is missing after resume";
+    if (!got.at(key).equal(value)) return key + " differs";
   }
   const auto params = resumed->Parameters();
-  ASSERT_EQ(params.size(), expected_params.size());
+  if (params.size() != expected_params.size()) return "another parameter count";
   for (size_t i = 0; i < params.size(); ++i)
-    EXPECT_TRUE(params[i].to(torch::kCPU).equal(expected_params[i].to(torch::kCPU))) << "parameter " << i;
+    if (!params[i].to(torch::kCPU).equal(expected_params[i])) return "parameter " + std::to_string(i) + " differs";
+  return "";
+}
+
+class ResumeState : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ResumeState, InterruptedRunEndsBitIdentical) {
+  Runs runs(GetParam());
+  EXPECT_EQ(CompareResume(runs, GetParam().resume_at), "");
 }
 
 std::vector<Case> AllCases() {
@@ -179,6 +199,59 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, ResumeState, ::testing::ValuesIn(AllCases()), CaseName);
+
+// Several ranks, each its own process (forked before this test process uses
+// torch's thread pool: ctest runs each case alone), on a Gloo group: every
+// rank saves and loads its own state (zero: its own slices), and every rank
+// must end bit-identical to its uninterrupted run. World 3 too, where the
+// sum of a bucket's all-reduce depends on where a gradient sits in it (ddp's
+// rebuilt bucket layout).
+struct RankCase {
+  std::string strategy;
+  std::string optimizer;
+  int world;
+};
+void PrintTo(const RankCase& c, std::ostream* os) { *os << c.strategy << "/" << c.optimizer << "/" << c.world; }
+
+class ResumeStateRanks : public ::testing::TestWithParam<RankCase> {};
+
+TEST_P(ResumeStateRanks, EveryRankEndsBitIdentical) {
+  const RankCase& c = GetParam();
+  const int port = FreePort();
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < c.world; ++rank) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      int code = 3;
+      try {
+        Runs runs(Case{c.strategy, c.optimizer}, rank, c.world, port);
+        const std::string diff = CompareResume(runs, 2);
+        if (!diff.empty()) std::cerr << "rank " << rank << ": " << diff << "\n";
+        code = diff.empty() ? 0 : 1;
+      } catch (const std::exception& e) {
+        std::cerr << "rank " << rank << ": " << e.what() << "\n";
+        code = 2;
+      }
+      std::_Exit(code);
+    }
+    children.push_back(pid);
+  }
+  for (int rank = 0; rank < c.world; ++rank) {
+    int status = 0;
+    ASSERT_EQ(waitpid(children[rank], &status, 0), children[rank]);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << rank << " status " << status;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Strategies, ResumeStateRanks,
+    ::testing::Values(RankCase{"ddp", "sgd", 2}, RankCase{"ddp", "adam", 3}, RankCase{"zero1", "sgd", 2},
+                      RankCase{"zero1", "adam", 3}, RankCase{"zero2", "adam", 2}, RankCase{"zero2", "sgd", 3},
+                      RankCase{"zero3", "sgd", 2}, RankCase{"zero3", "adam", 3}),
+    [](const ::testing::TestParamInfo<RankCase>& info) {
+      return info.param.strategy + "_" + info.param.optimizer + "_world" + std::to_string(info.param.world);
+    });
 
 // What LoadState refuses, each naming the key.
 void ExpectRefused(Strategy& strategy, const TensorMap& state, const std::string& key) {
