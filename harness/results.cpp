@@ -34,7 +34,7 @@ const std::vector<std::string>& ResultColumns() {
       "parity_steps", "parity_model", "parity_ok", "split", "stage_time_ms", "chunks", "schedule",
       "virtual_stages", "bubble_measured", "bubble_theory", "stage_busy_ms", "chunk_fbw_ms", "activation_peak_mb",
       "bucket_cap_mb", "grad_accum",
-      "compression", "allreduce_hidden_frac", "zero_reduce", "units_gathered_max", "store_bind", "torch_version", "cuda_version",
+      "compression", "allreduce_hidden_frac", "zero_reduce", "units_gathered_max", "store_bind", "trace", "torch_version", "cuda_version",
       "nccl_version", "cpu_model", "command"};
   return kColumns;
 }
@@ -332,6 +332,7 @@ std::vector<PathOption> PathOptions(const RunConfig& c) {
   return {
       {"--out", c.out, PathKind::kAppendResults},
       {"--baseline", c.baseline, PathKind::kReadResults},
+      {"--trace", c.trace, PathKind::kWriteFile},
   };
 }
 

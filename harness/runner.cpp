@@ -28,6 +28,7 @@
 #include "harness/phase.h"
 #include "harness/run_result.h"
 #include "harness/step_loop.h"
+#include "harness/trace.h"
 #include "harness/training.h"
 #include "strategies/registry.h"
 
@@ -336,6 +337,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   }
   auto strategy = entry.make();
   strategy->Setup(ctx);
+  if (!config.trace.empty()) trace::Start();  // the timeline covers the steps and evaluation
   const auto sections = RunRepeats(*strategy, *train, timer, dist, run.devices, plan, config.repeat);
   if (run.info.real && config.eval) {  // made now, so its prefetching cannot slow the timed steps
     {
@@ -351,6 +353,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   for (int p = 0; p < kNumPhases; ++p) result.phase_ms[p] = sections.back().phase_ms[p] / counted;
   result.extras = strategy->Extras();
   result.ranks = GatherRanks(MeasureRank(run, sections, *strategy), dist);
+  result.trace_file = trace::Finish(config.trace, dist, config.command);
   dist.Shutdown();
   return dist.is_root() ? Report(result) : 0;
 }
