@@ -72,6 +72,11 @@ def draw(spans, names, ranks, steps, title, out):
                     ax.text((start + end - 2 * lo) / 2e3, row, str(label), ha="center", va="center", fontsize=7,
                             color="white")
         for e in (e for e in spans if (e["pid"], e["tid"]) == track and e["name"] == "step"):
+            start, end = max(e["ts"], lo), min(e["ts"] + e["dur"], hi)
+            if end > start:  # the step as an outline around its phases
+                ax.barh(row, (end - start) / 1e3, left=(start - lo) / 1e3, height=0.85, fill=False,
+                        edgecolor="#555", linewidth=0.8)
+                shown.add("step")
             if lo <= e["ts"] <= hi:
                 ax.axvline((e["ts"] - lo) / 1e3, color="#333", lw=0.6, ls=":")
     labels = [f"{ranks.get(p, f'rank {p}')} / {names.get((p, t), f'thread {t}')}" for p, t in tracks]
@@ -80,6 +85,9 @@ def draw(spans, names, ranks, steps, title, out):
     ax.set_title(title, fontsize=9)
     keys = [k for k in COLORS if k in shown]
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[k]) for k in keys]
+    if "step" in shown:
+        keys.append("step")
+        handles.append(plt.Rectangle((0, 0), 1, 1, fill=False, edgecolor="#555"))
     ax.set_xlabel("ms (dotted: step starts; numbers: micro-batches)" if any(
         "micro_batch" in e.get("args", {}) for e in spans) else "ms (dotted: step starts)")
     ax.legend(handles, keys, fontsize=7, ncol=max(1, len(keys)), loc="upper center",
