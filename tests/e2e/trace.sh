@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # --trace end to end through the real binary (CPU, tiny model): a pipeline
-# (1F1B and zero-bubble) and 2-rank ddp and zero1 runs each write one Chrome
+# (1F1B and zero-bubble), dp, and 2-rank ddp and zero1 runs each write one Chrome
 # trace that tests/e2e/lib/check_trace.py reads as a viewer would: valid JSON,
-# one track per rank's main thread and per stage, events ordered and nested,
+# one track per rank's main thread and per stage or dp device, events ordered and nested,
 # the NVTX ranges' names, every micro-batch's F/B(/W), every bucket's
 # collective on the comm tracks; the row names the file. A bad --trace path is
 # refused before the first step (exit 2, one line, no row); plots/gantt.py
@@ -23,6 +23,8 @@ run --strategy=pmp --gpus=2 --chunks=4 --trace="$TMP/pmp.json"
 "${CHECK[@]}" "$TMP/pmp.json" --ranks=1 --tracks="main,stage 0,stage 1" --steps=4 --chunks=4 --ops=F,backward
 run --strategy=pmp --gpus=2 --chunks=4 --schedule=zero-bubble --trace="$TMP/zb.json"
 "${CHECK[@]}" "$TMP/zb.json" --ranks=1 --tracks="main,stage 0,stage 1" --steps=4 --chunks=4 --ops=F,B,W
+run --strategy=dp --gpus=2 --trace="$TMP/dp.json"
+"${CHECK[@]}" "$TMP/dp.json" --ranks=1 --tracks="main,device 0 worker,device 1 worker" --steps=4
 run --strategy=ddp --gpus=2 --trace="$TMP/ddp.json"
 "${CHECK[@]}" "$TMP/ddp.json" --ranks=2 --tracks=main --steps=4 --collective=all-reduce
 run --strategy=zero1 --gpus=2 --trace="$TMP/zero1.json"
@@ -33,7 +35,7 @@ run --strategy=single  # no --trace: no trace column
 import csv, os, sys
 tmp = sys.argv[1]
 rows = list(csv.DictReader(open(os.path.join(tmp, "r.csv"))))
-want = [os.path.join(tmp, f) for f in ("pmp.json", "zb.json", "ddp.json", "zero1.json")] + [""]
+want = [os.path.join(tmp, f) for f in ("pmp.json", "zb.json", "dp.json", "ddp.json", "zero1.json")] + [""]
 assert [r["trace"] for r in rows] == want, [r["trace"] for r in rows]
 PYEOF
 
