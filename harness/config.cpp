@@ -290,6 +290,9 @@ void ValidateConfig(const RunConfig& c) {
     throw ConfigError(fmt::format("--compression={}: gradient compression is a ddp option; {} reduces "
                                   "gradients in full precision (leave --compression at none)", c.compression, c.strategy));
   if (!(c.timeout_s > 0)) throw ConfigError(fmt::format("--timeout={}: must be > 0 seconds", c.timeout_s));
+  if (!c.trace.empty() && (c.trace == c.out || c.trace == c.baseline))
+    throw ConfigError(fmt::format("--trace={}: is also the {} results file, which the trace would overwrite; give "
+                                  "another file (e.g. trace.json)", c.trace, c.trace == c.out ? "--out" : "--baseline"));
   CheckLabel("--run-id", c.run_id);
   CheckLabel("--entry", c.entry);
   CheckMember("--zero-reduce", c.zero_reduce, {"reduce-scatter", "all-reduce"});
@@ -360,6 +363,7 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_flag("--cuda-graphs", c.cuda_graphs, "CUDA: capture the whole training step once, then replay it");
   app.add_option("--out", c.out, "CSV file to append the result row to");
   app.add_option("--baseline", c.baseline, "CSV holding the single-device row for scaling efficiency (default: --out)");
+  app.add_option("--trace", c.trace, "Chrome trace (Perfetto) of every rank's phases, micro-batches and collectives");
   app.add_option("--run-id", c.run_id, "label copied to the row's run_id column (one nightly job)");
   app.add_option("--entry", c.entry, "label copied to the row's entry column (a nightly matrix entry)");
   app.add_option("--progress", c.progress, "auto (when stderr is a terminal)|on|off");

@@ -68,6 +68,7 @@ struct RunConfig {
   // Output.
   std::string out;                 // CSV file to append the row to ("" : none)
   std::string baseline;            // CSV with the single-device row for scaling
+  std::string trace;               // Chrome trace JSON to write ("" : none; harness/trace.h)
   std::string progress = "auto";   // auto|on|off
   std::string run_id;              // the nightly job's id, copied to every row ("" : none)
   std::string entry;               // the nightly matrix entry that made the row

@@ -3,6 +3,7 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include "harness/cuda_support.h"
+#include "harness/trace.h"
 
 namespace ddpbench {
 namespace {
@@ -18,7 +19,8 @@ const char* PhaseName(Phase phase) {
   return kNames[static_cast<int>(phase)];
 }
 
-NvtxRange::NvtxRange(const char* name) {
+NvtxRange::NvtxRange(const char* name) : traced_(trace::Enabled()) {
+  if (traced_) trace::Begin(name);
   nvtxEventAttributes_t attr{};
   attr.version = NVTX_VERSION;
   attr.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
@@ -26,7 +28,10 @@ NvtxRange::NvtxRange(const char* name) {
   attr.message.ascii = name;
   nvtxDomainRangePushEx(Domain(), &attr);
 }
-NvtxRange::~NvtxRange() { nvtxDomainRangePop(Domain()); }
+NvtxRange::~NvtxRange() {
+  nvtxDomainRangePop(Domain());
+  if (traced_) trace::End();
+}
 
 PhaseTimer::PhaseTimer(torch::Device device) : device_(device) {}
 PhaseTimer::~PhaseTimer() = default;

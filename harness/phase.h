@@ -21,13 +21,18 @@ enum class Phase { kStep = 0, kData, kForward, kBackward, kOptimizer, kCommunica
 constexpr int kNumPhases = 6;
 const char* PhaseName(Phase phase);
 
-// An NVTX push/pop range in the "ddpbench" domain (free when no tool listens).
+// An NVTX push/pop range in the "ddpbench" domain (free when no tool listens),
+// and the same range in --trace's timeline when it is on (harness/trace.h).
+// `name` must be a literal (the trace keeps the pointer).
 class NvtxRange {
  public:
   explicit NvtxRange(const char* name);
   ~NvtxRange();
   NvtxRange(const NvtxRange&) = delete;
   NvtxRange& operator=(const NvtxRange&) = delete;
+
+ private:
+  bool traced_;
 };
 
 class CudaEventPair;

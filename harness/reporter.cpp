@@ -45,6 +45,7 @@ void AddIdentity(const RunResult& r, Row& row) {
   row["world_size"] = std::to_string(r.world);
   row["launcher"] = r.launcher;
   if (!r.store_bind.empty()) row["store_bind"] = r.store_bind;
+  if (!r.trace_file.empty()) row["trace"] = r.trace_file;
   row["device"] = c.device;
   row["device_name"] = r.device_name;
   row["threads_per_device"] = r.cuda ? "" : std::to_string(c.threads_per_device);

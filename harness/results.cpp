@@ -36,7 +36,7 @@ const std::vector<std::string>& ResultColumns() {
       "parity_steps", "parity_model", "parity_ok", "split", "stage_time_ms", "chunks", "schedule",
       "virtual_stages", "bubble_measured", "bubble_theory", "stage_busy_ms", "chunk_fbw_ms", "activation_peak_mb",
       "bucket_cap_mb", "grad_accum",
-      "compression", "allreduce_hidden_frac", "zero_reduce", "units_gathered_max", "store_bind", "torch_version", "cuda_version",
+      "compression", "allreduce_hidden_frac", "zero_reduce", "units_gathered_max", "store_bind", "trace", "torch_version", "cuda_version",
       "nccl_version", "cpu_model", "command"};
   return kColumns;
 }
@@ -344,6 +344,7 @@ std::vector<PathOption> PathOptions(const RunConfig& c) {
       {"--baseline", c.baseline, PathKind::kReadResults},
       {"--epoch-csv", c.epoch_csv, PathKind::kWriteFile},
       {"--snapshot-dir", c.snapshot_dir, PathKind::kWriteDir},
+      {"--trace", c.trace, PathKind::kWriteFile},
   };
 }
 

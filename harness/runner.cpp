@@ -32,6 +32,7 @@
 #include "harness/snapshot.h"
 #include "harness/step_loop.h"
 #include "harness/train_goal.h"
+#include "harness/trace.h"
 #include "harness/training.h"
 #include "strategies/registry.h"
 
@@ -462,6 +463,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
                                           store.get());
     plan.after_step = [&goal](int64_t done, LossLog& losses) { return goal->AfterStep(done, losses); };
   }
+  if (!config.trace.empty()) trace::Start();  // the timeline covers the steps and evaluation
   const auto sections = RunRepeats(*strategy, *train, timer, dist, run.devices, plan, config.repeat);
   if (goal && goal->preempted()) {
     if (dist.is_root())
@@ -484,6 +486,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
     result.test_loss = tested.loss;
   }
   CollectFigures(run, sections, *strategy, dist, &result);
+  result.trace_file = trace::Finish(config.trace, dist, config.command);
   dist.Shutdown();
   return dist.is_root() ? Report(result) : 0;
 }

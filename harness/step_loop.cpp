@@ -17,6 +17,7 @@
 #include "harness/dist.h"
 #include "harness/memory.h"
 #include "harness/training.h"
+#include "harness/trace.h"
 #include "strategies/strategy.h"
 
 namespace ddpbench {
@@ -134,6 +135,8 @@ LoopTimes RunSteps(Strategy& strategy, BatchSource& train, PhaseTimer& timer, Di
     clock.Begin();
     {
       NvtxRange range("step");
+      trace::Annotate("step", s);
+      if (warm) trace::Annotate("warmup", 1);
       Batch batch;
       {
         auto scope = timer.Measure(Phase::kData);

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "harness/trace.h"
+
 namespace ddpbench {
 
 constexpr int64_t kFirstBucketBytes = 1024 * 1024;     // torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
@@ -24,9 +26,15 @@ using CommClock = std::chrono::steady_clock;
 struct CommTimeline {
   std::mutex mutex;
   std::vector<std::pair<CommClock::time_point, CommClock::time_point>> intervals;
-  void Add(CommClock::time_point start, CommClock::time_point end) {
-    std::lock_guard<std::mutex> lock(mutex);
-    intervals.emplace_back(start, end);
+  bool ends_are_real = true;  // false on CUDA, where a NCCL future completes when enqueued
+  // Collective `op` of `bucket`, from its launch to its completion; also on
+  // --trace's comm track when the end is the transfer's end.
+  void Add(CommClock::time_point start, CommClock::time_point end, const char* op, int64_t bucket) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      intervals.emplace_back(start, end);
+    }
+    if (ends_are_real) trace::Collective(op, bucket, start, end);
   }
   // The union of the intervals, and its part before backward's compute ended
   // (when the last bucket was handed over), in ms; {0, 0} when empty.

@@ -55,11 +55,12 @@ class TimedAllReduceHook final
     auto future = state_->allreduce(tensors)->getFuture();
     auto timeline = timeline_;
     const bool copy_back = wire_.has_value();
+    const int64_t index = static_cast<int64_t>(bucket.getIndex());
     return future->then(
-        [buffer, copy_back, timeline, start](c10::ivalue::Future& done) {
+        [buffer, copy_back, timeline, start, index](c10::ivalue::Future& done) {
           at::Tensor reduced = done.value().toTensorVector()[0];
           if (copy_back) buffer.copy_(reduced);
-          timeline->Add(start, Clock::now());
+          timeline->Add(start, Clock::now(), "all-reduce", index);
           return c10::IValue(buffer);
         },
         c10::TensorType::get());
@@ -108,6 +109,7 @@ class DdpStrategy final : public Strategy {
     logger_ = std::make_shared<c10d::Logger>(reducer_);
     reducer_->set_logger(logger_);
     timeline_ = std::make_shared<CommTimeline>();
+    timeline_->ends_are_real = !device_.is_cuda();
     std::optional<at::ScalarType> wire;
     if (config_->compression == "fp16") wire = at::kHalf;
     if (config_->compression == "bf16") wire = at::kBFloat16;

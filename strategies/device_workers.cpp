@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "harness/memory.h"
+#include "harness/trace.h"
 
 #ifdef DDPBENCH_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -88,6 +89,7 @@ struct DeviceWorkers::Worker {
     at::set_num_threads(threads);
     at::init_num_threads();
     CpuDeviceScope scope(device.is_cpu() ? index : -1);
+    trace::NameThread("device " + std::to_string(index) + " worker", 1 + index);
 #ifdef DDPBENCH_WITH_CUDA
     std::optional<c10::cuda::CUDAGuard> device_guard;
     std::optional<c10::cuda::CUDAStreamGuard> stream_guard;

@@ -12,6 +12,7 @@
 #include "harness/cuda_support.h"
 #include "harness/memory.h"
 #include "harness/phase.h"
+#include "harness/trace.h"
 #include "harness/training.h"
 #include "strategies/device_workers.h"
 #include "strategies/schedules.h"
@@ -72,6 +73,23 @@ class StageWork {
   BusyClock& clock_;
   PhaseTimer::Scope scope_;
 };
+
+// The trace's name of device d's thread: its stage, or with interleaving
+// (chunks > devices) the model chunks it holds.
+std::string StageNames(int d, int devices, int chunks) {
+  if (chunks == devices) return fmt::format("stage {}", d);
+  std::vector<int> held;
+  for (int c = d; c < chunks; c += devices) held.push_back(c);
+  return fmt::format("device {} (stages {})", d, fmt::join(held, ","));
+}
+
+// Which micro-batch, model chunk and schedule action the open range is.
+void TraceMicroBatch(int chunk, int micro_batch, const char* op) {
+  if (!trace::Enabled()) return;
+  trace::Annotate("micro_batch", micro_batch);
+  trace::Annotate("chunk", chunk);
+  trace::Annotate("op", op);
+}
 
 std::string Divisors(int64_t n) {
   std::vector<int64_t> d;
@@ -136,6 +154,7 @@ class PipelineStrategy final : public Strategy {
     // on that device (made in its thread, so a CPU logical device is charged).
     workers_->RunAll([&](int d) {
       Device& dev = *devices_[d];
+      trace::NameThread(StageNames(d, S, table_.chunks()), 1 + d);
       torch::NoGradGuard no_grad;
       for (int c = d; c < table_.chunks(); c += S) {
         Chunk& ch = *chunks_[c];
@@ -403,6 +422,7 @@ class PipelineStrategy final : public Strategy {
     const bool first = c == 0, last = c + 1 == table_.chunks();
     Handoff in = first ? state.images[m] : ch.from_prev.Pop(m);
     StageWork work(ch.clock[0], *timer_, Phase::kForward, ch.device);
+    TraceMicroBatch(c, m, "F");
     torch::Tensor x = Receive(in, ch.device);
     if (!first) x.requires_grad_();
     AutocastGuard amp(config_->amp, ch.device);
@@ -423,6 +443,7 @@ class PipelineStrategy final : public Strategy {
     const bool first = c == 0, last = c + 1 == table_.chunks();
     Handoff grad = last ? Handoff{} : ch.from_next.Pop(m);
     StageWork work(ch.clock[1], *timer_, Phase::kBackward, ch.device);
+    TraceMicroBatch(c, m, input_only ? "B" : "backward");
     Device& dev = *devices_[table_.DeviceOf(c)];
     torch::Tensor out = last ? dev.scaler->Scale(ch.outputs[m]) : ch.outputs[m];
     torch::Tensor g = last ? torch::Tensor() : Receive(grad, ch.device);
@@ -442,6 +463,7 @@ class PipelineStrategy final : public Strategy {
   void RunWeightGrad(int c, int m) {
     Chunk& ch = *chunks_[c];
     StageWork work(ch.clock[2], *timer_, Phase::kBackward, ch.device);
+    TraceMicroBatch(c, m, "W");
     BackwardWeight(*ch.weight_work[m]);
     ch.weight_work[m].reset();
   }

@@ -491,7 +491,12 @@ class ShardedStrategy final : public Strategy {
       if (stage_ == 3) bucket_params_[b].copy_(slice_params_[b]);
       return;
     }
+    const auto start = CommClock::now();
     gathers_[b] = dist_->group->_allgather_base(bucket_params_[b], slice_params_[b]);
+    if (trace::Enabled() && !device_.is_cuda())  // its real end: Gloo completes the future then
+      gathers_[b]->getFuture()->addCallback([start, b](c10::ivalue::Future&) {
+        trace::Collective("all-gather", b, start, CommClock::now());
+      });
   }
 
   // Bucket b's parameters, complete.
@@ -617,6 +622,7 @@ class ShardedStrategy final : public Strategy {
   void Launch(size_t b) {
     if (stage_ >= 2) BucketBuffer(b);
     if (!comm_) return FinishReduction(b);
+    NvtxRange range("communication");  // the launch, as ddp's hook marks it
     const auto start = CommClock::now();
     auto& group = dist_->group;
     c10::intrusive_ptr<c10d::Work> work;
@@ -635,9 +641,10 @@ class ShardedStrategy final : public Strategy {
     in_flight_.push_back(b);
     if (!device_.is_cuda()) {
       auto timeline = timeline_;
+      const char* op = !reduce_scatter_ ? "all-reduce" : alltoall_ ? "alltoall" : "reduce-scatter";
       done_[b] = work->getFuture()->then(
-          [timeline, start](c10::ivalue::Future&) {
-            timeline->Add(start, CommClock::now());
+          [timeline, start, op, b](c10::ivalue::Future&) {
+            timeline->Add(start, CommClock::now(), op, static_cast<int64_t>(b));
             return c10::IValue();
           },
           c10::NoneType::get());

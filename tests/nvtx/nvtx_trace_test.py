@@ -13,19 +13,15 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e", "lib"))
+from check_trace import check_nesting  # noqa: E402  (the --trace test's nesting check)
+
 CHUNKS, STEPS = 4, 3  # timed steps; one warm-up step before them
 
 
 def check_track(events, where):
-    """Same-depth events do not overlap; deeper ones lie inside their parent."""
-    open_spans = []
-    for e in sorted(events, key=lambda e: (e["ts"], -e["dur"])):
-        end = e["ts"] + e["dur"]
-        while open_spans and open_spans[-1] <= e["ts"]:
-            open_spans.pop()
-        assert not open_spans or end <= open_spans[-1] + 1e-3, f"{where}: {e['name']} at {e['ts']} overlaps its parent"
-        assert len(open_spans) == e["args"]["depth"], f"{where}: {e['name']} at depth {len(open_spans)}"
-        open_spans.append(end)
+    """Ordered by start (nvtx_trace.py writes them in pop order), then nested."""
+    check_nesting(sorted(events, key=lambda e: (e["ts"], -e["dur"])), where)
 
 
 def main():
