@@ -5,6 +5,7 @@
 
 #include <ctime>
 #include <fstream>
+#include <sstream>
 
 #include "harness/cuda_support.h"
 
@@ -17,6 +18,21 @@ std::string UtcTimestamp() {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
+}
+
+// The NVIDIA kernel module's version, from the line "NVRM version: NVIDIA
+// UNIX x86_64 Kernel Module  580.65.06  ..." ("" when there is no driver).
+std::string NvidiaDriverVersion() {
+  std::ifstream file("/proc/driver/nvidia/version");
+  std::string line;
+  if (!std::getline(file, line)) return "";
+  const std::string marker = "Kernel Module";
+  const auto pos = line.find(marker);
+  if (pos == std::string::npos) return "";
+  std::istringstream rest(line.substr(pos + marker.size()));
+  std::string version;
+  rest >> version;
+  return version;
 }
 
 RunEnvironment DescribeEnvironment(bool cuda) {
@@ -37,6 +53,7 @@ RunEnvironment DescribeEnvironment(bool cuda) {
   if (cuda) {
     env.cuda_version = CudaRuntimeVersion();
     env.nccl_version = NcclVersion();
+    env.driver_version = NvidiaDriverVersion();
   }
   return env;
 }

@@ -14,6 +14,7 @@ struct RunEnvironment {
   std::string torch_version;
   std::string cuda_version;   // CUDA runtime, "" without a GPU run
   std::string nccl_version;
+  std::string driver_version;  // NVIDIA kernel driver ("580.65.06"), "" without one
 };
 RunEnvironment DescribeEnvironment(bool cuda);
 std::string UtcTimestamp();

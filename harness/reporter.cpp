@@ -201,6 +201,7 @@ Row BuildRow(const RunResult& r) {
   row["torch_version"] = r.env.torch_version;
   row["cuda_version"] = r.env.cuda_version;
   row["nccl_version"] = r.env.nccl_version;
+  if (!r.env.driver_version.empty()) row["driver_version"] = r.env.driver_version;
   row["cpu_model"] = r.env.cpu_model;
   row["command"] = r.config->command;
   return row;

@@ -37,7 +37,7 @@ const std::vector<std::string>& ResultColumns() {
       "virtual_stages", "bubble_measured", "bubble_theory", "stage_busy_ms", "chunk_fbw_ms", "activation_peak_mb",
       "bucket_cap_mb", "grad_accum",
       "compression", "allreduce_hidden_frac", "zero_reduce", "units_gathered_max", "store_bind", "trace", "torch_version", "cuda_version",
-      "nccl_version", "cpu_model", "command"};
+      "nccl_version", "driver_version", "cpu_model", "command"};
   return kColumns;
 }
 

@@ -373,6 +373,19 @@ int Report(const RunResult& result) {
   return 0;
 }
 
+// Test-set accuracy and loss after training; the source is made now, so its
+// prefetching cannot slow the timed steps.
+void EvaluateTestSet(const PreparedRun& run, Strategy& strategy, DistContext& dist, RunResult* result) {
+  std::unique_ptr<BatchSource> test;
+  {
+    CpuDeviceScope host(-1);
+    test = MakeTestSource(run.spec, dist.rank, dist.world);
+  }
+  const EvalResult tested = Evaluate(strategy, test.get(), dist, run.config.eval_batches);
+  result->accuracy = tested.accuracy;
+  result->test_loss = tested.loss;
+}
+
 // The loop's figures into the result: steps, phases, the strategy's
 // columns, and every rank's own figures (collective).
 void CollectFigures(const PreparedRun& run, const std::vector<LoopTimes>& sections, Strategy& strategy,
@@ -442,11 +455,11 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   strategy->Setup(ctx);
   const LoopState start = ResumeOrStart(config, dist, *strategy, snapshot);
 
-  std::unique_ptr<BatchSource> train, test;
+  std::unique_ptr<BatchSource> train;
   {
     CpuDeviceScope host(-1);  // host-side data is not device memory
     DataSpec spec = run.spec;
-    spec.start_batch = start.step;
+    spec.start_batch = start.step;  // a resumed run's next batch
     train = MakeTrainSource(spec, dist.rank, dist.world);
   }
   LoopPlan plan = PlanSteps(config, run, *train, dist, start.step);
@@ -458,7 +471,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
     return 0;
   }
   std::unique_ptr<TrainingGoal> goal;
-  if (config.TrainsToAnswer() || store) {
+  if (config.TrainsToAnswer() || store) {  // validation, budgets, targets, snapshots between steps
     goal = std::make_unique<TrainingGoal>(config, dist, *strategy, run.spec, train->BatchesPerEpoch(), start,
                                           store.get());
     plan.after_step = [&goal](int64_t done, LossLog& losses) { return goal->AfterStep(done, losses); };
@@ -466,9 +479,8 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   if (!config.trace.empty()) trace::Start();  // the timeline covers the steps and evaluation
   const auto sections = RunRepeats(*strategy, *train, timer, dist, run.devices, plan, config.repeat);
   if (goal && goal->preempted()) {
-    if (dist.is_root())
-      LogWarn("preempted after step {}: snapshot {} written; run the same command again to continue",
-              goal->state().step, goal->last_snapshot());
+    if (dist.is_root()) LogWarn("preempted after step {}: snapshot {} written; run the same command again to "
+                                "continue", goal->state().step, goal->last_snapshot());
     dist.Shutdown();
     return kExitPreempted;
   }
@@ -476,15 +488,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
     goal->Finish();
     result.goal = DescribeGoal(*goal, start, train->BatchesPerEpoch());
   }
-  if (run.info.real && config.eval) {  // made now, so its prefetching cannot slow the timed steps
-    {
-      CpuDeviceScope host(-1);
-      test = MakeTestSource(run.spec, dist.rank, dist.world);
-    }
-    const EvalResult tested = Evaluate(*strategy, test.get(), dist, config.eval_batches);
-    result.accuracy = tested.accuracy;
-    result.test_loss = tested.loss;
-  }
+  if (run.info.real && config.eval) EvaluateTestSet(run, *strategy, dist, &result);
   CollectFigures(run, sections, *strategy, dist, &result);
   result.trace_file = trace::Finish(config.trace, dist, config.command);
   dist.Shutdown();

@@ -104,7 +104,7 @@ def workload(row):
     return (experiment(row),) + tuple(row.get(k, "") for k in WORKLOAD)
 
 
-FINGERPRINT = ("git_sha", "torch_version", "cuda_version", "nccl_version", "device_name", "host")
+FINGERPRINT = ("git_sha", "torch_version", "cuda_version", "nccl_version", "driver_version", "device_name", "host")
 
 
 def fingerprint(row):
