@@ -14,6 +14,7 @@
 #include "harness/phase.h"
 #include "harness/training.h"
 #include "strategies/device_workers.h"
+#include "strategies/pipeline_shape.h"
 #include "strategies/schedules.h"
 #include "strategies/split_backward.h"
 #include "strategies/stages.h"
@@ -113,18 +114,20 @@ class PipelineStrategy final : public Strategy {
     config_ = ctx.config;
     timer_ = ctx.timer;
     const int S = static_cast<int>(ctx.devices.size());
-    PipelineSchedule schedule = PipelineSchedule::kGPipe;
-    int V = 1, M = 1;
-    if (pipelined_) {
-      schedule = ParsePipelineSchedule(config_->schedule);
-      if (schedule == PipelineSchedule::kInterleaved) V = config_->virtual_stages > 0 ? config_->virtual_stages : 2;
-      CheckPipelineShape(*config_, S);
-      M = static_cast<int>(config_->chunks);
-    }
-    table_ = BuildPipelineTable(schedule, S, V, M);
+    if (pipelined_ && config_->chunks > 0) CheckPipelineShape(*config_, S);
     model_ = BuildModel(ctx.model, config_->seed, ctx.devices.front());
-    plan_ = ChooseSplit(*config_, model_, S, V, config_->batch_size / M);
-
+    PipelineShape shape;  // mp: one micro-batch, the stages take turns
+    if (pipelined_) {
+      shape = ChoosePipelineShape(*config_, model_, S);
+      LogStagePlan(*config_, model_, shape.plan);
+    } else {
+      shape.schedule = PipelineSchedule::kGPipe;
+      shape.plan = ChooseSplit(*config_, model_, S, 1, config_->batch_size);
+    }
+    schedule_name_ = pipelined_ ? shape.schedule_name : "";
+    table_ = BuildPipelineTable(shape.schedule, S, shape.virtual_stages, shape.micro_batches);
+    plan_ = std::move(shape.plan);
+    const int M = shape.micro_batches;
     auto unit = model_->units()->begin();
     for (int c = 0; c < table_.chunks(); ++c) {
       chunks_.push_back(std::make_unique<Chunk>(ctx.devices[table_.DeviceOf(c)], M));
@@ -252,10 +255,10 @@ class PipelineStrategy final : public Strategy {
     extras["stage_time_ms"] = Joined(plan_.stage_ms, "{:.2f}");
     extras["chunks"] = std::to_string(M);
     if (pipelined_) {
-      extras["schedule"] = config_->schedule;
+      extras["schedule"] = schedule_name_;
       extras["virtual_stages"] = std::to_string(V);
     }
-    const bool split_backward = config_->schedule == "zero-bubble" && pipelined_;
+    const bool split_backward = schedule_name_ == "zero-bubble";
     if (!split_backward) extras["bubble_theory"] = fmt::format("{:.4f}", TheoreticalBubble(S, V, M));
     if (timed_steps_ > 0 && wall_ms_ > 0) {
       std::vector<double> busy, act_mb;
@@ -411,6 +414,7 @@ class PipelineStrategy final : public Strategy {
   }
 
   bool pipelined_;
+  std::string schedule_name_;  // pmp: the schedule run (given or chosen)
   const RunConfig* config_ = nullptr;
   PhaseTimer* timer_ = nullptr;
   PipelineTable table_;
