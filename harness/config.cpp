@@ -297,7 +297,7 @@ void ValidateConfig(const RunConfig& c) {
   CheckLabel("--entry", c.entry);
   CheckMember("--zero-reduce", c.zero_reduce, {"reduce-scatter", "all-reduce"});
   CheckMember("--balance", c.balance, {"time", "params"});
-  CheckAtLeast("--chunks", c.chunks, int64_t{1});
+  if (c.given.count("--chunks")) CheckAtLeast("--chunks", c.chunks, int64_t{1});
   CheckMember("--schedule", c.schedule, {"gpipe", "1f1b", "interleaved", "zero-bubble"});
   CheckAtLeast("--virtual-stages", c.virtual_stages, int64_t{0});
   if (c.virtual_stages > 0 && c.schedule != "interleaved")
@@ -393,7 +393,7 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--zero-reduce", c.zero_reduce, "zero1|zero2|zero3: reduce-scatter|all-reduce");
   app.add_option("--balance", c.balance, "mp/pmp: time (measured forward+backward per unit)|params");
   app.add_option("--split", c.split, "mp/pmp: units per stage, e.g. 4,6");
-  app.add_option("--chunks", c.chunks, "pmp: micro-batches per batch");
+  app.add_option("--chunks", c.chunks, "pmp: micro-batches per batch (default: chosen by predicted step time)");
   app.add_option("--schedule", c.schedule, "pmp: gpipe|1f1b|interleaved|zero-bubble");
   app.add_option("--virtual-stages", c.virtual_stages, "pmp --schedule=interleaved: model chunks per device (default 2)");
   try {

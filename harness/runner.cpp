@@ -19,6 +19,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "harness/context.h"
 #include "harness/cuda_support.h"
@@ -35,6 +36,7 @@
 #include "harness/trace.h"
 #include "harness/training.h"
 #include "strategies/registry.h"
+#include "strategies/schedules.h"
 
 namespace ddpbench {
 
@@ -237,21 +239,30 @@ std::string EpochCsvPath(const RunConfig& config, const DistContext& dist) {
   return fmt::format("{}-epochs-{}-{}gpu-{}.csv", stem, config.strategy, config.gpus, stamp);
 }
 
-// The newest intact snapshot of this configuration (collective), or none.
-// A pipeline's split is measured at set-up (--balance=time) and may come out
-// otherwise on a restart, so a snapshot's split is the resumed run's --split.
+// The integers of a small int64 snapshot tensor.
+std::vector<int64_t> Ints(const torch::Tensor& t) {
+  const auto v = t.to(torch::kLong).contiguous();
+  return std::vector<int64_t>(v.data_ptr<int64_t>(), v.data_ptr<int64_t>() + v.numel());
+}
+
+// The newest intact snapshot of this configuration (collective), or none. A
+// pipeline's split and shape are measured at set-up (--balance=time, pmp
+// without --chunks) and may come out otherwise on a restart, so the
+// snapshot's become the resumed run's --split, --chunks, --schedule and
+// --virtual-stages.
 std::optional<SnapshotStore::Loaded> FindSnapshot(SnapshotStore* store, DistContext& dist, RunConfig* config) {
   if (!store) return std::nullopt;
   auto loaded = store->LoadNewest(dist);
   if (!loaded && config->resume)
     throw ConfigError(fmt::format("--resume: {}; leave --resume out to start afresh", store->WhyNothing()));
   if (!loaded) return loaded;
-  const auto split = loaded->tensors.find("meta.split");
-  if (split != loaded->tensors.end()) {
-    std::string text;
-    const auto units = split->second.to(torch::kLong).contiguous();
-    for (int64_t i = 0; i < units.numel(); ++i) text += (i ? "," : "") + std::to_string(units.data_ptr<int64_t>()[i]);
-    config->split = text;
+  const auto& t = loaded->tensors;
+  if (t.count("meta.split")) config->split = fmt::format("{}", fmt::join(Ints(t.at("meta.split")), ","));
+  if (t.count("meta.shape")) {
+    const auto shape = Ints(t.at("meta.shape"));  // micro-batches, chunks per device, schedule
+    config->chunks = shape.at(0);
+    config->schedule = PipelineScheduleName(static_cast<PipelineSchedule>(shape.at(2)));
+    config->virtual_stages = config->schedule == "interleaved" ? shape.at(1) : 0;
   }
   return loaded;
 }

@@ -15,6 +15,7 @@
 #include "harness/trace.h"
 #include "harness/training.h"
 #include "strategies/device_workers.h"
+#include "strategies/pipeline_shape.h"
 #include "strategies/schedules.h"
 #include "strategies/split_backward.h"
 #include "strategies/stages.h"
@@ -131,18 +132,20 @@ class PipelineStrategy final : public Strategy {
     config_ = ctx.config;
     timer_ = ctx.timer;
     const int S = static_cast<int>(ctx.devices.size());
-    PipelineSchedule schedule = PipelineSchedule::kGPipe;
-    int V = 1, M = 1;
-    if (pipelined_) {
-      schedule = ParsePipelineSchedule(config_->schedule);
-      if (schedule == PipelineSchedule::kInterleaved) V = config_->virtual_stages > 0 ? config_->virtual_stages : 2;
-      CheckPipelineShape(*config_, S);
-      M = static_cast<int>(config_->chunks);
-    }
-    table_ = BuildPipelineTable(schedule, S, V, M);
+    if (pipelined_ && config_->chunks > 0) CheckPipelineShape(*config_, S);
     model_ = BuildModel(ctx.model, config_->seed, ctx.devices.front());
-    plan_ = ChooseSplit(*config_, model_, S, V, config_->batch_size / M);
-
+    PipelineShape shape;  // mp: one micro-batch, the stages take turns
+    if (pipelined_) {
+      shape = ChoosePipelineShape(*config_, model_, S);
+      LogStagePlan(*config_, model_, shape.plan);
+    } else {
+      shape.schedule = PipelineSchedule::kGPipe;
+      shape.plan = ChooseSplit(*config_, model_, S, 1, config_->batch_size);
+    }
+    schedule_name_ = pipelined_ ? shape.schedule_name : "";
+    table_ = BuildPipelineTable(shape.schedule, S, shape.virtual_stages, shape.micro_batches);
+    plan_ = std::move(shape.plan);
+    const int M = shape.micro_batches;
     auto unit = model_->units()->begin();
     for (int c = 0; c < table_.chunks(); ++c) {
       chunks_.push_back(std::make_unique<Chunk>(ctx.devices[table_.DeviceOf(c)], M));
@@ -267,13 +270,15 @@ class PipelineStrategy final : public Strategy {
   // The whole model by its own names (each tensor on its chunk's device),
   // every device's optimizer state by parameter name, the loss scale (the
   // same on every device: each takes the same skip-or-step decision) and
-  // the split as "meta.split": a resumed run must cut the model the same way.
+  // the split as "meta.split" and (pmp) the shape as "meta.shape": a resumed
+  // run must cut and schedule the model the same way.
   TensorMap SaveState() override {
     TensorMap state;
     SaveModule(state, "model.", *model_);
     for (auto& dev : devices_) SaveOptimizer(state, "optim.", *dev->optimizer, ParameterNames(*dev->optimizer, *model_));
     devices_.front()->scaler->Save(state, "scaler.");
     state["meta.split"] = SplitTensor();
+    if (pipelined_) state["meta.shape"] = ShapeTensor();
     return state;
   }
 
@@ -282,6 +287,10 @@ class PipelineStrategy final : public Strategy {
     reader.TakeEqual("meta.split", SplitTensor(),
                      "units per stage: --balance=time measures the split at every start; pass the saved "
                      "split as --split to cut the model as the saved run did");
+    if (pipelined_)
+      reader.TakeEqual("meta.shape", ShapeTensor(),
+                       "micro-batches, chunks per device, schedule: pmp chooses its shape at every start when "
+                       "--chunks is not given; pass the saved ones");
     reader.LoadModule("model.", *model_);  // copies on this thread's streams: done before the workers go on
     for (auto& dev : devices_) WaitForCurrentStream(dev->device);
     // Each device's optimizer state is made in its own thread (a CPU logical
@@ -303,10 +312,10 @@ class PipelineStrategy final : public Strategy {
     extras["stage_time_ms"] = Joined(plan_.stage_ms, "{:.2f}");
     extras["chunks"] = std::to_string(M);
     if (pipelined_) {
-      extras["schedule"] = config_->schedule;
+      extras["schedule"] = schedule_name_;
       extras["virtual_stages"] = std::to_string(V);
     }
-    const bool split_backward = config_->schedule == "zero-bubble" && pipelined_;
+    const bool split_backward = schedule_name_ == "zero-bubble";
     if (!split_backward) extras["bubble_theory"] = fmt::format("{:.4f}", TheoreticalBubble(S, V, M));
     if (timed_steps_ > 0 && wall_ms_ > 0) {
       std::vector<double> busy, act_mb;
@@ -393,6 +402,12 @@ class PipelineStrategy final : public Strategy {
   torch::Tensor SplitTensor() const {
     return torch::tensor(std::vector<int64_t>(plan_.counts.begin(), plan_.counts.end()), torch::kLong);
   }
+  // [micro-batches, chunks per device, schedule] (PipelineSchedule's value).
+  torch::Tensor ShapeTensor() const {
+    return torch::tensor({static_cast<int64_t>(table_.micro_batches), static_cast<int64_t>(table_.virtual_stages),
+                          static_cast<int64_t>(ParsePipelineSchedule(schedule_name_))}, torch::kLong);
+  }
+
 
   // Device d's part of one step, in its worker thread: its row of the
   // schedule table, then its optimizer step (fp16: the unscale; the step
@@ -469,6 +484,7 @@ class PipelineStrategy final : public Strategy {
   }
 
   bool pipelined_;
+  std::string schedule_name_;  // pmp: the schedule run (given or chosen)
   const RunConfig* config_ = nullptr;
   PhaseTimer* timer_ = nullptr;
   PipelineTable table_;

@@ -39,6 +39,16 @@ PipelineSchedule ParsePipelineSchedule(const std::string& name) {
                                 name));
 }
 
+std::string PipelineScheduleName(PipelineSchedule schedule) {
+  switch (schedule) {
+    case PipelineSchedule::kGPipe: return "gpipe";
+    case PipelineSchedule::k1F1B: return "1f1b";
+    case PipelineSchedule::kInterleaved: return "interleaved";
+    case PipelineSchedule::kZeroBubble: return "zero-bubble";
+  }
+  return "";
+}
+
 PipelineTable GPipeTable(int devices, int micro_batches) {
   PipelineTable t = EmptyTable(devices, 1, micro_batches);
   for (int s = 0; s < devices; ++s) {

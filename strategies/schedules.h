@@ -41,6 +41,8 @@ struct PipelineTable {
 enum class PipelineSchedule { kGPipe, k1F1B, kInterleaved, kZeroBubble };
 // gpipe|1f1b|interleaved|zero-bubble; ConfigError otherwise.
 PipelineSchedule ParsePipelineSchedule(const std::string& name);
+// The --schedule name of `schedule` (the inverse of ParsePipelineSchedule).
+std::string PipelineScheduleName(PipelineSchedule schedule);
 
 // All forwards, then all backwards (last micro-batch first).
 PipelineTable GPipeTable(int devices, int micro_batches);

@@ -36,6 +36,10 @@ int64_t RunImageSize(const RunConfig& config) {
   return DescribeDataset(spec).height;
 }
 
+// --split, checked against devices x virtual_stages stages.
+std::vector<int> GivenSplit(const RunConfig& config, const std::vector<std::string>& names, int devices,
+                            int virtual_stages);
+
 }  // namespace
 
 std::vector<int> BalanceSplit(const std::vector<double>& costs, int parts) {
@@ -126,12 +130,17 @@ std::string DescribeSplit(const std::vector<int>& counts, const std::vector<std:
   return fmt::format("{}", fmt::join(stages, " | "));
 }
 
-std::vector<double> MeasureUnitTimes(const ResNet& model, const torch::Tensor& sample, int repeats) {
+std::vector<double> MeasureUnitTimes(const ResNet& model, const torch::Tensor& sample, int repeats,
+                                     std::vector<double>* forward_ms) {
   auto copy = std::dynamic_pointer_cast<ResNetImpl>(model->clone());
   copy->train();
   const torch::Device device = sample.device();
   const size_t n = copy->unit_names().size();
-  std::vector<double> best(n, std::numeric_limits<double>::infinity());
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::vector<double> best(n, kInf), best_forward(n, kInf);
+  auto since = [](std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
   for (int round = 0; round <= repeats; ++round) {  // round 0 warms up
     torch::Tensor x = sample;
     size_t u = 0;
@@ -140,14 +149,19 @@ std::vector<double> MeasureUnitTimes(const ResNet& model, const torch::Tensor& s
       auto t0 = std::chrono::steady_clock::now();
       torch::Tensor in = u == 0 ? x : x.detach().requires_grad_();
       torch::Tensor y = unit.forward(in);
+      WaitForCurrentStream(device);
+      const double forward = since(t0);
       y.backward(torch::ones_like(y));
       WaitForCurrentStream(device);
-      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      if (round > 0) best[u] = std::min(best[u], ms);
+      if (round > 0) {
+        best[u] = std::min(best[u], since(t0));
+        best_forward[u] = std::min(best_forward[u], forward);
+      }
       x = y.detach();
       ++u;
     }
   }
+  if (forward_ms) *forward_ms = best_forward;
   return best;
 }
 
@@ -163,41 +177,54 @@ std::vector<double> StageTimes(const std::vector<int>& counts, const std::vector
   return stage_ms;
 }
 
-StagePlan ChooseSplit(const RunConfig& config, const ResNet& model, int devices, int virtual_stages,
-                      int64_t sample_batch) {
-  const auto& names = model->unit_names();
-  CheckStageCount(config.strategy, devices, names, virtual_stages);
-  const int stages = devices * virtual_stages;
+namespace {
+std::vector<int> GivenSplit(const RunConfig& config, const std::vector<std::string>& names, int devices,
+                            int virtual_stages) {
+  const std::string from = virtual_stages > 1
+      ? fmt::format("--gpus={} x --virtual-stages={}", devices, virtual_stages) : "";
+  return ParseSplit(config.split, devices * virtual_stages, names, from);
+}
+}  // namespace
+
+UnitTimes MeasureUnits(const RunConfig& config, const ResNet& model, int64_t sample_batch) {
   const torch::Device device = model->parameters().front().device();
   const int64_t size = RunImageSize(config);
   auto generator = at::make_generator<at::CPUGeneratorImpl>(config.seed);
   auto sample = torch::randn({sample_batch, model->options().in_channels, size, size}, generator)
                     .to(device, model->options().dtype);
-  std::vector<int> counts;
-  std::string how;
-  if (!config.split.empty()) {
-    const std::string from = virtual_stages > 1
-        ? fmt::format("--gpus={} x --virtual-stages={}", devices, virtual_stages) : "";
-    counts = ParseSplit(config.split, stages, names, from);
-    how = "--split";
-  }
-  const auto unit_ms = MeasureUnitTimes(model, sample);
+  UnitTimes t;
+  t.total_ms = MeasureUnitTimes(model, sample, 3, &t.forward_ms);
   std::vector<std::string> shown;
-  for (double t : unit_ms) shown.push_back(fmt::format("{:.2f}", t));
+  for (double ms : t.total_ms) shown.push_back(fmt::format("{:.2f}", ms));
   LogInfo("unit forward+backward ms on a batch of {}: {}", sample_batch, fmt::join(shown, " "));
-  if (counts.empty() && config.balance == "time") {
-    counts = BalanceSplit(unit_ms, stages);
-    how = "balanced by measured time";
-  } else if (counts.empty()) {
+  return t;
+}
+
+StagePlan PlanStages(const RunConfig& config, const ResNet& model, int devices, int virtual_stages,
+                     const UnitTimes& measured) {
+  const auto& names = model->unit_names();
+  CheckStageCount(config.strategy, devices, names, virtual_stages);
+  const int stages = devices * virtual_stages;
+  std::vector<int> counts;
+  if (!config.split.empty()) {
+    counts = GivenSplit(config, names, devices, virtual_stages);
+  } else if (config.balance == "time") {
+    counts = BalanceSplit(measured.total_ms, stages);
+  } else {
     auto unit_params = model->UnitParameterCounts();
     counts = BalanceSplit(std::vector<double>(unit_params.begin(), unit_params.end()), stages);
-    how = "balanced by parameter count";
   }
-  StagePlan plan{counts, StageTimes(counts, unit_ms), unit_ms};
+  return {counts, StageTimes(counts, measured.total_ms), measured.total_ms, measured.forward_ms};
+}
+
+void LogStagePlan(const RunConfig& config, const ResNet& model, const StagePlan& plan) {
+  const char* how = !config.split.empty()       ? "--split"
+                    : config.balance == "time" ? "balanced by measured time"
+                                               : "balanced by parameter count";
   const std::vector<int64_t> params = model->UnitParameterCounts();
   std::vector<int64_t> per_stage;
   size_t first = 0;
-  for (int c : counts) {
+  for (int c : plan.counts) {
     per_stage.push_back(0);
     for (int i = 0; i < c; ++i) per_stage.back() += params[first + i];
     first += c;
@@ -205,7 +232,16 @@ StagePlan ChooseSplit(const RunConfig& config, const ResNet& model, int devices,
   std::vector<std::string> ms;
   for (double t : plan.stage_ms) ms.push_back(fmt::format("{:.2f}", t));
   LogInfo("{} split ({}): {} = {} units, {} parameters, {} ms forward+backward", config.strategy, how,
-          DescribeSplit(counts, names), SplitCounts(counts), fmt::join(per_stage, "/"), fmt::join(ms, "/"));
+          DescribeSplit(plan.counts, model->unit_names()), SplitCounts(plan.counts), fmt::join(per_stage, "/"),
+          fmt::join(ms, "/"));
+}
+
+StagePlan ChooseSplit(const RunConfig& config, const ResNet& model, int devices, int virtual_stages,
+                      int64_t sample_batch) {
+  CheckStageCount(config.strategy, devices, model->unit_names(), virtual_stages);
+  if (!config.split.empty()) GivenSplit(config, model->unit_names(), devices, virtual_stages);  // before measuring
+  StagePlan plan = PlanStages(config, model, devices, virtual_stages, MeasureUnits(config, model, sample_batch));
+  LogStagePlan(config, model, plan);
   return plan;
 }
 

@@ -41,8 +41,16 @@ std::string DescribeSplit(const std::vector<int>& counts, const std::vector<std:
 // Milliseconds of forward + backward of each unit of `model` on `sample`
 // (on the model's device, in the calling thread): the minimum over
 // `repeats` rounds after one untimed round. The model is not changed (it
-// times a clone).
-std::vector<double> MeasureUnitTimes(const ResNet& model, const torch::Tensor& sample, int repeats = 3);
+// times a clone). `forward_ms`, if given, receives the forward part alone.
+std::vector<double> MeasureUnitTimes(const ResNet& model, const torch::Tensor& sample, int repeats = 3,
+                                     std::vector<double>* forward_ms = nullptr);
+
+// Each unit's forward+backward and forward ms on a batch of `sample_batch`
+// images of the run's shape (MeasureUnitTimes); logged.
+struct UnitTimes {
+  std::vector<double> total_ms, forward_ms;
+};
+UnitTimes MeasureUnits(const RunConfig& config, const ResNet& model, int64_t sample_batch);
 
 // Forward+backward ms of each stage: the sums of `unit_ms` over `counts`.
 std::vector<double> StageTimes(const std::vector<int>& counts, const std::vector<double>& unit_ms);
@@ -51,13 +59,23 @@ struct StagePlan {
   std::vector<int> counts;        // units per stage
   std::vector<double> stage_ms;   // measured forward+backward ms per stage (one micro-batch)
   std::vector<double> unit_ms;    // the same per unit
+  std::vector<double> unit_forward_ms;  // the forward part of unit_ms
 };
+
+// The split of `measured` units into devices x virtual_stages stages:
+// --split if given, else balanced by --balance (time or parameter count).
+// Pure: no measuring, no logging.
+StagePlan PlanStages(const RunConfig& config, const ResNet& model, int devices, int virtual_stages,
+                     const UnitTimes& measured);
+// Logs a plan: which units go where, parameters and ms per stage.
+void LogStagePlan(const RunConfig& config, const ResNet& model, const StagePlan& plan);
 
 // The split of a run into devices x virtual_stages stages: --split if given,
 // else balanced by MeasureUnitTimes on a batch of `sample_batch` images of
 // the run's shape (--balance=time, the default: the slowest stage as fast as
 // possible) or by parameter count (--balance=params). Each stage's time is
-// measured either way. Logs the split and the stage times.
+// measured either way. Logs the split and the stage times. (MeasureUnits,
+// PlanStages and LogStagePlan in one.)
 StagePlan ChooseSplit(const RunConfig& config, const ResNet& model, int devices, int virtual_stages,
                       int64_t sample_batch);
 

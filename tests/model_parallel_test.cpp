@@ -27,6 +27,7 @@
 #include "harness/results.h"
 #include "harness/training.h"
 #include "strategies/device_workers.h"
+#include "strategies/pipeline_shape.h"
 #include "strategies/registry.h"
 #include "strategies/schedules.h"
 #include "strategies/split_backward.h"
@@ -46,6 +47,15 @@ const std::vector<std::string>& Resnet18Units() {
     return ResNet(o)->unit_names();
   }();
   return names;
+}
+
+// ResNet-18 of width 4 for 16 px images, 10 classes.
+ResNet TinyResNet() {
+  ResNetOptions o;
+  o.width = 4;
+  o.small_input = true;
+  o.num_classes = 10;
+  return ResNet(o);
 }
 
 std::string ErrorOf(const std::function<void()>& fn) {
@@ -172,11 +182,7 @@ TEST(Split, TimeBalanceIsTheBestSplitOfTheMeasuredTimes) {
   RunConfig config;
   config.strategy = "pmp";
   config.image_size = 16;
-  ResNetOptions o;
-  o.width = 4;
-  o.small_input = true;
-  o.num_classes = 10;
-  ResNet model(o);
+  ResNet model = TinyResNet();
   EXPECT_EQ(config.balance, "time");
   for (int V : {1, 2}) {
     StagePlan plan = ChooseSplit(config, model, 2, V, 4);
@@ -338,6 +344,54 @@ TEST(Schedule, TheoreticalBubble) {
   EXPECT_EQ(ParsePipelineSchedule("1f1b"), PipelineSchedule::k1F1B);
   EXPECT_EQ(ParsePipelineSchedule("zero-bubble"), PipelineSchedule::kZeroBubble);
   EXPECT_NE(ErrorOf([] { ParsePipelineSchedule("zb"); }).find("--schedule=zb"), std::string::npos);
+}
+
+// Without --chunks pmp costs each (micro-batch count, schedule) by its table
+// simulated with the units' times at that micro-batch size.
+TEST(PipelineShape, CandidatesAndPrediction) {
+  EXPECT_EQ(MicroBatchCandidates(32, 2), (std::vector<int>{2, 4, 8, 16, 32}));
+  EXPECT_EQ(MicroBatchCandidates(12, 3), (std::vector<int>{3, 4, 6, 12}));
+  EXPECT_EQ(MicroBatchCandidates(1, 2), (std::vector<int>{1}));
+  // Four equal units (forward 1, backward 2) on 2 devices, 2 micro-batches:
+  // 1F1B runs (M+S-1) x 6 = 18; interleaved with 4 chunks of 1 unit runs
+  // (V*M+S-1) x 3 = 15.
+  StagePlan plan{{2, 2}, {6, 6}, {3, 3, 3, 3}, {1, 1, 1, 1}};
+  EXPECT_DOUBLE_EQ(PredictStepMs(OneFOneBTable(2, 2), plan), 18);
+  StagePlan four{{1, 1, 1, 1}, {3, 3, 3, 3}, {3, 3, 3, 3}, {1, 1, 1, 1}};
+  EXPECT_DOUBLE_EQ(PredictStepMs(InterleavedTable(2, 2, 2), four), 15);
+}
+
+TEST(PipelineShape, GivenFlagsAreKeptTheRestChosen) {
+  RunConfig config;
+  config.strategy = "pmp";
+  config.image_size = 16;
+  config.batch_size = 8;
+  ResNet model = TinyResNet();
+  // Nothing given: some shape the batch allows, with its measured split.
+  PipelineShape open = ChoosePipelineShape(config, model, 2);
+  EXPECT_EQ(8 % open.micro_batches, 0);
+  EXPECT_GE(open.micro_batches, 2);
+  EXPECT_EQ(open.plan.counts.size(), 2u * open.virtual_stages);
+  EXPECT_GT(open.predicted_ms, 0);
+  if (open.schedule == PipelineSchedule::kInterleaved) EXPECT_EQ(open.micro_batches % 2, 0);
+  else EXPECT_EQ(open.schedule, PipelineSchedule::k1F1B);
+  // --chunks given: that count with the configured schedule.
+  config.chunks = 4;
+  config.schedule = "gpipe";
+  PipelineShape fixed = ChoosePipelineShape(config, model, 2);
+  EXPECT_EQ(fixed.micro_batches, 4);
+  EXPECT_EQ(fixed.schedule_name, "gpipe");
+  EXPECT_EQ(fixed.virtual_stages, 1);
+  // --schedule given without --chunks: a count that schedule accepts.
+  config.chunks = 0;
+  config.schedule = "zero-bubble";
+  config.given["--schedule"] = "zero-bubble";
+  PipelineShape zb = ChoosePipelineShape(config, model, 2);
+  EXPECT_EQ(zb.schedule, PipelineSchedule::kZeroBubble);
+  EXPECT_GE(zb.micro_batches, 2);
+  config.batch_size = 1;
+  EXPECT_NE(ErrorOf([&] { ChoosePipelineShape(config, model, 2); }).find("--batch-size=1 is too small"),
+            std::string::npos);
 }
 
 // B then W adds the same gradients as one backward, and B's input gradient
@@ -647,6 +701,16 @@ TEST(Row, PmpRecordsSplitScheduleAndBubble) {
     EXPECT_NE(r.output.find("pmp split (balanced by parameter count): stem..layer4.0 | layer4.1..head = 8,2"),
               std::string::npos) << r.output;
   }
+}
+
+TEST(Row, PmpWithoutChunksRecordsTheChosenShape) {
+  auto r = RunRow("--strategy=pmp --gpus=2 --batch-size=8");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const int M = std::stoi(r.row.at("chunks"));
+  EXPECT_EQ(8 % M, 0);
+  EXPECT_TRUE(r.row.at("schedule") == "1f1b" || r.row.at("schedule") == "interleaved") << r.row.at("schedule");
+  EXPECT_EQ(Numbers(r.row.at("stage_time_ms")).size(), 2u * std::stoul(r.row.at("virtual_stages")));
+  EXPECT_NE(r.output.find("pmp shape: --chunks=2 --schedule=1f1b"), std::string::npos) << r.output;
 }
 
 TEST(Row, MpRecordsTheSplitUsedAndDpTheGlobalBatch) {

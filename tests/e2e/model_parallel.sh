@@ -23,7 +23,8 @@ COMMON=(--device=cpu --small-input --width=8 --image-size=16 --num-classes=10 --
 "$BIN" --strategy=pmp --gpus=2 $OVER "${COMMON[@]}" --batch-size=16 --chunks=4 --schedule=gpipe --balance=params --verify
 "$BIN" --strategy=pmp --gpus=2 $OVER "${COMMON[@]}" --batch-size=16 --chunks=4 --schedule=1f1b --balance=params --verify
 "$BIN" --strategy=pmp --gpus=2 $OVER "${COMMON[@]}" --batch-size=16 --chunks=2 --split=5,5 --balance=time
-# Defaults (time-balanced split, 1f1b), then every schedule x optimizer on 2
+# Defaults (time-balanced split; micro-batches and schedule chosen by predicted
+# step time), then every schedule x optimizer on 2
 # and 3 devices against single in float64.
 "$BIN" --strategy=pmp --gpus=2 $OVER "${COMMON[@]}" --batch-size=16 --verify
 PAR=(--device=cpu --small-input --width=8 --image-size=16 --num-classes=10 --steps=2 --warmup=0 --progress=off
@@ -66,10 +67,13 @@ for r, sched in ((gpipe, "gpipe"), (f1b, "1f1b")):
 # --split wins over --balance; the row records the split used.
 assert explicit["split"] == "5,5" and explicit["chunks"] == "2", explicit
 assert abs(float(explicit["bubble_theory"]) - 1 / 3) < 1e-4, explicit
-# Defaults: split by measured time, 1f1b; each stage's measured time and peak activations recorded.
-assert default["schedule"] == "1f1b" and len(default["split"].split(",")) == 2, default
+# Defaults: split by measured time, 1f1b or interleaved at a chosen micro-batch count; each stage's measured
+# time and peak activations recorded.
+V = int(default["virtual_stages"])
+assert default["schedule"] in ("1f1b", "interleaved") and len(default["split"].split(",")) == 2 * V, default
+assert 16 % int(default["chunks"]) == 0, default
 for r in (default, gpipe, f1b, mp):
-    assert len(r["stage_time_ms"].split("/")) == 2 and all(float(x) > 0 for x in r["stage_time_ms"].split("/")), r
+    assert len(r["stage_time_ms"].split("/")) == len(r["split"].split(",")) and all(float(x) > 0 for x in r["stage_time_ms"].split("/")), r
     assert all(float(x) > 0 for x in r["activation_peak_mb"].split("/")), r["activation_peak_mb"]
 # Every schedule x optimizer x 2/3 devices: parity with single in float64.
 par = list(csv.DictReader(open(sys.argv[1].replace("r.csv", "parity.csv"))))

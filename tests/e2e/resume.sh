@@ -90,7 +90,7 @@ kill_and_resume() {
 kill_and_resume single --strategy=single
 kill_and_resume ddp --strategy=ddp --gpus=2
 kill_and_resume zero1 --strategy=zero1 --gpus=2
-kill_and_resume pmp --strategy=pmp --gpus=2 --chunks=2 --oversubscribe
+kill_and_resume pmp --strategy=pmp --gpus=2 --oversubscribe  # shape (chunks, schedule) chosen at set-up
 
 "$PY" - "$TMP/r.csv" <<'PYEOF'
 import csv, sys

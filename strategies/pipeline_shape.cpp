@@ -1,0 +1,122 @@
+#include "strategies/pipeline_shape.h"
+
+#include <algorithm>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "harness/config.h"
+#include "harness/log.h"
+
+namespace ddpbench {
+namespace {
+
+constexpr double kMargin = 0.05;
+
+struct Candidate {
+  PipelineSchedule schedule;
+  std::string name;
+  int virtual_stages;
+};
+
+// The schedules to cost at `micro_batches`: the given one (--chunks or
+// --schedule given: the configured schedule), or 1f1b and interleaved with
+// every V the model's units allow (at least one unit per chunk; micro-batches
+// in groups of the device count). A given --split fixes the chunk count.
+std::vector<Candidate> ScheduleCandidates(const RunConfig& config, int devices, int micro_batches, int units) {
+  std::vector<Candidate> all;
+  if (config.given.count("--schedule") > 0 || config.chunks > 0) {
+    const PipelineSchedule s = ParsePipelineSchedule(config.schedule);
+    const bool interleaved = s == PipelineSchedule::kInterleaved;
+    const int V = !interleaved ? 1 : config.virtual_stages > 0 ? static_cast<int>(config.virtual_stages) : 2;
+    all.push_back({s, config.schedule, V});
+  } else {
+    all.push_back({PipelineSchedule::k1F1B, "1f1b", 1});
+    for (int V = 2; V * devices <= units; ++V) all.push_back({PipelineSchedule::kInterleaved, "interleaved", V});
+  }
+  const int split_stages = config.split.empty() ? 0 : 1 + static_cast<int>(std::count(config.split.begin(),
+                                                                                      config.split.end(), ','));
+  std::vector<Candidate> out;
+  for (const Candidate& c : all) {
+    if (c.schedule == PipelineSchedule::kInterleaved && micro_batches % devices != 0) continue;
+    if (c.schedule == PipelineSchedule::kZeroBubble && micro_batches < devices) continue;
+    if (split_stages > 0 && split_stages != c.virtual_stages * devices && all.size() > 1) continue;
+    out.push_back(c);
+  }
+  return out;
+}
+
+// The given flags checked before anything is measured: the stage count and
+// --split against the model (ConfigError otherwise).
+void CheckGivenShape(const RunConfig& config, const ResNet& model, int devices) {
+  const auto candidates = ScheduleCandidates(config, devices, devices, static_cast<int>(model->unit_names().size()));
+  const int V = candidates.size() == 1 ? candidates.front().virtual_stages : 1;
+  CheckStageCount(config.strategy, devices, model->unit_names(), V);
+  if (!config.split.empty() && candidates.size() <= 1)
+    ParseSplit(config.split, devices * V, model->unit_names(),
+               V > 1 ? fmt::format("--gpus={} x --virtual-stages={}", devices, V) : "");
+}
+
+}  // namespace
+
+double PredictStepMs(const PipelineTable& table, const StagePlan& plan) {
+  ChunkTimes times;
+  const std::vector<double> forward = StageTimes(plan.counts, plan.unit_forward_ms);
+  for (size_t c = 0; c < plan.counts.size(); ++c) {
+    const double backward = std::max(0.0, plan.stage_ms[c] - forward[c]);
+    times.forward.push_back(forward[c]);
+    times.backward_input.push_back(c == 0 ? 0.0 : backward / 2);
+    times.backward_weight.push_back(c == 0 ? backward : backward / 2);
+  }
+  const PipelineSimulation sim = SimulatePipeline(table, times);
+  return sim.deadlock ? std::numeric_limits<double>::infinity() : sim.makespan;
+}
+
+std::vector<int> MicroBatchCandidates(int64_t batch_size, int devices) {
+  std::vector<int> out;
+  for (int64_t m = std::min<int64_t>(devices, batch_size); m <= batch_size; ++m)
+    if (batch_size % m == 0) out.push_back(static_cast<int>(m));
+  return out;
+}
+
+PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, int devices) {
+  CheckGivenShape(config, model, devices);
+  const int units = static_cast<int>(model->unit_names().size());
+  const bool open = config.chunks <= 0 || config.given.count("--schedule") == 0;
+  std::vector<int> counts = config.chunks > 0 ? std::vector<int>{static_cast<int>(config.chunks)}
+                                              : MicroBatchCandidates(config.batch_size, devices);
+  PipelineShape best;
+  best.predicted_ms = std::numeric_limits<double>::infinity();
+  for (int M : counts) {
+    const auto candidates = ScheduleCandidates(config, devices, M, units);
+    if (candidates.empty()) continue;
+    const UnitTimes measured = MeasureUnits(config, model, config.batch_size / M);
+    bool improved = false;
+    for (const Candidate& c : candidates) {
+      StagePlan plan = PlanStages(config, model, devices, c.virtual_stages, measured);
+      const double ms = PredictStepMs(BuildPipelineTable(c.schedule, devices, c.virtual_stages, M), plan);
+      if (open)
+        LogInfo("pmp shape: --chunks={} --schedule={}{} split {}: predicted step {:.1f} ms", M, c.name,
+                c.schedule == PipelineSchedule::kInterleaved ? fmt::format(" --virtual-stages={}", c.virtual_stages)
+                                                             : "",
+                SplitCounts(plan.counts), ms);
+      // Candidates come simplest first (fewer micro-batches, fewer chunks);
+      // a more complex one must be predicted clearly faster (kMargin), as
+      // the times it is costed with are noisy and each extra micro-batch
+      // or chunk boundary adds a hand-off the simulation does not count.
+      if (best.plan.counts.empty() || ms < best.predicted_ms * (1 - kMargin)) {
+        best = {c.schedule, c.name, c.virtual_stages, M, std::move(plan), ms};
+        improved = true;
+      }
+    }
+    // More micro-batches cost more per image: once they stop paying, stop.
+    if (!improved) break;
+  }
+  if (best.plan.counts.empty())
+    throw ConfigError(fmt::format("--schedule={}: needs at least {} micro-batches (one per device, in groups of "
+                                  "--gpus={}), but --batch-size={} is too small; accepted: --batch-size>={}",
+                                  config.schedule, devices, devices, config.batch_size, devices));
+  return best;
+}
+
+}  // namespace ddpbench

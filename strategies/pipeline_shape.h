@@ -1,0 +1,47 @@
+// How pmp picks the shape of its pipeline when the user leaves it open:
+// without --chunks, the number of micro-batches, and, unless --schedule is
+// given, the schedule (1f1b, or interleaved with V chunks per device). More
+// micro-batches shrink the bubble, but on a CPU (and for weight-heavy layers
+// on small images anywhere) each micro-batch costs a fixed extra: every
+// layer's weights are read, reordered and their gradients accumulated once
+// per micro-batch, whatever its size. Interleaving shrinks the bubble
+// without more micro-batches. So each candidate is costed with the units'
+// forward and backward times measured at its micro-batch size, its time-
+// balanced split, and its schedule table run on ideal devices
+// (SimulatePipeline); the fastest predicted step wins.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/resnet.h"
+#include "strategies/schedules.h"
+#include "strategies/stages.h"
+
+namespace ddpbench {
+
+struct RunConfig;
+
+struct PipelineShape {
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  std::string schedule_name = "1f1b";
+  int virtual_stages = 1;
+  int micro_batches = 1;
+  StagePlan plan;             // the split, measured at this micro-batch size
+  double predicted_ms = 0;    // the simulated step (0: not simulated)
+};
+
+// The step of `table` on ideal devices with chunk times from `plan` (forward
+// measured; backward = the rest; a split backward's B and W as halves, the
+// first chunk's all W).
+double PredictStepMs(const PipelineTable& table, const StagePlan& plan);
+
+// The micro-batch counts tried when --chunks is not given: divisors of the
+// batch from the device count up (at least 1), in increasing order.
+std::vector<int> MicroBatchCandidates(int64_t batch_size, int devices);
+
+// --chunks, --schedule and --virtual-stages as given, the rest chosen by
+// predicted step time (see above); logs each candidate and the choice.
+PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, int devices);
+
+}  // namespace ddpbench
