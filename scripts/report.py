@@ -93,7 +93,7 @@ def epoch_figures(row):
 
 SCALING_ROWS = [
     ("devices x nodes", R.devices_by_nodes),
-    ("learning rate", lambda r: r.get("lr", "")),
+    ("learning rate", lambda r: lr(r)),
     ("global batch", lambda r: r.get("global_batch", "")),
     ("steps per epoch", lambda r: epoch_figures(r)[0]),
     ("time per epoch (s)", lambda r: epoch_figures(r)[1]),
@@ -137,9 +137,13 @@ def epoch_time(row):
     return R.num(row, "mean_epoch_s")
 
 
+def lr(row):
+    return f"{float(row['lr']):.3g}" if row.get("lr") else ""
+
+
 ANSWER_ROWS = [
     ("devices x nodes", R.devices_by_nodes),
-    ("learning rate", lambda r: r.get("lr", "")),
+    ("learning rate", lr),
     ("global batch", lambda r: r.get("global_batch", "")),
     ("steps per epoch", lambda r: r.get("steps_per_epoch", "")),
     ("mean epoch time (s)", lambda r: r.get("mean_epoch_s", "")),
@@ -181,10 +185,12 @@ def answer_tables(rows):
         budget = f"{float(g['time_budget_s']):g} s budget" if g.get("time_budget_s") else "no budget"
         title = (f"Training to an answer: {g.get('model')} w{g.get('width')}, {g.get('dataset')}, "
                  f"{g.get('per_device_batch')} images per device, {budget}, {R.device_kind(g)}")
-        header = [""] + [f"{R.devices(r)} x {r.get('strategy')}" for r in ordered]
+        header = [""] + [f"{R.devices(r)} x {r.get('strategy')}"
+                         + (" (oversubscribed)" if r.get("oversubscribed") == "true" else "") for r in ordered]
         body = [[name] + [f(r) for r in ordered] for name, f in ANSWER_ROWS[:6]]
         body.append(["scaling efficiency"] + [efficiency(r) for r in ordered])
-        body += [[name] + [f(r) for r in ordered] for name, f in ANSWER_ROWS[6:]]
+        body += [[name] + [f(r) for r in ordered] for name, f in ANSWER_ROWS[6:]
+                 if any(f(r) for r in ordered)]  # e.g. no target: no time-to-target row
         tables.append((title, header, body))
     return tables
 

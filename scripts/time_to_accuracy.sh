@@ -19,7 +19,7 @@ shift $(( $# < 2 ? $# : 2 )); [[ "${1:-}" == "--" ]] && shift
 RANKS="${RANKS:-1 2 4}"
 RUN_ID="${RUN_ID:-seed001-$(date -u +%Y%m%dT%H%M%SZ)}"
 SNAPSHOTS="$(mktemp -d)"; trap 'rm -rf "$SNAPSHOTS"' EXIT
-MODEL=(--dataset=fashion-mnist --model=resnet18 --width=16 --small-input --batch-size=32 --augment
+MODEL=(--dataset=fashion-mnist --model=resnet18 --width=8 --small-input --batch-size=32 --augment
        --optimizer=adam --lr=0.001 --lr-scaling=sqrt --weight-decay=0.0001 --device=cpu --threads-per-device=1)
 for n in $RANKS; do
   strategy=ddp; [[ $n -eq 1 ]] && strategy=single
