@@ -157,6 +157,9 @@ void ValidateAnswerFlags(const RunConfig& c) {
   for (const char* flag : {"--snapshot-every", "--snapshot-keep", "--resume"})
     if (c.given.count(flag) && c.snapshot_dir.empty())
       throw ConfigError(fmt::format("{}: snapshots need --snapshot-dir=DIR", flag));
+  if (c.repeat > 1 && !c.snapshot_dir.empty())
+    throw ConfigError(fmt::format("--repeat={} with --snapshot-dir: repeats time the same steps again, a resumed "
+                                  "run continues one training; use one or the other", c.repeat));
   c.SnapshotEverySteps();
   CheckAtLeast("--snapshot-keep", c.snapshot_keep, int64_t{1});
   if (!c.snapshot_dir.empty() && c.verify)

@@ -181,6 +181,7 @@ TEST(Config, DurationsAndAnswerFlags) {
             std::string::npos);
   EXPECT_NE(ParseError({"--snapshot-dir=/tmp/s", "--snapshot-every=0"}).find("or 'epoch'"), std::string::npos);
   EXPECT_NE(ParseError({"--snapshot-every=5"}).find("snapshots need --snapshot-dir"), std::string::npos);
+  EXPECT_NE(ParseError({"--snapshot-dir=/tmp/s", "--repeat=3"}).find("--repeat=3 with --snapshot-dir"), std::string::npos);
   EXPECT_NE(ParseError({"--dataset=mnist", "--epochs=1", "--repeat=2"}).find("--repeat=2"), std::string::npos);
   EXPECT_NE(ParseError({"--dataset=mnist", "--target-accuracy=0.9", "--val-fraction=0"}).find("validation set"),
             std::string::npos);
