@@ -483,8 +483,8 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   }
   std::unique_ptr<TrainingGoal> goal;
   if (config.TrainsToAnswer() || store) {  // validation, budgets, targets, snapshots between steps
-    goal = std::make_unique<TrainingGoal>(config, dist, *strategy, run.spec, train->BatchesPerEpoch(), start,
-                                          store.get());
+    goal = std::make_unique<TrainingGoal>(config, dist, *strategy, run.spec, train->BatchesPerEpoch(),
+                                          plan.first_step + plan.warmup + plan.timed, start, store.get());
     plan.after_step = [&goal](int64_t done, LossLog& losses) { return goal->AfterStep(done, losses); };
   }
   if (!config.trace.empty()) trace::Start();  // the timeline covers the steps and evaluation

@@ -99,7 +99,8 @@ json ToJson(const LoopState& s) {
                        {"elapsed_s", e.elapsed_s}});
   return {{"step", s.step}, {"elapsed_s", s.elapsed_s}, {"history", history},
           {"time_to_target_s", s.time_to_target_s}, {"steps_to_target", s.steps_to_target},
-          {"epoch_csv", s.epoch_csv}, {"restarts", s.restarts}};
+          {"epoch_csv", s.epoch_csv}, {"restarts", s.restarts}, {"epoch_loss_sum", s.epoch_loss_sum},
+          {"epoch_loss_steps", s.epoch_loss_steps}};
 }
 
 LoopState FromJson(const json& j) {
@@ -114,6 +115,8 @@ LoopState FromJson(const json& j) {
   s.steps_to_target = j.at("steps_to_target").get<int64_t>();
   s.epoch_csv = j.at("epoch_csv").get<std::string>();
   s.restarts = j.at("restarts").get<int64_t>();
+  s.epoch_loss_sum = j.at("epoch_loss_sum").get<double>();
+  s.epoch_loss_steps = j.at("epoch_loss_steps").get<int64_t>();
   return s;
 }
 

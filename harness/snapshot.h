@@ -45,6 +45,10 @@ struct LoopState {
   double time_to_target_s = -1;
   int64_t steps_to_target = -1;
   std::string epoch_csv;       // the run's per-epoch file, kept across restarts
+  // The current epoch's train losses before `step` (a snapshot taken
+  // mid-epoch carries them so the resumed epoch's mean covers every step).
+  double epoch_loss_sum = 0;
+  int64_t epoch_loss_steps = 0;
   int64_t restarts = 0;        // sessions resumed from a snapshot
 };
 

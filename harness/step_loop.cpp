@@ -98,12 +98,14 @@ double LossLog::Read() {
   return last_;
 }
 
-double LossLog::MeanSince(int64_t first) {
+std::pair<double, int64_t> LossLog::SumSince(int64_t first) {
   Read();
+  auto it = read_.end();
+  while (it != read_.begin() && std::prev(it)->first >= first) --it;
   double sum = 0;
   int64_t n = 0;
-  for (auto it = read_.rbegin(); it != read_.rend() && it->first >= first; ++it, ++n) sum += it->second;
-  return n > 0 ? sum / static_cast<double>(n) : std::nan("");
+  for (; it != read_.end(); ++it, ++n) sum += it->second;
+  return {sum, n};
 }
 
 void SynchronizeDevices(const std::vector<torch::Device>& devices) {

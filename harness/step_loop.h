@@ -45,8 +45,9 @@ class LossLog {
   // Reads the pending losses; throws on the first that is not finite.
   // Returns the last one read.
   double Read();
-  // The mean loss of the steps numbered >= first (reads pending ones first).
-  double MeanSince(int64_t first);
+  // The sum and count of the losses of steps numbered >= first (reads
+  // pending ones first), summed in step order.
+  std::pair<double, int64_t> SumSince(int64_t first);
   // Losses of the timed (counted) steps, in order.
   const std::vector<double>& timed() const { return timed_; }
 

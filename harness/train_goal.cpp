@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -42,7 +44,7 @@ void ArmStopSignals() {
 int StopSignalReceived() { return g_stop_signal; }
 
 TrainingGoal::TrainingGoal(const RunConfig& config, DistContext& dist, Strategy& strategy, DataSpec val_spec,
-                           int64_t steps_per_epoch, LoopState state, SnapshotStore* store)
+                           int64_t steps_per_epoch, int64_t last_step, LoopState state, SnapshotStore* store)
     : config_(config),
       dist_(dist),
       strategy_(strategy),
@@ -51,7 +53,9 @@ TrainingGoal::TrainingGoal(const RunConfig& config, DistContext& dist, Strategy&
       state_(std::move(state)),
       store_(store),
       session_start_(std::chrono::steady_clock::now()),
-      elapsed_before_(state_.elapsed_s) {
+      elapsed_before_(state_.elapsed_s),
+      first_step_(state_.step),
+      last_step_(last_step) {
   if (const char* delay = std::getenv("DDPBENCH_TEST_STEP_DELAY_MS")) delay_ms_ = std::atoll(delay);
   last_snapshot_step_ = store_ ? state_.step : -1;  // a resumed run's snapshot is on disk already
 }
@@ -77,7 +81,11 @@ bool TrainingGoal::AfterStep(int64_t steps_done, LossLog& losses) {
   const bool stop = ShouldStop();
   const int64_t every = config_.SnapshotEverySteps();
   const bool due = every > 0 ? steps_done % every == 0 : epoch_end;
-  if (store_ && (due || stop_reason_ == "signal")) Snapshot();
+  const bool mid_epoch = steps_done % steps_per_epoch_ != 0;
+  const auto epoch_losses = mid_epoch && store_ && (due || stop || steps_done == last_step_)
+                                ? EpochLossSoFar(steps_done, losses) : std::pair<double, int64_t>{0, 0};
+  if (stop || steps_done == last_step_) final_epoch_losses_ = epoch_losses;
+  if (store_ && (due || stop_reason_ == "signal")) Snapshot(epoch_losses);
   return stop;
 }
 
@@ -85,7 +93,8 @@ void TrainingGoal::EndEpoch(int64_t steps_done, LossLog& losses) {
   EpochRecord e;
   e.epoch = steps_done / steps_per_epoch_;
   e.steps = steps_done;
-  e.train_loss = losses.MeanSince(steps_done - steps_per_epoch_);
+  const auto [sum, n] = EpochLossSoFar(steps_done, losses);
+  e.train_loss = n > 0 ? sum / static_cast<double>(n) : -1;
   if (val_spec_.val_fraction > 0) {
     const EvalResult v = Validate();
     e.val_loss = v.loss;
@@ -102,6 +111,16 @@ void TrainingGoal::EndEpoch(int64_t steps_done, LossLog& losses) {
             e.epoch_s);
     WriteEpochCsv();
   }
+}
+
+std::pair<double, int64_t> TrainingGoal::EpochLossSoFar(int64_t steps_done, LossLog& losses) {
+  const int64_t epoch_start = (steps_done - 1) / steps_per_epoch_ * steps_per_epoch_;  // its first step's number
+  auto [sum, n] = losses.SumSince(std::max(epoch_start, first_step_));
+  if (epoch_start < first_step_) {  // the epoch began in an earlier session
+    sum += state_.epoch_loss_sum;
+    n += state_.epoch_loss_steps;
+  }
+  return {sum, n};
 }
 
 void TrainingGoal::CheckTarget(double accuracy, int64_t steps_done) {
@@ -131,12 +150,14 @@ bool TrainingGoal::ShouldStop() {
   return !stop_reason_.empty();
 }
 
-void TrainingGoal::Snapshot() {
+void TrainingGoal::Snapshot(std::pair<double, int64_t> epoch_losses) {
   if (last_snapshot_step_ == state_.step) return;
   state_.elapsed_s = Elapsed();
+  LoopState saved = state_;
+  std::tie(saved.epoch_loss_sum, saved.epoch_loss_steps) = epoch_losses;
   auto tensors = strategy_.SaveState();
   SaveRngStates(&tensors);
-  last_snapshot_ = store_->Write(state_, tensors, dist_);
+  last_snapshot_ = store_->Write(saved, tensors, dist_);
   last_snapshot_step_ = state_.step;
   ++snapshots_written_;
   if (dist_.is_root()) LogInfo("snapshot at step {}: {}", state_.step, last_snapshot_);
@@ -145,7 +166,7 @@ void TrainingGoal::Snapshot() {
 void TrainingGoal::Finish() {
   state_.elapsed_s = Elapsed();
   if (stop_reason_.empty()) stop_reason_ = config_.epochs > 0 ? "epochs" : "steps";
-  if (store_) Snapshot();
+  if (store_) Snapshot(final_epoch_losses_);  // a longer run of the same configuration goes on from here
 }
 
 double TrainingGoal::best_val_loss() const {

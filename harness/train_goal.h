@@ -35,7 +35,7 @@ class TrainingGoal {
   // store: nullptr without --snapshot-dir. val_spec makes the validation
   // source; steps_per_epoch is the training source's.
   TrainingGoal(const RunConfig& config, DistContext& dist, Strategy& strategy, DataSpec val_spec,
-               int64_t steps_per_epoch, LoopState state, SnapshotStore* store);
+               int64_t steps_per_epoch, int64_t last_step, LoopState state, SnapshotStore* store);
 
   // The loop's after_step: true stops the run.
   bool AfterStep(int64_t steps_done, LossLog& losses);
@@ -56,9 +56,14 @@ class TrainingGoal {
   double Elapsed() const;
   EvalResult Validate();
   void EndEpoch(int64_t steps_done, LossLog& losses);
+  // Sum and count of the train losses of the epoch that step `steps_done`
+  // belongs to, up to it (an earlier session's part included).
+  std::pair<double, int64_t> EpochLossSoFar(int64_t steps_done, LossLog& losses);
   void CheckTarget(double accuracy, int64_t steps_done);
   bool ShouldStop();
-  void Snapshot();
+  // Writes the state at this step; `epoch_losses`: the current epoch's
+  // losses so far (carried into the snapshot).
+  void Snapshot(std::pair<double, int64_t> epoch_losses);
   void WriteEpochCsv() const;
 
   const RunConfig& config_;
@@ -70,6 +75,9 @@ class TrainingGoal {
   SnapshotStore* store_;
   const std::chrono::steady_clock::time_point session_start_;
   const double elapsed_before_;
+  const int64_t first_step_;  // steps done when this session began
+  const int64_t last_step_;   // the plan's last step (a budget or target may stop sooner)
+  std::pair<double, int64_t> final_epoch_losses_{0, 0};  // at the loop's last step, for Finish
   std::string stop_reason_;
   std::string last_snapshot_;
   int64_t last_snapshot_step_ = -1;

@@ -168,6 +168,28 @@ assert min(float(e["val_loss"]) for e in per_epoch) == float(epochs["best_val_lo
     abs(min(float(e["val_loss"]) for e in per_epoch) - float(epochs["best_val_loss"])) < 1e-4
 PYEOF
 
+# --- a resumed epoch's figures cover the steps before the restart ------------
+EP=(--strategy=single "${COMMON[@]}" --epochs=2 --snapshot-every=25)
+"$BIN" "${EP[@]}" --snapshot-dir="$TMP/ep-ref" --epoch-csv="$TMP/ep-ref.csv" --out="$TMP/e.csv" 2>/dev/null ||
+  fail "uninterrupted --epochs run failed"
+DDPBENCH_TEST_STEP_DELAY_MS=100 "$BIN" "${EP[@]}" --snapshot-dir="$TMP/ep-run" --epoch-csv="$TMP/ep-run.csv" \
+  --out="$TMP/e.csv" 2>/dev/null &
+pid=$!
+for _ in $(seq 600); do [[ $(manifests "$TMP/ep-run") -ge 2 ]] && break; sleep 0.05; done
+kill -9 "$pid"; wait "$pid" 2>/dev/null || true
+mid="$(newest_step "$TMP/ep-run")"
+[[ $((mid % 60)) -ne 0 && $mid -lt 120 ]] || fail "--epochs: want a mid-epoch snapshot, got step $mid"
+"$BIN" "${EP[@]}" --snapshot-dir="$TMP/ep-run" --epoch-csv="$TMP/ep-run.csv" --out="$TMP/e.csv" 2>"$TMP/ep.log" ||
+  fail "resumed --epochs run failed: $(cat "$TMP/ep.log")"
+"$PY" - "$TMP/ep-ref.csv" "$TMP/ep-run.csv" <<'PYEOF'
+import csv, sys
+ref, run = (list(csv.DictReader(open(p))) for p in sys.argv[1:3])
+assert [r["epoch"] for r in run] == ["1", "2"], run
+for a, b in zip(ref, run):  # the same training; the epoch mean summed in two parts
+    for k in ("train_loss", "val_loss", "val_accuracy"):
+        assert abs(float(a[k]) - float(b[k])) < 1e-4, (k, a[k], b[k])
+PYEOF
+
 # --- bad values: one error line, exit 2, no row ------------------------------
 source "$SRC/tests/e2e/lib/bad_input.sh"
 : > "$TMP/r.csv"; snapshot_results
