@@ -115,8 +115,8 @@ LoopState FromJson(const json& j) {
   s.steps_to_target = j.at("steps_to_target").get<int64_t>();
   s.epoch_csv = j.at("epoch_csv").get<std::string>();
   s.restarts = j.at("restarts").get<int64_t>();
-  s.epoch_loss_sum = j.at("epoch_loss_sum").get<double>();
-  s.epoch_loss_steps = j.at("epoch_loss_steps").get<int64_t>();
+  s.epoch_loss_sum = j.value("epoch_loss_sum", 0.0);  // absent in the first snapshots of this format
+  s.epoch_loss_steps = j.value("epoch_loss_steps", int64_t{0});
   return s;
 }
 
