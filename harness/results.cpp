@@ -243,6 +243,12 @@ void MigrateAndAppend(int fd, const std::string& path, const std::string& text, 
 
 }  // namespace
 
+std::string ReadWholeFile(const std::string& path) {
+  FdGuard guard{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (guard.fd < 0) throw ResultsError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  return ReadAll(guard.fd, path);
+}
+
 void ReplaceFile(const std::string& path, const std::string& data, unsigned mode) {
   std::string tmp = path + ".tmp-XXXXXX";
   int tfd = ::mkostemp(tmp.data(), O_CLOEXEC);

@@ -53,6 +53,8 @@ std::string CsvField(const std::string& value);
 // one, never a part: a temporary file beside it, fsync, rename, fsync of the
 // directory. Throws ResultsError naming the path.
 void ReplaceFile(const std::string& path, const std::string& data, unsigned mode = 0644);
+// The whole content of `path`; ResultsError naming it when it cannot be read.
+std::string ReadWholeFile(const std::string& path);
 std::string FormatRow(const std::vector<std::string>& columns, const Row& row);
 
 // All rows of a results file, keyed by header name. Throws ResultsError.

@@ -12,9 +12,9 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <ctime>
 #include <limits>
 #include <thread>
 
@@ -231,11 +231,8 @@ std::string EpochCsvPath(const RunConfig& config, const DistContext& dist) {
   if (config.out.empty()) return "";
   const std::string stem = config.out.size() > 4 && config.out.substr(config.out.size() - 4) == ".csv"
                                ? config.out.substr(0, config.out.size() - 4) : config.out;
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char stamp[32];
-  std::strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
+  std::string stamp = UtcTimestamp();  // 2026-11-23T05:48:54Z -> 20261123T054854Z
+  stamp.erase(std::remove_if(stamp.begin(), stamp.end(), [](char c) { return c == '-' || c == ':'; }), stamp.end());
   return fmt::format("{}-epochs-{}-{}gpu-{}.csv", stem, config.strategy, config.gpus, stamp);
 }
 
@@ -253,8 +250,7 @@ std::vector<int64_t> Ints(const torch::Tensor& t) {
 std::optional<SnapshotStore::Loaded> FindSnapshot(SnapshotStore* store, DistContext& dist, RunConfig* config) {
   if (!store) return std::nullopt;
   auto loaded = store->LoadNewest(dist);
-  if (!loaded && config->resume)
-    throw ConfigError(fmt::format("--resume: {}; leave --resume out to start afresh", store->WhyNothing()));
+  if (!loaded && config->resume) store->RefuseResume();
   if (!loaded) return loaded;
   const auto& t = loaded->tensors;
   if (t.count("meta.split")) config->split = fmt::format("{}", fmt::join(Ints(t.at("meta.split")), ","));
@@ -409,7 +405,7 @@ void CollectFigures(const PreparedRun& run, const std::vector<LoopTimes>& sectio
   result->ranks = GatherRanks(MeasureRank(run, sections, strategy), dist);
 }
 
-GoalFigures DescribeGoal(const TrainingGoal& goal, const LoopState& start, int64_t steps_per_epoch) {
+GoalFigures DescribeGoal(const TrainingGoal& goal, const LoopState& start) {
   const LoopState& s = goal.state();
   GoalFigures g;
   g.stop_reason = goal.stop_reason();
@@ -418,7 +414,7 @@ GoalFigures DescribeGoal(const TrainingGoal& goal, const LoopState& start, int64
   g.restarts = s.restarts;
   g.train_time_s = s.elapsed_s;
   g.epochs_completed = static_cast<int64_t>(s.history.size());
-  g.steps_per_epoch = steps_per_epoch;
+  g.steps_per_epoch = goal.steps_per_epoch();
   g.mean_epoch_s = goal.mean_epoch_s();
   g.best_val_loss = goal.best_val_loss();
   g.val_accuracy = s.history.empty() ? -1 : s.history.back().val_accuracy;
@@ -497,7 +493,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   }
   if (goal) {
     goal->Finish();
-    result.goal = DescribeGoal(*goal, start, train->BatchesPerEpoch());
+    result.goal = DescribeGoal(*goal, start);
   }
   if (run.info.real && config.eval) EvaluateTestSet(run, *strategy, dist, &result);
   CollectFigures(run, sections, *strategy, dist, &result);

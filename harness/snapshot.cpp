@@ -11,7 +11,6 @@
 #include <ATen/core/Generator.h>
 #include <c10/util/hash.h>
 #include <dirent.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <torch/serialize.h>
 #include <unistd.h>
@@ -19,12 +18,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <ctime>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "harness/config.h"
+#include "harness/context.h"
 #include "harness/cuda_support.h"
 #include "harness/dist.h"
 #include "harness/log.h"
@@ -35,23 +34,6 @@ namespace {
 
 using json = nlohmann::json;
 constexpr const char* kFormat = "ddpbench-snapshot/1";
-
-std::string ReadBytes(const std::string& path, bool* ok) {
-  std::string data;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  *ok = fd >= 0;
-  if (fd < 0) return data;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) *ok = false;
-    if (n <= 0) break;
-    data.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return data;
-}
 
 std::vector<std::string> ListDir(const std::string& dir) {
   std::vector<std::string> names;
@@ -120,15 +102,6 @@ LoopState FromJson(const json& j) {
   return s;
 }
 
-std::string Utc() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 // The manifests in `dir` (any configuration), parsed; unreadable ones are
 // returned with `error` set.
 struct Manifest {
@@ -141,11 +114,8 @@ std::vector<Manifest> ReadManifests(const std::string& dir) {
   for (const auto& name : ListDir(dir)) {
     if (!EndsWith(name, ".json") || name.find("-step") == std::string::npos) continue;
     Manifest m{name, {}, ""};
-    bool ok = false;
-    const std::string text = ReadBytes(dir + "/" + name, &ok);
     try {
-      if (!ok) throw std::runtime_error(std::strerror(errno));
-      m.body = json::parse(text);
+      m.body = json::parse(ReadWholeFile(dir + "/" + name));
       if (m.body.value("format", "") != kFormat) throw std::runtime_error("not a " + std::string(kFormat) + " manifest");
     } catch (const std::exception& e) {
       m.error = e.what();
@@ -240,9 +210,11 @@ std::optional<SnapshotStore::Loaded> SnapshotStore::LoadNewest(DistContext& dist
         throw std::runtime_error(fmt::format("it has {} rank files, this run {} ranks", files.size(), dist.world));
       const json& mine = files.at(dist.rank);
       const std::string path = dir_ + "/" + mine.at("file").get<std::string>();
-      bool ok = false;
-      bytes = ReadBytes(path, &ok);
-      if (!ok) throw std::runtime_error(fmt::format("rank {}'s file {} cannot be read", dist.rank, path));
+      try {
+        bytes = ReadWholeFile(path);
+      } catch (const ResultsError&) {
+        throw std::runtime_error(fmt::format("rank {}'s file {} cannot be read", dist.rank, path));
+      }
       if (bytes.size() != mine.at("bytes").get<size_t>())
         throw std::runtime_error(fmt::format("rank {}'s file {} has {} bytes, the manifest says {} (truncated?)",
                                              dist.rank, path, bytes.size(), mine.at("bytes").get<size_t>()));
@@ -283,7 +255,7 @@ std::string SnapshotStore::Write(const LoopState& loop, const std::map<std::stri
     for (int r = 0; r < dist.world; ++r)
       files.push_back({{"rank", r}, {"file", fmt::format("{}.rank{}.pt", base, r)},
                        {"bytes", static_cast<int64_t>(all[r * 6 + 5])}, {"sha1", DigestHex(&all[r * 6])}});
-    const json body = {{"format", kFormat}, {"written_at", Utc()}, {"identity_hash", hash_},
+    const json body = {{"format", kFormat}, {"written_at", UtcTimestamp()}, {"identity_hash", hash_},
                        {"identity", json::parse(identity_json_)}, {"loop", ToJson(loop)}, {"files", files}};
     ReplaceFile(manifest, body.dump(1) + "\n");
   }
@@ -318,9 +290,11 @@ void CheckResumable(const RunConfig& config, int world) {
   if (::stat(config.snapshot_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw ConfigError(fmt::format("--resume: --snapshot-dir={} does not exist; nothing to resume from",
                                   config.snapshot_dir));
-  for (const auto& name : ListDir(config.snapshot_dir))
-    if (StepOf(name, store.hash(), ".json") >= 0) return;
-  throw ConfigError(fmt::format("--resume: {}; leave --resume out to start afresh", store.WhyNothing()));
+  if (store.CompleteSteps().empty()) store.RefuseResume();
+}
+
+void SnapshotStore::RefuseResume() const {
+  throw ConfigError(fmt::format("--resume: {}; leave --resume out to start afresh", WhyNothing()));
 }
 
 void SaveRngStates(std::map<std::string, torch::Tensor>* tensors) {

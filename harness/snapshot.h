@@ -73,6 +73,10 @@ class SnapshotStore {
   // Why there is nothing to resume from, for --resume's error: "is empty",
   // or the other configurations found and the first flag that differs.
   std::string WhyNothing() const;
+  // Throws the ConfigError of --resume with nothing to resume from.
+  [[noreturn]] void RefuseResume() const;
+  // The steps of this configuration's manifests, ascending.
+  std::vector<int64_t> CompleteSteps() const;
 
   // Writes this rank's tensors and (rank 0) the manifest, then prunes old
   // snapshots. Collective. Returns the manifest's path.
@@ -82,7 +86,6 @@ class SnapshotStore {
   const std::string& hash() const { return hash_; }
 
  private:
-  std::vector<int64_t> CompleteSteps() const;  // of this configuration, ascending
   void Prune(int rank, int64_t newest);
 
   std::string dir_;

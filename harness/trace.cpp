@@ -3,17 +3,17 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "harness/dist.h"
 #include "harness/log.h"
+#include "harness/results.h"
 
 namespace ddpbench::trace {
 
@@ -80,14 +80,10 @@ void AppendMember(std::string& args, const char* key, const std::string& json_va
   args += fmt::format("\"{}\":{}", key, json_value);
 }
 
+// A JSON string literal (nlohmann's escaping; bytes that are not UTF-8, as a
+// command line may hold, become U+FFFD rather than an error).
 std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') out += fmt::format("\\{}", static_cast<char>(c));
-    else if (c < 0x20) out += fmt::format("\\u{:04x}", c);
-    else out += static_cast<char>(c);
-  }
-  return out + "\"";
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // Nanoseconds as microseconds with three exact decimals.
@@ -127,13 +123,6 @@ std::vector<std::vector<Event>> Lanes(std::vector<Event> events) {
     free->push_back(std::move(e));
   }
   return lanes;
-}
-
-bool WriteFile(const std::string& path, const std::string& text) {
-  FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) return false;
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  return std::fclose(f) == 0 && ok;
 }
 
 // Every rank's serialised events on rank 0, through the rendezvous store
@@ -258,9 +247,10 @@ std::string Finish(const std::string& path, DistContext& dist, const std::string
   for (size_t r = 0; r < ranks.size(); ++r) text += (r ? "," : "") + ranks[r];
   text += fmt::format("],\"displayTimeUnit\":\"ms\",\"otherData\":{{\"command\":{},\"ranks\":{}}}}}\n",
                       JsonString(command), dist.world);
-  if (!WriteFile(path, text)) {
-    LogError("--trace={}: could not write the trace: {}; the row is written without it", path,
-             std::strerror(errno));
+  try {
+    ReplaceFile(path, text);
+  } catch (const ResultsError& e) {
+    LogError("--trace={}: could not write the trace ({}); the row is written without it", path, e.what());
     return "";
   }
   LogInfo("trace: {} ranks -> {}", dist.world, path);

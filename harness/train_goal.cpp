@@ -55,7 +55,8 @@ TrainingGoal::TrainingGoal(const RunConfig& config, DistContext& dist, Strategy&
       session_start_(std::chrono::steady_clock::now()),
       elapsed_before_(state_.elapsed_s),
       first_step_(state_.step),
-      last_step_(last_step) {
+      last_step_(last_step),
+      snapshot_every_(config.SnapshotEverySteps()) {
   if (const char* delay = std::getenv("DDPBENCH_TEST_STEP_DELAY_MS")) delay_ms_ = std::atoll(delay);
   last_snapshot_step_ = store_ ? state_.step : -1;  // a resumed run's snapshot is on disk already
 }
@@ -79,10 +80,8 @@ bool TrainingGoal::AfterStep(int64_t steps_done, LossLog& losses) {
     CheckTarget(Validate().accuracy, steps_done);
   }
   const bool stop = ShouldStop();
-  const int64_t every = config_.SnapshotEverySteps();
-  const bool due = every > 0 ? steps_done % every == 0 : epoch_end;
-  const bool mid_epoch = steps_done % steps_per_epoch_ != 0;
-  const auto epoch_losses = mid_epoch && store_ && (due || stop || steps_done == last_step_)
+  const bool due = snapshot_every_ > 0 ? steps_done % snapshot_every_ == 0 : epoch_end;
+  const auto epoch_losses = !epoch_end && store_ && (due || stop || steps_done == last_step_)
                                 ? EpochLossSoFar(steps_done, losses) : std::pair<double, int64_t>{0, 0};
   if (stop || steps_done == last_step_) final_epoch_losses_ = epoch_losses;
   if (store_ && (due || stop_reason_ == "signal")) Snapshot(epoch_losses);

@@ -47,6 +47,7 @@ class TrainingGoal {
   // steps|epochs|budget|target|signal
   const std::string& stop_reason() const { return stop_reason_; }
   bool preempted() const { return stop_reason_ == "signal"; }
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
   double best_val_loss() const;      // -1: no validation
   double mean_epoch_s() const;       // -1: no complete epoch
   std::string last_snapshot() const { return last_snapshot_; }
@@ -77,6 +78,7 @@ class TrainingGoal {
   const double elapsed_before_;
   const int64_t first_step_;  // steps done when this session began
   const int64_t last_step_;   // the plan's last step (a budget or target may stop sooner)
+  const int64_t snapshot_every_;  // steps; 0: at each epoch's end
   std::pair<double, int64_t> final_epoch_losses_{0, 0};  // at the loop's last step, for Finish
   std::string stop_reason_;
   std::string last_snapshot_;

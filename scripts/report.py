@@ -91,9 +91,13 @@ def epoch_figures(row):
     return str(math.ceil(images / batch)), f"{images / tput:.1f}"
 
 
+def lr(row):
+    return f"{float(row['lr']):.3g}" if row.get("lr") else ""
+
+
 SCALING_ROWS = [
     ("devices x nodes", R.devices_by_nodes),
-    ("learning rate", lambda r: lr(r)),
+    ("learning rate", lr),
     ("global batch", lambda r: r.get("global_batch", "")),
     ("steps per epoch", lambda r: epoch_figures(r)[0]),
     ("time per epoch (s)", lambda r: epoch_figures(r)[1]),
@@ -104,23 +108,31 @@ SCALING_ROWS = [
 ]
 
 
+def group_rows(rows, keys):
+    """Rows in groups that agree on `keys`, in order of first appearance."""
+    groups = []
+    for r in rows:
+        group = next((g for g in groups if same_workload(g[0], r, keys)), None)
+        if group:
+            group.append(r)
+        else:
+            groups.append([r])
+    return groups
+
+
+def by_devices(rows):
+    """The last row measured at each (devices, nodes), in increasing order."""
+    columns = {(R.devices(r), R.nodes(r)): r for r in rows}
+    return [columns[k] for k in sorted(columns)]
+
+
 def scaling_tables(rows):
     """One table per data-parallel strategy and workload: columns by devices."""
     tables = []
     for strategy in DATA_PARALLEL:
-        groups = []
-        for r in (r for r in rows if r.get("strategy") == strategy):
-            group = next((g for g in groups if same_workload(g[0], r)), None)
-            if group:
-                group.append(r)
-            else:
-                groups.append([r])
-        for group in groups:
+        for group in group_rows([r for r in rows if r.get("strategy") == strategy], WORKLOAD_KEYS + OPTION_KEYS):
             base = [r for r in rows if r.get("strategy") == "single" and same_workload(r, group[0], WORKLOAD_KEYS)]
-            columns = {}  # (devices, nodes) -> the last row measured there
-            for r in base[-1:] + group:
-                columns[(R.devices(r), R.nodes(r))] = r
-            ordered = [columns[k] for k in sorted(columns)]
+            ordered = by_devices(base[-1:] + group)
             g = group[0]
             options = " ".join(f"{k}={g[k]}" for k in ("optimizer", "zero_reduce", "compression")
                                if g.get(k) and g[k] not in ("sgd", "reduce-scatter", "none"))
@@ -135,10 +147,6 @@ def scaling_tables(rows):
 
 def epoch_time(row):
     return R.num(row, "mean_epoch_s")
-
-
-def lr(row):
-    return f"{float(row['lr']):.3g}" if row.get("lr") else ""
 
 
 ANSWER_ROWS = [
@@ -161,20 +169,9 @@ def answer_tables(rows):
     or epochs), one column per device count, scaling efficiency from the
     measured epoch times (T1 / (N x TN)), as seed 001 computes it."""
     runs = [r for r in rows if r.get("stop_reason") and r.get("epochs_completed")]
-    groups = []
-    for r in runs:
-        group = next((g for g in groups if all(g[0].get(k) == r.get(k) for k in WORKLOAD_KEYS + (
-            "time_budget_s", "target_accuracy"))), None)
-        if group:
-            group.append(r)
-        else:
-            groups.append([r])
     tables = []
-    for group in groups:
-        columns = {}
-        for r in group:
-            columns[(R.devices(r), R.nodes(r))] = r
-        ordered = [columns[k] for k in sorted(columns)]
+    for group in group_rows(runs, WORKLOAD_KEYS + ("time_budget_s", "target_accuracy")):
+        ordered = by_devices(group)
         base = ordered[0] if R.devices(ordered[0]) == 1 else None
 
         def efficiency(r):
