@@ -4,7 +4,8 @@
 #  - kill -9 of one rank after the second snapshot, then the same command
 #    again: it resumes and ends bit-identical (every tensor of the final
 #    snapshot) to an uninterrupted run, for single, ddp and zero1 (2 ranks)
-#    and pmp;
+#    and pmp (the uninterrupted pmp run is given the shape the interrupted one
+#    measured: a second measurement on a loaded machine may choose another);
 #  - a bit-flipped and a truncated snapshot are named and skipped;
 #  - SIGTERM (to a single process and to the spawning parent) ends the run
 #    after the current step with a snapshot and exit code 5;
@@ -60,13 +61,21 @@ assert not bad, bad[:5]
 PYEOF
 }
 
+# The last row's pipeline split and shape as flags, one per line.
+shape_flags() {
+  "$PY" - "$1" <<'PYEOF'
+import csv, sys
+r = list(csv.DictReader(open(sys.argv[1])))[-1]
+print(f"--split={r['split']}"); print(f"--chunks={r['chunks']}"); print(f"--schedule={r['schedule']}")
+if r["schedule"] == "interleaved": print(f"--virtual-stages={r['virtual_stages']}")
+PYEOF
+}
+
 # --- kill -9 one rank after the second snapshot, resume, compare -----------
 STEPS=(--steps=14 --snapshot-every=3)
 kill_and_resume() {
   local name="$1"; shift
   local args=("${COMMON[@]}" "${STEPS[@]}" "$@")
-  "$BIN" "${args[@]}" --snapshot-dir="$TMP/ref-$name" --out="$TMP/ref.csv" 2>"$TMP/ref-$name.log" ||
-    fail "$name: uninterrupted run failed: $(cat "$TMP/ref-$name.log")"
   DDPBENCH_TEST_STEP_DELAY_MS=250 "$BIN" "${args[@]}" --snapshot-dir="$TMP/run-$name" --out="$TMP/r.csv" \
     2>"$TMP/run-$name.log" &
   local pid=$!
@@ -82,9 +91,15 @@ kill_and_resume() {
     fail "$name: the resumed run failed: $(cat "$TMP/resume-$name.log")"
   grep -q "resuming from .*step0*$before.json: step $before" "$TMP/resume-$name.log" ||
     fail "$name: did not resume from step $before: $(cat "$TMP/resume-$name.log")"
+  # The uninterrupted run comes after, with the pipeline shape the interrupted
+  # one measured and kept in its snapshots (a second measurement may differ).
+  local shape=(); [[ $name != pmp ]] || mapfile -t shape < <(shape_flags "$TMP/r.csv")
+  "$BIN" "${args[@]}" "${shape[@]}" --snapshot-dir="$TMP/ref-$name" --out="$TMP/ref.csv" 2>"$TMP/ref-$name.log" ||
+    fail "$name: uninterrupted run failed: $(cat "$TMP/ref-$name.log")"
   local ref
   for ref in "$TMP/ref-$name"/*-step000000015.rank*.pt; do  # every rank's final state
-    same_tensors "$ref" "$TMP/run-$name/$(basename "$ref")" "$name $(basename "$ref")"
+    local rank="${ref##*-step000000015.}"  # the configuration hash differs when flags name the shape
+    same_tensors "$ref" "$(ls "$TMP/run-$name"/*-step000000015."$rank")" "$name $(basename "$ref")"
   done
 }
 kill_and_resume single --strategy=single
