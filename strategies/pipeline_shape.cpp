@@ -1,6 +1,7 @@
 #include "strategies/pipeline_shape.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 
 #include <fmt/format.h>
@@ -72,6 +73,38 @@ double PredictStepMs(const PipelineTable& table, const StagePlan& plan) {
   return sim.deadlock ? std::numeric_limits<double>::infinity() : sim.makespan;
 }
 
+std::vector<int> FastestSplit(const PipelineTable& table, const UnitTimes& measured) {
+  const std::vector<double>& unit_ms = measured.total_ms;
+  const int units = static_cast<int>(unit_ms.size()), C = table.chunks(), S = table.devices;
+  auto plan_of = [&](const std::vector<int>& counts) {
+    return StagePlan{counts, StageTimes(counts, unit_ms), unit_ms, measured.forward_ms};
+  };
+  std::vector<int> best = BalanceSplit(unit_ms, C);
+  double best_ms = PredictStepMs(table, plan_of(best));
+  std::vector<int> counts(C, 0);
+  std::vector<double> device_ms(S, 0.0);  // one micro-batch through the chunks placed so far
+  // Places chunk c, which begins at unit `first`, and the chunks after it.
+  std::function<void(int, int)> place = [&](int c, int first) {
+    if (c == C) {
+      const double ms = PredictStepMs(table, plan_of(counts));
+      if (ms < best_ms - 1e-9) best_ms = ms, best = counts;
+      return;
+    }
+    const int most = units - first - (C - 1 - c);
+    for (int k = c + 1 == C ? most : 1; k <= most; ++k) {
+      double chunk_ms = 0;
+      for (int u = first; u < first + k; ++u) chunk_ms += unit_ms[u];
+      double& device = device_ms[c % S];
+      device += chunk_ms;
+      counts[c] = k;
+      if (table.micro_batches * device < best_ms) place(c + 1, first + k);
+      device -= chunk_ms;
+    }
+  };
+  place(0, 0);
+  return best;
+}
+
 std::vector<int> MicroBatchCandidates(int64_t batch_size, int devices) {
   std::vector<int> out;
   for (int64_t m = std::min<int64_t>(devices, batch_size); m <= batch_size; ++m)
@@ -93,8 +126,13 @@ PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, 
     const UnitTimes measured = MeasureUnits(config, model, config.batch_size / M);
     bool improved = false;
     for (const Candidate& c : candidates) {
+      const PipelineTable table = BuildPipelineTable(c.schedule, devices, c.virtual_stages, M);
       StagePlan plan = PlanStages(config, model, devices, c.virtual_stages, measured);
-      const double ms = PredictStepMs(BuildPipelineTable(c.schedule, devices, c.virtual_stages, M), plan);
+      if (config.split.empty() && config.balance == "time") {
+        plan.counts = FastestSplit(table, measured);
+        plan.stage_ms = StageTimes(plan.counts, measured.total_ms);
+      }
+      const double ms = PredictStepMs(table, plan);
       if (open)
         LogInfo("pmp shape: --chunks={} --schedule={}{} split {}: predicted step {:.1f} ms", M, c.name,
                 c.schedule == PipelineSchedule::kInterleaved ? fmt::format(" --virtual-stages={}", c.virtual_stages)

@@ -6,9 +6,10 @@
 // layer's weights are read, reordered and their gradients accumulated once
 // per micro-batch, whatever its size. Interleaving shrinks the bubble
 // without more micro-batches. So each candidate is costed with the units'
-// forward and backward times measured at its micro-batch size, its time-
-// balanced split, and its schedule table run on ideal devices
-// (SimulatePipeline); the fastest predicted step wins.
+// forward and backward times measured at its micro-batch size, the split
+// whose simulated step is shortest (FastestSplit; with --balance=time, the
+// default, for a given shape too), and its schedule table run on ideal
+// devices (SimulatePipeline); the fastest predicted step wins.
 #pragma once
 
 #include <string>
@@ -35,6 +36,15 @@ struct PipelineShape {
 // measured; backward = the rest; a split backward's B and W as halves, the
 // first chunk's all W).
 double PredictStepMs(const PipelineTable& table, const StagePlan& plan);
+
+// The split of the measured units into the table's chunks whose simulated
+// step (PredictStepMs) is shortest: every contiguous split is tried, except
+// those where one device's busy time alone (M x its chunks' times) already
+// exceeds the best step found. Starts from BalanceSplit (the slowest chunk
+// as fast as possible) and keeps it unless another is strictly faster: with
+// V chunks a device, or a first chunk whose forward the others wait for, the
+// slowest chunk is not what sets the step.
+std::vector<int> FastestSplit(const PipelineTable& table, const UnitTimes& measured);
 
 // The micro-batch counts tried when --chunks is not given: divisors of the
 // batch from the device count up (at least 1), in increasing order.

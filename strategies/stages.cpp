@@ -219,6 +219,8 @@ StagePlan PlanStages(const RunConfig& config, const ResNet& model, int devices, 
 
 void LogStagePlan(const RunConfig& config, const ResNet& model, const StagePlan& plan) {
   const char* how = !config.split.empty()       ? "--split"
+                    : config.balance == "time" && config.strategy == "pmp"
+                        ? "shortest simulated step on measured times"
                     : config.balance == "time" ? "balanced by measured time"
                                                : "balanced by parameter count";
   const std::vector<int64_t> params = model->UnitParameterCounts();

@@ -83,24 +83,30 @@ double LargestStage(const std::vector<double>& costs, const std::vector<int>& co
 }
 
 // Every way to cut n units into `parts` non-empty contiguous stages.
-double BruteForceBest(const std::vector<double>& costs, int parts) {
-  const int n = static_cast<int>(costs.size());
-  double best = INFINITY;
-  std::function<void(int, int, std::vector<int>&)> go = [&](int start, int left, std::vector<int>& counts) {
+std::vector<std::vector<int>> AllSplits(int n, int parts) {
+  std::vector<std::vector<int>> out;
+  std::vector<int> counts;
+  std::function<void(int, int)> go = [&](int start, int left) {
     if (left == 1) {
       counts.push_back(n - start);
-      best = std::min(best, LargestStage(costs, counts));
+      out.push_back(counts);
       counts.pop_back();
       return;
     }
     for (int c = 1; start + c <= n - (left - 1); ++c) {
       counts.push_back(c);
-      go(start + c, left - 1, counts);
+      go(start + c, left - 1);
       counts.pop_back();
     }
   };
-  std::vector<int> counts;
-  go(0, parts, counts);
+  go(0, parts);
+  return out;
+}
+
+double BruteForceBest(const std::vector<double>& costs, int parts) {
+  double best = INFINITY;
+  for (const auto& counts : AllSplits(static_cast<int>(costs.size()), parts))
+    best = std::min(best, LargestStage(costs, counts));
   return best;
 }
 
@@ -359,6 +365,47 @@ TEST(PipelineShape, CandidatesAndPrediction) {
   EXPECT_DOUBLE_EQ(PredictStepMs(OneFOneBTable(2, 2), plan), 18);
   StagePlan four{{1, 1, 1, 1}, {3, 3, 3, 3}, {3, 3, 3, 3}, {1, 1, 1, 1}};
   EXPECT_DOUBLE_EQ(PredictStepMs(InterleavedTable(2, 2, 2), four), 15);
+}
+
+// The schedule-aware split: the shortest simulated step over every split
+// (brute force here; pruned there), for 1F1B, interleaved and zero-bubble
+// tables on random unit times; and where the slowest chunk is not what sets
+// the step, a faster split than BalanceSplit's.
+TEST(PipelineShape, FastestSplitIsTheBruteForceBest) {
+  std::mt19937 rng(11);
+  auto predict = [](const PipelineTable& table, const UnitTimes& t, const std::vector<int>& counts) {
+    return PredictStepMs(table, StagePlan{counts, StageTimes(counts, t.total_ms), t.total_ms, t.forward_ms});
+  };
+  for (int trial = 0; trial < 40; ++trial) {
+    const int units = 4 + static_cast<int>(rng() % 6);
+    UnitTimes t;
+    for (int u = 0; u < units; ++u) {
+      t.total_ms.push_back(1 + static_cast<double>(rng() % 60));
+      t.forward_ms.push_back(t.total_ms.back() * (0.2 + 0.1 * (rng() % 5)));
+    }
+    const int kind = trial % 3, M = 2 * (1 + static_cast<int>(rng() % 3));
+    const PipelineTable table = kind == 0   ? OneFOneBTable(2, M)
+                                : kind == 1 ? InterleavedTable(2, 2, M)
+                                            : ZeroBubbleH1Table(2, M);
+    double best = INFINITY;
+    for (const auto& counts : AllSplits(units, table.chunks())) best = std::min(best, predict(table, t, counts));
+    const std::vector<int> fastest = FastestSplit(table, t);
+    ASSERT_EQ(static_cast<int>(fastest.size()), table.chunks());
+    EXPECT_NEAR(predict(table, t, fastest), best, 1e-9) << "trial " << trial;
+    EXPECT_LE(predict(table, t, fastest), predict(table, t, BalanceSplit(t.total_ms, table.chunks())) + 1e-9);
+  }
+  // Interleaved, 2 devices x 2 chunks, 2 micro-batches: BalanceSplit's only
+  // split with a slowest chunk of 6 is 1,1,1,2 (chunks 5,6,4,6), a step of
+  // 29; 1,1,2,1 (5,6,7,3) has a slower chunk but a step of 25.
+  UnitTimes t{{5, 6, 4, 3, 3}, {2.5, 3, 2, 1.5, 1.5}};
+  const PipelineTable table = InterleavedTable(2, 2, 2);
+  EXPECT_EQ(BalanceSplit(t.total_ms, 4), (std::vector<int>{1, 1, 1, 2}));
+  EXPECT_DOUBLE_EQ(predict(table, t, {1, 1, 1, 2}), 29);
+  EXPECT_EQ(FastestSplit(table, t), (std::vector<int>{1, 1, 2, 1}));
+  EXPECT_DOUBLE_EQ(predict(table, t, {1, 1, 2, 1}), 25);
+  // Equal units on 1F1B: the even split is already the fastest, and kept.
+  UnitTimes even{{3, 3, 3, 3}, {1, 1, 1, 1}};
+  EXPECT_EQ(FastestSplit(OneFOneBTable(2, 4), even), (std::vector<int>{2, 2}));
 }
 
 TEST(PipelineShape, GivenFlagsAreKeptTheRestChosen) {
