@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "strategies/registry.h"
+#include "strategies/schedules.h"
 
 namespace ddpbench {
 namespace {
@@ -301,11 +302,11 @@ void ValidateConfig(const RunConfig& c) {
   CheckMember("--zero-reduce", c.zero_reduce, {"reduce-scatter", "all-reduce"});
   CheckMember("--balance", c.balance, {"time", "params"});
   if (c.given.count("--chunks")) CheckAtLeast("--chunks", c.chunks, int64_t{1});
-  CheckMember("--schedule", c.schedule, {"gpipe", "1f1b", "interleaved", "zero-bubble"});
+  const PipelineSchedule schedule = ParsePipelineSchedule(c.schedule);
   CheckAtLeast("--virtual-stages", c.virtual_stages, int64_t{0});
-  if (c.virtual_stages > 0 && c.schedule != "interleaved")
-    throw ConfigError(fmt::format("--virtual-stages={}: applies only to --schedule=interleaved, not to --schedule={}",
-                                  c.virtual_stages, c.schedule));
+  if (c.virtual_stages > 0 && !IsInterleaved(schedule))
+    throw ConfigError(fmt::format("--virtual-stages={}: applies only to --schedule=interleaved|interleaved-zero-bubble, "
+                                  "not to --schedule={}", c.virtual_stages, c.schedule));
   if (!c.split.empty()) {
     std::stringstream ss(c.split);
     std::string part;
@@ -397,8 +398,8 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--balance", c.balance, "mp/pmp: time (measured forward+backward per unit)|params");
   app.add_option("--split", c.split, "mp/pmp: units per stage, e.g. 4,6");
   app.add_option("--chunks", c.chunks, "pmp: micro-batches per batch (default: chosen by predicted step time)");
-  app.add_option("--schedule", c.schedule, "pmp: gpipe|1f1b|interleaved|zero-bubble");
-  app.add_option("--virtual-stages", c.virtual_stages, "pmp --schedule=interleaved: model chunks per device (default 2)");
+  app.add_option("--schedule", c.schedule, "pmp: gpipe|1f1b|interleaved|zero-bubble|interleaved-zero-bubble");
+  app.add_option("--virtual-stages", c.virtual_stages, "pmp --schedule=interleaved[-zero-bubble]: model chunks per device (default 2)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

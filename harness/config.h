@@ -103,8 +103,8 @@ struct RunConfig {
   std::string balance = "time";      // time|params
   std::string split;                 // explicit: unit counts per stage, "4,6"
   int64_t chunks = 0;                // 0: pmp picks it (strategies/pipeline_shape.h)
-  std::string schedule = "1f1b";     // gpipe|1f1b|interleaved|zero-bubble
-  int64_t virtual_stages = 0;        // interleaved: chunks per device (0: 2)
+  std::string schedule = "1f1b";     // gpipe|1f1b|interleaved|zero-bubble|interleaved-zero-bubble
+  int64_t virtual_stages = 0;        // interleaved[-zero-bubble]: chunks per device (0: 2)
 
   // The flags given on the command line (name -> value as typed), so that a
   // flag that does not apply to the strategy is an error, not ignored.

@@ -257,8 +257,9 @@ std::optional<SnapshotStore::Loaded> FindSnapshot(SnapshotStore* store, DistCont
   if (t.count("meta.shape")) {
     const auto shape = Ints(t.at("meta.shape"));  // micro-batches, chunks per device, schedule
     config->chunks = shape.at(0);
-    config->schedule = PipelineScheduleName(static_cast<PipelineSchedule>(shape.at(2)));
-    config->virtual_stages = config->schedule == "interleaved" ? shape.at(1) : 0;
+    const auto schedule = static_cast<PipelineSchedule>(shape.at(2));
+    config->schedule = PipelineScheduleName(schedule);
+    config->virtual_stages = IsInterleaved(schedule) ? shape.at(1) : 0;
   }
   return loaded;
 }

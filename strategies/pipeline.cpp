@@ -113,14 +113,15 @@ void CheckPipelineShape(const RunConfig& c, int devices) {
     throw ConfigError(fmt::format(
         "--chunks={}: --batch-size={} does not divide into {} equal micro-batches; accepted: a divisor of {} ({})",
         c.chunks, c.batch_size, c.chunks, c.batch_size, Divisors(c.batch_size)));
-  if (c.schedule == "zero-bubble" && c.chunks < devices)
+  const PipelineSchedule schedule = ParsePipelineSchedule(c.schedule);
+  if (schedule == PipelineSchedule::kZeroBubble && c.chunks < devices)
     throw ConfigError(fmt::format(
         "--chunks={}: --schedule=zero-bubble needs at least one micro-batch per device; accepted: --chunks>={} "
         "(--gpus={})", c.chunks, devices, devices));
-  if (c.schedule == "interleaved" && c.chunks % devices != 0)
+  if (IsInterleaved(schedule) && c.chunks % devices != 0)
     throw ConfigError(fmt::format(
-        "--chunks={}: --schedule=interleaved takes micro-batches in groups of --gpus={}; accepted: a multiple of {} "
-        "that divides --batch-size={}", c.chunks, devices, devices, c.batch_size));
+        "--chunks={}: --schedule={} takes micro-batches in groups of --gpus={}; accepted: a multiple of {} "
+        "that divides --batch-size={}", c.chunks, c.schedule, devices, devices, c.batch_size));
 }
 
 class PipelineStrategy final : public Strategy {
@@ -315,7 +316,7 @@ class PipelineStrategy final : public Strategy {
       extras["schedule"] = schedule_name_;
       extras["virtual_stages"] = std::to_string(V);
     }
-    const bool split_backward = schedule_name_ == "zero-bubble";
+    const bool split_backward = pipelined_ && SplitsBackward(ParsePipelineSchedule(schedule_name_));
     if (!split_backward) extras["bubble_theory"] = fmt::format("{:.4f}", TheoreticalBubble(S, V, M));
     if (timed_steps_ > 0 && wall_ms_ > 0) {
       std::vector<double> busy, act_mb;

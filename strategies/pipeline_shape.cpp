@@ -21,25 +21,29 @@ struct Candidate {
 };
 
 // The schedules to cost at `micro_batches`: the given one (--chunks or
-// --schedule given: the configured schedule), or 1f1b and interleaved with
-// every V the model's units allow (at least one unit per chunk; micro-batches
-// in groups of the device count). A given --split fixes the chunk count.
+// --schedule given: the configured schedule), or, simplest first, 1f1b,
+// zero-bubble, then interleaved and interleaved-zero-bubble with every V the
+// model's units allow (at least one unit per chunk; micro-batches in groups
+// of the device count). A given --split fixes the chunk count.
 std::vector<Candidate> ScheduleCandidates(const RunConfig& config, int devices, int micro_batches, int units) {
   std::vector<Candidate> all;
+  auto add = [&](PipelineSchedule s, int V) { all.push_back({s, PipelineScheduleName(s), V}); };
   if (config.given.count("--schedule") > 0 || config.chunks > 0) {
     const PipelineSchedule s = ParsePipelineSchedule(config.schedule);
-    const bool interleaved = s == PipelineSchedule::kInterleaved;
-    const int V = !interleaved ? 1 : config.virtual_stages > 0 ? static_cast<int>(config.virtual_stages) : 2;
-    all.push_back({s, config.schedule, V});
+    add(s, !IsInterleaved(s) ? 1 : config.virtual_stages > 0 ? static_cast<int>(config.virtual_stages) : 2);
   } else {
-    all.push_back({PipelineSchedule::k1F1B, "1f1b", 1});
-    for (int V = 2; V * devices <= units; ++V) all.push_back({PipelineSchedule::kInterleaved, "interleaved", V});
+    add(PipelineSchedule::k1F1B, 1);
+    add(PipelineSchedule::kZeroBubble, 1);
+    for (int V = 2; V * devices <= units; ++V) {
+      add(PipelineSchedule::kInterleaved, V);
+      add(PipelineSchedule::kInterleavedZeroBubble, V);
+    }
   }
   const int split_stages = config.split.empty() ? 0 : 1 + static_cast<int>(std::count(config.split.begin(),
                                                                                       config.split.end(), ','));
   std::vector<Candidate> out;
   for (const Candidate& c : all) {
-    if (c.schedule == PipelineSchedule::kInterleaved && micro_batches % devices != 0) continue;
+    if (IsInterleaved(c.schedule) && micro_batches % devices != 0) continue;
     if (c.schedule == PipelineSchedule::kZeroBubble && micro_batches < devices) continue;
     if (split_stages > 0 && split_stages != c.virtual_stages * devices && all.size() > 1) continue;
     out.push_back(c);
@@ -135,8 +139,7 @@ PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, 
       const double ms = PredictStepMs(table, plan);
       if (open)
         LogInfo("pmp shape: --chunks={} --schedule={}{} split {}: predicted step {:.1f} ms", M, c.name,
-                c.schedule == PipelineSchedule::kInterleaved ? fmt::format(" --virtual-stages={}", c.virtual_stages)
-                                                             : "",
+                IsInterleaved(c.schedule) ? fmt::format(" --virtual-stages={}", c.virtual_stages) : "",
                 SplitCounts(plan.counts), ms);
       // Candidates come simplest first (fewer micro-batches, fewer chunks);
       // a more complex one must be predicted clearly faster (kMargin), as

@@ -1,6 +1,7 @@
 // How pmp picks the shape of its pipeline when the user leaves it open:
 // without --chunks, the number of micro-batches, and, unless --schedule is
-// given, the schedule (1f1b, or interleaved with V chunks per device). More
+// given, the schedule (1f1b or zero-bubble, or interleaved or interleaved-
+// zero-bubble with V chunks per device). More
 // micro-batches shrink the bubble, but on a CPU (and for weight-heavy layers
 // on small images anywhere) each micro-batch costs a fixed extra: every
 // layer's weights are read, reordered and their gradients accumulated once

@@ -35,8 +35,17 @@ PipelineSchedule ParsePipelineSchedule(const std::string& name) {
   if (name == "1f1b") return PipelineSchedule::k1F1B;
   if (name == "interleaved") return PipelineSchedule::kInterleaved;
   if (name == "zero-bubble") return PipelineSchedule::kZeroBubble;
-  throw ConfigError(fmt::format("--schedule={}: not accepted; accepted values: gpipe|1f1b|interleaved|zero-bubble",
-                                name));
+  if (name == "interleaved-zero-bubble") return PipelineSchedule::kInterleavedZeroBubble;
+  throw ConfigError(fmt::format(
+      "--schedule={}: not accepted; accepted values: gpipe|1f1b|interleaved|zero-bubble|interleaved-zero-bubble", name));
+}
+
+bool IsInterleaved(PipelineSchedule schedule) {
+  return schedule == PipelineSchedule::kInterleaved || schedule == PipelineSchedule::kInterleavedZeroBubble;
+}
+
+bool SplitsBackward(PipelineSchedule schedule) {
+  return schedule == PipelineSchedule::kZeroBubble || schedule == PipelineSchedule::kInterleavedZeroBubble;
 }
 
 std::string PipelineScheduleName(PipelineSchedule schedule) {
@@ -45,6 +54,7 @@ std::string PipelineScheduleName(PipelineSchedule schedule) {
     case PipelineSchedule::k1F1B: return "1f1b";
     case PipelineSchedule::kInterleaved: return "interleaved";
     case PipelineSchedule::kZeroBubble: return "zero-bubble";
+    case PipelineSchedule::kInterleavedZeroBubble: return "interleaved-zero-bubble";
   }
   return "";
 }
@@ -58,40 +68,54 @@ PipelineTable GPipeTable(int devices, int micro_batches) {
   return t;
 }
 
-// 1F1B's order; each backward is `backward` (whole), or B followed by W once
-// more than `deferred(s)` W's wait.
-static PipelineTable OneFOneBOrder(int devices, int micro_batches, bool split, int (*deferred)(int)) {
+PipelineTable OneFOneBTable(int devices, int micro_batches) {
   PipelineTable t = EmptyTable(devices, 1, micro_batches);
   for (int s = 0; s < devices; ++s) {
     auto& a = t.actions[s];
     const int warmup = std::min(devices - 1 - s, micro_batches);
-    std::deque<int> waiting;  // micro-batches whose W is still to run
     int f = 0;
     for (; f < warmup; ++f) a.push_back(Forward(f, s));
     for (int b = 0; b < micro_batches; ++b) {
       if (f < micro_batches) a.push_back(Forward(f++, s));
-      if (!split) {
-        a.push_back({PipelineOp::kBackward, b, s});
-        continue;
-      }
-      a.push_back({PipelineOp::kBackwardInput, b, s});
-      waiting.push_back(b);
-      const bool last = b + 1 == micro_batches;
-      while (!waiting.empty() && (last || static_cast<int>(waiting.size()) > deferred(s))) {
-        a.push_back({PipelineOp::kBackwardWeight, waiting.front(), s});
-        waiting.pop_front();
-      }
+      a.push_back({PipelineOp::kBackward, b, s});
     }
   }
   return t;
 }
 
-PipelineTable OneFOneBTable(int devices, int micro_batches) {
-  return OneFOneBOrder(devices, micro_batches, false, [](int) { return 0; });
+// `whole` with each backward cut into B then W: device s runs a W once more
+// than s of them wait, and the rest after its last B (ZB-H1's rule: device s
+// of a 1F1B table then holds at most S micro-batches, as device 0 does).
+static PipelineTable SplitBackwards(PipelineTable whole) {
+  for (int s = 0; s < whole.devices; ++s) {
+    std::vector<PipelineAction> cut;
+    std::deque<PipelineAction> waiting;  // W's still to run
+    int backwards = 0;
+    for (const PipelineAction& a : whole.actions[s]) backwards += a.op == PipelineOp::kBackward;
+    for (const PipelineAction& a : whole.actions[s]) {
+      if (a.op != PipelineOp::kBackward) {
+        cut.push_back(a);
+        continue;
+      }
+      cut.push_back({PipelineOp::kBackwardInput, a.micro_batch, a.chunk});
+      waiting.push_back({PipelineOp::kBackwardWeight, a.micro_batch, a.chunk});
+      const bool last = --backwards == 0;
+      while (!waiting.empty() && (last || static_cast<int>(waiting.size()) > s)) {
+        cut.push_back(waiting.front());
+        waiting.pop_front();
+      }
+    }
+    whole.actions[s] = std::move(cut);
+  }
+  return whole;
 }
 
 PipelineTable ZeroBubbleH1Table(int devices, int micro_batches) {
-  return OneFOneBOrder(devices, micro_batches, true, [](int s) { return s; });
+  return SplitBackwards(OneFOneBTable(devices, micro_batches));
+}
+
+PipelineTable InterleavedZeroBubbleTable(int devices, int virtual_stages, int micro_batches) {
+  return SplitBackwards(InterleavedTable(devices, virtual_stages, micro_batches));
 }
 
 PipelineTable InterleavedTable(int devices, int virtual_stages, int micro_batches) {
@@ -126,6 +150,8 @@ PipelineTable BuildPipelineTable(PipelineSchedule schedule, int devices, int vir
     case PipelineSchedule::k1F1B: return OneFOneBTable(devices, micro_batches);
     case PipelineSchedule::kInterleaved: return InterleavedTable(devices, virtual_stages, micro_batches);
     case PipelineSchedule::kZeroBubble: return ZeroBubbleH1Table(devices, micro_batches);
+    case PipelineSchedule::kInterleavedZeroBubble:
+      return InterleavedZeroBubbleTable(devices, virtual_stages, micro_batches);
   }
   TORCH_CHECK(false, "unknown pipeline schedule");
 }

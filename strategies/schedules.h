@@ -38,11 +38,16 @@ struct PipelineTable {
   int DeviceOf(int chunk) const { return chunk % devices; }
 };
 
-enum class PipelineSchedule { kGPipe, k1F1B, kInterleaved, kZeroBubble };
-// gpipe|1f1b|interleaved|zero-bubble; ConfigError otherwise.
+// Values are kept in snapshots (meta.shape): new ones go at the end.
+enum class PipelineSchedule { kGPipe, k1F1B, kInterleaved, kZeroBubble, kInterleavedZeroBubble };
+// gpipe|1f1b|interleaved|zero-bubble|interleaved-zero-bubble; ConfigError otherwise.
 PipelineSchedule ParsePipelineSchedule(const std::string& name);
 // The --schedule name of `schedule` (the inverse of ParsePipelineSchedule).
 std::string PipelineScheduleName(PipelineSchedule schedule);
+// V chunks per device (--virtual-stages), micro-batches in groups of S.
+bool IsInterleaved(PipelineSchedule schedule);
+// The backward cut into B and W.
+bool SplitsBackward(PipelineSchedule schedule);
 
 // All forwards, then all backwards (last micro-batch first).
 PipelineTable GPipeTable(int devices, int micro_batches);
@@ -56,6 +61,13 @@ PipelineTable InterleavedTable(int devices, int virtual_stages, int micro_batche
 // device s defers up to s W's, which fill the bubbles of the drain, so every
 // device holds at most S micro-batches, as 1F1B's first device does.
 PipelineTable ZeroBubbleH1Table(int devices, int micro_batches);
+// Interleaved 1F1B's order with ZB-H1's cut: each backward becomes B, which
+// hands the input gradient upstream at once, then its W, with up to s W's
+// waiting on device s (torch.distributed.pipelining's interleaved zero
+// bubble). The W's that used to sit between a chunk's input gradient and the
+// chunk before it leave the critical path; a device holds no more
+// micro-batches than interleaved's first device does.
+PipelineTable InterleavedZeroBubbleTable(int devices, int virtual_stages, int micro_batches);
 PipelineTable BuildPipelineTable(PipelineSchedule schedule, int devices, int virtual_stages, int micro_batches);
 
 // Milliseconds of each action kind on each chunk (kBackward: input + weight).

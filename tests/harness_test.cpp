@@ -107,7 +107,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlag{"--balance=random", "--balance=random"},
         BadFlag{"--split=4,x", "--split=4,x: must be a comma list of unit counts"},
         BadFlag{"--chunks=0", "--chunks=0: must be at least 1"},
-        BadFlag{"--schedule=zb", "--schedule=zb: not accepted; accepted values: gpipe|1f1b|interleaved|zero-bubble"},
+        BadFlag{"--schedule=zb", "--schedule=zb: not accepted; accepted values: gpipe|1f1b|interleaved|zero-bubble|interleaved-zero-bubble"},
         BadFlag{"--virtual-stages=-1", "--virtual-stages=-1: must be at least 0"},
         BadFlag{"--no-such-flag", "--no-such-flag"}),
     [](const ::testing::TestParamInfo<BadFlag>& info) {
@@ -141,7 +141,7 @@ TEST(Config, StrategyFlagsOnlyWhereTheyApply) {
             std::string::npos);
   EXPECT_NE(ParseError({"--strategy=pmp", "--zero-reduce=all-reduce"}).find("--strategy=zero*"), std::string::npos);
   EXPECT_NE(ParseError({"--strategy=pmp", "--schedule=1f1b", "--virtual-stages=2"})
-                .find("--virtual-stages=2: applies only to --schedule=interleaved"),
+                .find("--virtual-stages=2: applies only to --schedule=interleaved|interleaved-zero-bubble"),
             std::string::npos);
   // Where they apply, and defaults never given, are fine; zero* matches by prefix.
   EXPECT_EQ(ParseError({"--strategy=pmp", "--chunks=8", "--split=4,6", "--balance=params"}), "");

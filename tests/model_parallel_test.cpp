@@ -224,6 +224,7 @@ std::string Name(PipelineSchedule schedule) {
     case PipelineSchedule::k1F1B: return "1f1b";
     case PipelineSchedule::kInterleaved: return "interleaved";
     case PipelineSchedule::kZeroBubble: return "zero-bubble";
+    case PipelineSchedule::kInterleavedZeroBubble: return "interleaved-zero-bubble";
   }
   return "?";
 }
@@ -287,6 +288,28 @@ TEST(Schedule, ZeroBubbleDefersUpToSWeightPasses) {
   EXPECT_EQ(Actions(t.actions[1]), "F01 B01 F11 B11 W01 F21 B21 W11 F31 B31 W21 W31 ");
 }
 
+TEST(Schedule, InterleavedZeroBubbleCutsInterleavedsBackwards) {
+  // Device s: interleaved's row with each backward as B, W right after it on
+  // device 0, up to s W's waiting on device s, all flushed after the last B.
+  auto t = InterleavedZeroBubbleTable(2, 2, 2);
+  EXPECT_EQ(Actions(t.actions[0]), "F00 F10 F02 F12 B02 W02 B12 W12 B00 W00 B10 W10 ");
+  EXPECT_EQ(Actions(t.actions[1]), "F01 F11 F03 B03 F13 B13 W03 B01 W13 B11 W01 W11 ");
+  for (int S : {2, 3, 4})
+    for (int V : {2, 3})
+      for (int M : {S, 2 * S, 3 * S}) {
+        const PipelineTable whole = InterleavedTable(S, V, M), cut = InterleavedZeroBubbleTable(S, V, M);
+        for (int d = 0; d < S; ++d) {
+          std::vector<PipelineAction> without_w;
+          for (PipelineAction a : cut.actions[d]) {
+            if (a.op == PipelineOp::kBackwardWeight) continue;
+            if (a.op == PipelineOp::kBackwardInput) a.op = PipelineOp::kBackward;
+            without_w.push_back(a);
+          }
+          EXPECT_EQ(Actions(without_w), Actions(whole.actions[d])) << S << " " << V << " " << M << " device " << d;
+        }
+      }
+}
+
 TEST(Schedule, InterleavedGoesThroughTheChunksInGroupsOfS) {
   // 2 devices x 2 chunks: device 0 holds chunks 0 and 2, device 1 chunks 1 and 3.
   auto t = InterleavedTable(2, 2, 4);
@@ -303,19 +326,27 @@ TEST(Schedule, EveryTableIsCompleteOrderedAndDeadlockFree) {
       for (int V : {1, 2, 3}) {
         SCOPED_TRACE(fmt::format("S={} M={} V={}", S, M, V));
         for (auto schedule : {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B, PipelineSchedule::kInterleaved,
-                              PipelineSchedule::kZeroBubble}) {
-          if (schedule == PipelineSchedule::kInterleaved && M % S != 0) continue;
-          if (schedule != PipelineSchedule::kInterleaved && V > 1) continue;
+                              PipelineSchedule::kZeroBubble, PipelineSchedule::kInterleavedZeroBubble}) {
+          if (IsInterleaved(schedule) && M % S != 0) continue;
+          if (!IsInterleaved(schedule) && V > 1) continue;
           SCOPED_TRACE(Name(schedule));
           auto t = BuildPipelineTable(schedule, S, V, M);
           ASSERT_EQ(t.chunks(), S * V);
-          ExpectCompleteAndOrdered(t, schedule == PipelineSchedule::kZeroBubble);
+          ExpectCompleteAndOrdered(t, SplitsBackward(schedule));
           auto sim = SimulatePipeline(t, UniformChunkTimes(t.chunks()));
           ASSERT_FALSE(sim.deadlock);
           for (int s = 0; s < S; ++s) {
             if (schedule == PipelineSchedule::kGPipe) EXPECT_EQ(sim.peak_in_flight[s], M);
             if (schedule == PipelineSchedule::k1F1B) EXPECT_EQ(sim.peak_in_flight[s], std::min(S - s, M));
             if (schedule == PipelineSchedule::kZeroBubble) EXPECT_LE(sim.peak_in_flight[s], S);
+          }
+          if (schedule == PipelineSchedule::kInterleavedZeroBubble) {
+            // No more held than interleaved's busiest device, and no slower.
+            auto whole = SimulatePipeline(InterleavedTable(S, V, M), UniformChunkTimes(t.chunks()));
+            const int most = *std::max_element(whole.peak_in_flight.begin(), whole.peak_in_flight.end());
+            for (int s = 0; s < S; ++s) EXPECT_LE(sim.peak_in_flight[s], most);
+            EXPECT_LE(sim.makespan, whole.makespan + 1e-9);
+            continue;
           }
           if (schedule != PipelineSchedule::kZeroBubble) {
             EXPECT_NEAR(sim.Bubble(), TheoreticalBubble(S, V, M), 1e-9);
@@ -420,8 +451,9 @@ TEST(PipelineShape, GivenFlagsAreKeptTheRestChosen) {
   EXPECT_GE(open.micro_batches, 2);
   EXPECT_EQ(open.plan.counts.size(), 2u * open.virtual_stages);
   EXPECT_GT(open.predicted_ms, 0);
-  if (open.schedule == PipelineSchedule::kInterleaved) EXPECT_EQ(open.micro_batches % 2, 0);
-  else EXPECT_EQ(open.schedule, PipelineSchedule::k1F1B);
+  if (IsInterleaved(open.schedule)) EXPECT_EQ(open.micro_batches % 2, 0);
+  else EXPECT_EQ(open.virtual_stages, 1);
+  EXPECT_NE(open.schedule, PipelineSchedule::kGPipe);  // never a candidate: 1F1B runs it in less memory
   // --chunks given: that count with the configured schedule.
   config.chunks = 4;
   config.schedule = "gpipe";
@@ -755,7 +787,8 @@ TEST(Row, PmpWithoutChunksRecordsTheChosenShape) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const int M = std::stoi(r.row.at("chunks"));
   EXPECT_EQ(8 % M, 0);
-  EXPECT_TRUE(r.row.at("schedule") == "1f1b" || r.row.at("schedule") == "interleaved") << r.row.at("schedule");
+  const std::set<std::string> chosen = {"1f1b", "zero-bubble", "interleaved", "interleaved-zero-bubble"};
+  EXPECT_TRUE(chosen.count(r.row.at("schedule"))) << r.row.at("schedule");
   EXPECT_EQ(Numbers(r.row.at("stage_time_ms")).size(), 2u * std::stoul(r.row.at("virtual_stages")));
   EXPECT_NE(r.output.find("pmp shape: --chunks=2 --schedule=1f1b"), std::string::npos) << r.output;
 }
@@ -823,13 +856,13 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"--strategy=pmp --gpus=3 --oversubscribe --batch-size=8 --chunks=2 --schedule=zero-bubble",
              "--chunks=2: --schedule=zero-bubble needs at least one micro-batch per device; accepted: --chunks>=3"},
         Case{"--strategy=pmp --gpus=2 --schedule=gpipe --virtual-stages=2",
-             "--virtual-stages=2: applies only to --schedule=interleaved, not to --schedule=gpipe"},
+             "--virtual-stages=2: applies only to --schedule=interleaved|interleaved-zero-bubble, not to --schedule=gpipe"},
         Case{"--strategy=dp --gpus=2 --chunks=4", "--chunks=4: applies only to --strategy=pmp, not to --strategy=dp"},
         Case{"--strategy=mp --gpus=2 --schedule=1f1b", "--schedule=1f1b: applies only to --strategy=pmp, not to --strategy=mp"},
         Case{"--strategy=mp --gpus=2 --bucket-cap-mb=1", "--bucket-cap-mb=1: applies only to --strategy=ddp|zero*"},
         Case{"--strategy=dp --gpus=2 --split=5,5", "--split=5,5: applies only to --strategy=mp|pmp"},
         Case{"--strategy=mp --gpus=2 --split=4,x", "--split=4,x"},
-        Case{"--strategy=pmp --gpus=2 --schedule=zb", "--schedule=zb: not accepted; accepted values: gpipe|1f1b|interleaved|zero-bubble"},
+        Case{"--strategy=pmp --gpus=2 --schedule=zb", "--schedule=zb: not accepted; accepted values: gpipe|1f1b|interleaved|zero-bubble|interleaved-zero-bubble"},
         Case{"--strategy=mp --gpus=2 --balance=flops", "--balance=flops"},
         Case{"--strategy=dp --gpus=1000", "--gpus=1000 x --threads-per-device=1: 1000 threads but this machine has"},
         Case{"--strategy=pmp --gpus=2 --chunks=3 --verify --batch-size=8", "--chunks=3"}),

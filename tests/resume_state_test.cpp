@@ -170,7 +170,7 @@ std::vector<Case> AllCases() {
     cases.push_back({"single", optimizer});
     cases.push_back({"dp", optimizer, 2});
     cases.push_back({"mp", optimizer, 2});
-    for (std::string schedule : {"gpipe", "1f1b", "interleaved", "zero-bubble"})
+    for (std::string schedule : {"gpipe", "1f1b", "interleaved", "zero-bubble", "interleaved-zero-bubble"})
       cases.push_back({"pmp", optimizer, 2, schedule});
     for (std::string zero : {"zero1", "zero2", "zero3"}) cases.push_back({zero, optimizer});
     cases.push_back({"ddp", optimizer});
