@@ -67,7 +67,7 @@ shape_flags() {
 import csv, sys
 r = list(csv.DictReader(open(sys.argv[1])))[-1]
 print(f"--split={r['split']}"); print(f"--chunks={r['chunks']}"); print(f"--schedule={r['schedule']}")
-if r["schedule"] == "interleaved": print(f"--virtual-stages={r['virtual_stages']}")
+if r["schedule"].startswith("interleaved"): print(f"--virtual-stages={r['virtual_stages']}")
 PYEOF
 }
 
