@@ -267,6 +267,7 @@ void ValidateConfig(const RunConfig& c) {
   CheckMember("--memory-format", c.memory_format, {"auto", "channels_last", "contiguous"});
   CheckMember("--tf32", c.tf32, {"on", "off", "all"});
   CheckMember("--optimizer-impl", c.optimizer_impl, {"auto", "fused", "foreach", "per-param"});
+  CheckMember("--cpu-malloc", c.cpu_malloc, {"reuse", "system"});
   if (c.cuda_graphs && c.device == "cpu")
     throw ConfigError("--cuda-graphs: CUDA graphs need --device=cuda (or auto on a machine with a GPU); "
                       "leave the flag out on CPU");
@@ -365,6 +366,8 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--optimizer-impl", c.optimizer_impl,
                  "auto (CUDA: fused, CPU: per-param)|fused|foreach|per-param optimizer kernels");
   app.add_flag("--cuda-graphs", c.cuda_graphs, "CUDA: capture the whole training step once, then replay it");
+  app.add_option("--cpu-malloc", c.cpu_malloc,
+                 "reuse (freed host memory stays mapped: no page faults per step)|system (glibc's defaults)");
   app.add_option("--out", c.out, "CSV file to append the result row to");
   app.add_option("--baseline", c.baseline, "CSV holding the single-device row for scaling efficiency (default: --out)");
   app.add_option("--trace", c.trace, "Chrome trace (Perfetto) of every rank's phases, micro-batches and collectives");

@@ -1,14 +1,20 @@
 #include "harness/memory.h"
 
 #include <c10/core/CPUAllocator.h>
+#include <fmt/format.h>
+#include <malloc.h>
 #include <sys/resource.h>
+
+#include <climits>
 
 #include <array>
 #include <atomic>
 #include <mutex>
 #include <new>
 
+#include "harness/config.h"
 #include "harness/cuda_support.h"
+#include "harness/log.h"
 
 namespace ddpbench {
 namespace {
@@ -71,6 +77,19 @@ class TrackingAllocator final : public c10::Allocator {
 };
 
 }  // namespace
+
+void ConfigureCpuMalloc(const std::string& mode) {
+  if (mode == "system") return;
+  if (mode != "reuse")
+    throw ConfigError(fmt::format("--cpu-malloc={}: not accepted; accepted values: reuse|system", mode));
+#ifdef __GLIBC__
+  const bool ok = mallopt(M_ARENA_MAX, 1) == 1 && mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1 &&
+                  mallopt(M_TRIM_THRESHOLD, INT_MAX) == 1;
+  if (!ok) LogWarn("--cpu-malloc=reuse: glibc refused a setting; freed memory may be unmapped and faulted in again");
+#else
+  LogWarn("--cpu-malloc=reuse: not a glibc system; the C library's defaults apply");
+#endif
+}
 
 void InstallCpuMemoryTracker() {
   static std::once_flag once;

@@ -66,6 +66,7 @@ void AddIdentity(const RunResult& r, Row& row) {
   row["lr"] = fmt::format("{}", r.lr);
   row["memory_format"] = r.settings.memory_format;
   row["optimizer_impl"] = r.settings.optimizer_impl;
+  row["cpu_malloc"] = c.cpu_malloc;
   if (r.cuda) {
     row["tf32"] = r.settings.tf32;
     row["cudnn_benchmark"] = Bool(r.settings.cudnn_benchmark);

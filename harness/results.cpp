@@ -24,7 +24,7 @@ const std::vector<std::string>& ResultColumns() {
       "timestamp", "git_sha", "host", "run_id", "entry", "strategy", "gpus", "nodes", "world_size", "launcher", "device",
       "device_name", "threads_per_device", "oversubscribed", "model", "norm", "width",
       "small_input", "dataset", "image_size", "per_device_batch", "global_batch", "steps",
-      "warmup", "epochs", "amp", "optimizer", "lr", "memory_format", "optimizer_impl", "tf32",
+      "warmup", "epochs", "amp", "optimizer", "lr", "memory_format", "optimizer_impl", "cpu_malloc", "tf32",
       "cudnn_benchmark", "cuda_graphs", "throughput_img_s", "repeats", "throughput_mad_img_s",
       "throughput_min_img_s", "throughput_max_img_s",
       "throughput_per_rank_img_s", "step_ms_p50", "step_ms_p90", "model_tflops_per_img", "mfu", "data_ms", "forward_ms",

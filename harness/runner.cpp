@@ -178,6 +178,7 @@ void ConfigureProcess(const PreparedRun& run, const StrategyEntry& entry, DistCo
   const RunConfig& config = run.config;
   const bool cuda = config.device == "cuda";
   dist.device = cuda ? run.devices.front() : torch::Device(torch::kCPU);
+  ConfigureCpuMalloc(config.cpu_malloc);  // host memory of every run; before any worker thread
   if (cuda) {
     at::globalContext().setBenchmarkCuDNN(run.settings.cudnn_benchmark);
     at::globalContext().setAllowTF32CuDNN(run.settings.tf32 != "off");

@@ -6,6 +6,8 @@
 #   scripts/compare_pytorch.sh [ROUNDS] -- DDPBENCH_AND_PYTORCH_FLAGS...
 # The flags both understand: --model --image-size --batch-size --device --amp
 # --memory-format --steps --warmup (CPU: both use 1 thread; set THREADS).
+# Both use the same host malloc: MALLOC=reuse (default: ddpbench's
+# --cpu-malloc=reuse, PyTorch under the same glibc settings) or system.
 # Example (CPU, the issue-9 goal): scripts/compare_pytorch.sh 5 -- --device=cpu
 #   --model=resnet18 --image-size=64 --batch-size=16 --memory-format=contiguous --steps=20 --warmup=5
 set -euo pipefail
@@ -14,6 +16,12 @@ BIN="${BIN:-$ROOT/build/ddpbench}"
 PY="${PY:-$ROOT/.venv/bin/python}"
 OUT="${OUT:-$ROOT/results/compare_pytorch.csv}"
 THREADS="${THREADS:-1}"
+MALLOC="${MALLOC:-reuse}"
+case "$MALLOC" in
+  reuse) TUNABLES="glibc.malloc.arena_max=1:glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=2147483647" ;;
+  system) TUNABLES="${GLIBC_TUNABLES:-}" ;;
+  *) echo "compare_pytorch.sh: MALLOC=$MALLOC: want reuse or system" >&2; exit 2 ;;
+esac
 ROUNDS="${1:-5}"; shift || true
 [[ "${1:-}" == "--" ]] && shift
 [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "compare_pytorch.sh: ROUNDS=$ROUNDS: want a positive integer" >&2; exit 2; }
@@ -21,9 +29,11 @@ FLAGS=("$@")
 TMP="$(mktemp -d)"; trap 'rm -rf "$TMP"' EXIT
 pairs=()
 for ((i = 1; i <= ROUNDS; i++)); do
-  "$BIN" --strategy=single --threads-per-device="$THREADS" --progress=off "${FLAGS[@]}" --out="$TMP/rows.csv" 2>/dev/null
+  "$BIN" --strategy=single --threads-per-device="$THREADS" --cpu-malloc="$MALLOC" --progress=off "${FLAGS[@]}" \
+    --out="$TMP/rows.csv" 2>/dev/null
   ours="$("$PY" -c 'import csv,sys; print(list(csv.DictReader(open(sys.argv[1])))[-1]["throughput_img_s"])' "$TMP/rows.csv")"
-  theirs="$("$PY" "$ROOT/scripts/pytorch_eager.py" --threads="$THREADS" "${FLAGS[@]}" | sed 's/.*img\/s=//')"
+  theirs="$(GLIBC_TUNABLES="$TUNABLES" "$PY" "$ROOT/scripts/pytorch_eager.py" --threads="$THREADS" "${FLAGS[@]}" |
+    sed 's/.*img\/s=//')"
   echo "round $i: ddpbench $ours img/s, pytorch eager $theirs img/s"
   pairs+=("$ours:$theirs")
 done

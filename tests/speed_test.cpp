@@ -2,11 +2,17 @@
 // multi-tensor and fused optimizers equal torch::optim's per-parameter ones,
 // channels-last weights and images give the same parameters as contiguous
 // ones (float64), and the FLOP count behind MFU matches torchvision's
-// published figures; --repeat's median and spread are the textbook ones.
+// published figures; --repeat's median and spread are the textbook ones;
+// --cpu-malloc=reuse keeps freed tensor pages mapped.
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <torch/torch.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "harness/config.h"
+#include "harness/memory.h"
 #include "harness/mfu.h"
 #include "harness/multi_tensor_optim.h"
 #include "harness/run_result.h"
@@ -187,6 +193,29 @@ TEST(Repeat, ThroughputIsTheMedianOverSectionsOfTheSlowestRank) {
   EXPECT_DOUBLE_EQ(t[1], 500);
   EXPECT_DOUBLE_EQ(t[2], 2000);
   EXPECT_DOUBLE_EQ(r.Throughput(), 800);
+}
+
+// Each test runs in its own process under ctest, so the setting stays here.
+// glibc's defaults would mmap a fresh 24 MiB block (and unmap it on free, so
+// the next one faults every page in again); "reuse" serves it from the heap
+// and keeps the freed space there.
+TEST(CpuMalloc, ReuseServesLargeBlocksFromAnUntrimmedHeap) {
+  ConfigureCpuMalloc("reuse");
+  const size_t mapped_before = mallinfo2().hblks;
+  static void* volatile block = nullptr;  // volatile: the pair is not optimised away
+  block = std::malloc(24 << 20);
+  ASSERT_NE(block, nullptr);
+  std::memset(block, 1, 24 << 20);
+  EXPECT_EQ(mallinfo2().hblks, mapped_before) << "the 24 MiB block was mmap'd";
+  std::free(block);
+  EXPECT_GE(mallinfo2().keepcost, size_t{24} << 20) << "the heap was trimmed after the free";
+  std::string message;
+  try {
+    ConfigureCpuMalloc("tcmalloc");
+  } catch (const ConfigError& e) {
+    message = e.what();
+  }
+  EXPECT_EQ(message, "--cpu-malloc=tcmalloc: not accepted; accepted values: reuse|system");
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 9's flags through the real binary on CPU: the row says how the step
-# ran (memory format, optimizer kernels, FLOPs per image; CUDA-only columns
+# ran (memory format, optimizer kernels, host malloc, FLOPs per image; CUDA-only columns
 # empty), and every bad value is one clear error, exit 2, no row.
 set -euo pipefail
 BIN="$1"; SRC="$2"
@@ -13,7 +13,7 @@ COMMON=(--device=cpu --model=resnet18 --small-input --width=8 --image-size=16 --
 "$BIN" --strategy=single "${COMMON[@]}" --steps=3 --out="$TMP/r.csv"
 "$BIN" --strategy=single "${COMMON[@]}" --steps=3 --memory-format=channels_last --optimizer-impl=foreach \
   --optimizer=adam --out="$TMP/r.csv"
-"$BIN" --strategy=single "${COMMON[@]}" --steps=3 --optimizer-impl=fused --out="$TMP/r.csv"
+"$BIN" --strategy=single "${COMMON[@]}" --steps=3 --optimizer-impl=fused --cpu-malloc=system --out="$TMP/r.csv"
 "$PY" - "$TMP/r.csv" <<'PYEOF'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
@@ -22,6 +22,7 @@ default, cl, fused = rows
 assert default["memory_format"] == "contiguous" and default["optimizer_impl"] == "per-param", default
 assert cl["memory_format"] == "channels_last" and cl["optimizer_impl"] == "foreach", cl
 assert fused["optimizer_impl"] == "fused", fused
+assert default["cpu_malloc"] == cl["cpu_malloc"] == "reuse" and fused["cpu_malloc"] == "system", rows
 for r in rows:
     # ResNet-18 at width 8 (1/8 of 64), 16 px, small stem: a few MFLOPs per image, x3 for training.
     assert 1e-6 < float(r["model_tflops_per_img"]) < 1e-3, r["model_tflops_per_img"]
@@ -51,4 +52,5 @@ bad_input single "--memory-format=nhwc: not accepted; accepted values: auto|chan
 bad_input single "--tf32=maybe: not accepted; accepted values: on|off|all" --tf32=maybe
 bad_input single "--optimizer-impl=turbo: not accepted" --optimizer-impl=turbo
 bad_input single "--cuda-graphs: CUDA graphs need" --cuda-graphs
+bad_input single "--cpu-malloc=jemalloc: not accepted; accepted values: reuse|system" --cpu-malloc=jemalloc
 echo "speed_flags: all checks passed"
