@@ -143,7 +143,7 @@ class PipelineStrategy final : public Strategy {
       shape.schedule = PipelineSchedule::kGPipe;
       shape.plan = ChooseSplit(*config_, model_, S, 1, config_->batch_size);
     }
-    schedule_name_ = pipelined_ ? shape.schedule_name : "";
+    schedule_ = shape.schedule;
     table_ = BuildPipelineTable(shape.schedule, S, shape.virtual_stages, shape.micro_batches);
     plan_ = std::move(shape.plan);
     const int M = shape.micro_batches;
@@ -313,10 +313,10 @@ class PipelineStrategy final : public Strategy {
     extras["stage_time_ms"] = Joined(plan_.stage_ms, "{:.2f}");
     extras["chunks"] = std::to_string(M);
     if (pipelined_) {
-      extras["schedule"] = schedule_name_;
+      extras["schedule"] = PipelineScheduleName(schedule_);
       extras["virtual_stages"] = std::to_string(V);
     }
-    const bool split_backward = pipelined_ && SplitsBackward(ParsePipelineSchedule(schedule_name_));
+    const bool split_backward = pipelined_ && SplitsBackward(schedule_);
     if (!split_backward) extras["bubble_theory"] = fmt::format("{:.4f}", TheoreticalBubble(S, V, M));
     if (timed_steps_ > 0 && wall_ms_ > 0) {
       std::vector<double> busy, act_mb;
@@ -406,7 +406,7 @@ class PipelineStrategy final : public Strategy {
   // [micro-batches, chunks per device, schedule] (PipelineSchedule's value).
   torch::Tensor ShapeTensor() const {
     return torch::tensor({static_cast<int64_t>(table_.micro_batches), static_cast<int64_t>(table_.virtual_stages),
-                          static_cast<int64_t>(ParsePipelineSchedule(schedule_name_))}, torch::kLong);
+                          static_cast<int64_t>(schedule_)}, torch::kLong);
   }
 
 
@@ -485,7 +485,7 @@ class PipelineStrategy final : public Strategy {
   }
 
   bool pipelined_;
-  std::string schedule_name_;  // pmp: the schedule run (given or chosen)
+  PipelineSchedule schedule_ = PipelineSchedule::kGPipe;  // the table run (mp: one micro-batch of GPipe)
   const RunConfig* config_ = nullptr;
   PhaseTimer* timer_ = nullptr;
   PipelineTable table_;

@@ -16,7 +16,6 @@ constexpr double kMargin = 0.05;
 
 struct Candidate {
   PipelineSchedule schedule;
-  std::string name;
   int virtual_stages;
 };
 
@@ -27,7 +26,7 @@ struct Candidate {
 // of the device count). A given --split fixes the chunk count.
 std::vector<Candidate> ScheduleCandidates(const RunConfig& config, int devices, int micro_batches, int units) {
   std::vector<Candidate> all;
-  auto add = [&](PipelineSchedule s, int V) { all.push_back({s, PipelineScheduleName(s), V}); };
+  auto add = [&](PipelineSchedule s, int V) { all.push_back({s, V}); };
   if (config.given.count("--schedule") > 0 || config.chunks > 0) {
     const PipelineSchedule s = ParsePipelineSchedule(config.schedule);
     add(s, !IsInterleaved(s) ? 1 : config.virtual_stages > 0 ? static_cast<int>(config.virtual_stages) : 2);
@@ -138,7 +137,7 @@ PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, 
       }
       const double ms = PredictStepMs(table, plan);
       if (open)
-        LogInfo("pmp shape: --chunks={} --schedule={}{} split {}: predicted step {:.1f} ms", M, c.name,
+        LogInfo("pmp shape: --chunks={} --schedule={}{} split {}: predicted step {:.1f} ms", M, PipelineScheduleName(c.schedule),
                 IsInterleaved(c.schedule) ? fmt::format(" --virtual-stages={}", c.virtual_stages) : "",
                 SplitCounts(plan.counts), ms);
       // Candidates come simplest first (fewer micro-batches, fewer chunks);
@@ -146,7 +145,7 @@ PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, 
       // the times it is costed with are noisy and each extra micro-batch
       // or chunk boundary adds a hand-off the simulation does not count.
       if (best.plan.counts.empty() || ms < best.predicted_ms * (1 - kMargin)) {
-        best = {c.schedule, c.name, c.virtual_stages, M, std::move(plan), ms};
+        best = {c.schedule, c.virtual_stages, M, std::move(plan), ms};
         improved = true;
       }
     }

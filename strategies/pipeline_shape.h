@@ -26,7 +26,6 @@ struct RunConfig;
 
 struct PipelineShape {
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
-  std::string schedule_name = "1f1b";
   int virtual_stages = 1;
   int micro_batches = 1;
   StagePlan plan;             // the split, measured at this micro-batch size

@@ -9,6 +9,7 @@
 
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "harness/config.h"
 
@@ -31,13 +32,16 @@ PipelineAction Forward(int m, int chunk) { return {PipelineOp::kForward, m, chun
 }  // namespace
 
 PipelineSchedule ParsePipelineSchedule(const std::string& name) {
-  if (name == "gpipe") return PipelineSchedule::kGPipe;
-  if (name == "1f1b") return PipelineSchedule::k1F1B;
-  if (name == "interleaved") return PipelineSchedule::kInterleaved;
-  if (name == "zero-bubble") return PipelineSchedule::kZeroBubble;
-  if (name == "interleaved-zero-bubble") return PipelineSchedule::kInterleavedZeroBubble;
-  throw ConfigError(fmt::format(
-      "--schedule={}: not accepted; accepted values: gpipe|1f1b|interleaved|zero-bubble|interleaved-zero-bubble", name));
+  // Every schedule, in enum order: the names come from PipelineScheduleName only.
+  constexpr PipelineSchedule kAll[] = {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B,
+                                       PipelineSchedule::kInterleaved, PipelineSchedule::kZeroBubble,
+                                       PipelineSchedule::kInterleavedZeroBubble};
+  std::vector<std::string> names;
+  for (PipelineSchedule s : kAll) {
+    if (PipelineScheduleName(s) == name) return s;
+    names.push_back(PipelineScheduleName(s));
+  }
+  throw ConfigError(fmt::format("--schedule={}: not accepted; accepted values: {}", name, fmt::join(names, "|")));
 }
 
 bool IsInterleaved(PipelineSchedule schedule) {

@@ -218,17 +218,6 @@ TEST(Split, MoreStagesThanUnitsIsAConfigError) {
 // ---------------------------------------------------------------------------
 // Schedules.
 
-std::string Name(PipelineSchedule schedule) {
-  switch (schedule) {
-    case PipelineSchedule::kGPipe: return "gpipe";
-    case PipelineSchedule::k1F1B: return "1f1b";
-    case PipelineSchedule::kInterleaved: return "interleaved";
-    case PipelineSchedule::kZeroBubble: return "zero-bubble";
-    case PipelineSchedule::kInterleavedZeroBubble: return "interleaved-zero-bubble";
-  }
-  return "?";
-}
-
 // Checks one table directly, without the simulator: each (micro-batch,
 // chunk) has exactly one F and one backward (whole, or one B and one W), on
 // the chunk's device; on a device, F comes before its backward and B before
@@ -329,7 +318,7 @@ TEST(Schedule, EveryTableIsCompleteOrderedAndDeadlockFree) {
                               PipelineSchedule::kZeroBubble, PipelineSchedule::kInterleavedZeroBubble}) {
           if (IsInterleaved(schedule) && M % S != 0) continue;
           if (!IsInterleaved(schedule) && V > 1) continue;
-          SCOPED_TRACE(Name(schedule));
+          SCOPED_TRACE(PipelineScheduleName(schedule));
           auto t = BuildPipelineTable(schedule, S, V, M);
           ASSERT_EQ(t.chunks(), S * V);
           ExpectCompleteAndOrdered(t, SplitsBackward(schedule));
@@ -459,7 +448,7 @@ TEST(PipelineShape, GivenFlagsAreKeptTheRestChosen) {
   config.schedule = "gpipe";
   PipelineShape fixed = ChoosePipelineShape(config, model, 2);
   EXPECT_EQ(fixed.micro_batches, 4);
-  EXPECT_EQ(fixed.schedule_name, "gpipe");
+  EXPECT_EQ(PipelineScheduleName(fixed.schedule), "gpipe");
   EXPECT_EQ(fixed.virtual_stages, 1);
   // --schedule given without --chunks: a count that schedule accepts.
   config.chunks = 0;
