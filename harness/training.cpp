@@ -20,8 +20,13 @@ ResNet BuildModel(const ResNetOptions& options, uint64_t seed, torch::Device dev
   model->to(device);
   if (options.channels_last) {
     torch::NoGradGuard no_grad;
+    // A fresh channels_last copy rather than contiguous(ChannelsLast): a 1x1
+    // kernel counts as channels_last with its contiguous strides, but the
+    // gradients convolution hands back carry real NHWC strides, and a
+    // mismatch makes autograd (and DDP's bucket copy) re-stride every step.
     for (auto& p : model->parameters())
-      if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+      if (p.dim() == 4)
+        p.set_data(at::empty_like(p.data(), at::MemoryFormat::ChannelsLast).copy_(p.data()));
   }
   return model;
 }

@@ -148,6 +148,28 @@ TEST(MemoryFormat, ChannelsLastGivesTheSameParametersInFloat64) {
   EXPECT_TRUE(any_channels_last) << "BuildModel did not make 4-D weights channels-last";
 }
 
+// A 1x1 kernel passes is_contiguous(ChannelsLast) with its NCHW strides, but
+// convolution's weight gradient comes back with NHWC strides; the weight must
+// carry those, or autograd and DDP's bucket copy re-stride it every step.
+TEST(MemoryFormat, EveryKernelGetsTheStridesItsGradientWillHave) {
+  ResNetOptions options;
+  options.width = 8;
+  options.small_input = true;
+  options.num_classes = 5;
+  options.channels_last = true;
+  ResNet model = BuildModel(options, /*seed=*/3, torch::kCPU);
+  auto images = torch::randn({2, 3, 16, 16}).contiguous(at::MemoryFormat::ChannelsLast);
+  ClassificationLoss(model->forward(images), torch::randint(0, 5, {2}, torch::kLong)).backward();
+  int one_by_one = 0;
+  for (const auto& p : model->parameters()) {
+    if (p.dim() != 4) continue;
+    one_by_one += p.size(2) == 1 && p.size(3) == 1;
+    EXPECT_EQ(p.strides(), at::empty_like(p, at::MemoryFormat::ChannelsLast).strides()) << p.sizes();
+    EXPECT_EQ(p.strides(), p.grad().strides()) << p.sizes();
+  }
+  EXPECT_GT(one_by_one, 0) << "the model has no 1x1 kernel to check";
+}
+
 TEST(ModelFlops, MatchTorchvisionPublishedGflops) {
   ResNetOptions r50;
   r50.depth = 50;
