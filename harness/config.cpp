@@ -106,6 +106,9 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& StrategyFla
       {"--chunks", {"pmp"}},
       {"--schedule", {"pmp"}},
       {"--virtual-stages", {"pmp"}},
+      // Whole-step capture is built for single; the other strategies
+      // synchronise with the host or across processes inside their step.
+      {"--cuda-graphs", {"single"}},
   };
   return table;
 }
@@ -268,6 +271,13 @@ void ValidateConfig(const RunConfig& c) {
   CheckMember("--tf32", c.tf32, {"on", "off", "all"});
   CheckMember("--optimizer-impl", c.optimizer_impl, {"auto", "fused", "foreach", "per-param"});
   CheckMember("--cpu-malloc", c.cpu_malloc, {"reuse", "system"});
+  if (c.cuda_graphs && c.amp == "fp16")
+    throw ConfigError("--cuda-graphs with --amp=fp16: the loss scaler decides on the host whether to skip each "
+                      "step, which a replayed graph cannot do; use --amp=bf16 or --amp=off");
+  if (c.cuda_graphs && c.optimizer_impl != "auto" && c.optimizer_impl != "fused")
+    throw ConfigError(fmt::format("--cuda-graphs with --optimizer-impl={}: only the fused kernels keep their step "
+                                  "count on the device, where a replayed graph can advance it; use "
+                                  "--optimizer-impl=fused (the default on CUDA)", c.optimizer_impl));
   if (c.cuda_graphs && c.device == "cpu")
     throw ConfigError("--cuda-graphs: CUDA graphs need --device=cuda (or auto on a machine with a GPU); "
                       "leave the flag out on CPU");

@@ -70,7 +70,10 @@ ParityResult RunParityCheck(const StrategyEntry& entry, const RunContext& ctx, c
     // rank order), the same learning rate.
     DistContext solo;
     solo.device = ctx.devices.front();
+    RunConfig ref_config = config;
+    ref_config.cuda_graphs = false;  // the reference is the eager step
     RunContext ref = run;
+    ref.config = &ref_config;
     ref.dist = &solo;
     ref.devices = {ctx.devices.front()};
     auto reference = MakeSingleStrategy();

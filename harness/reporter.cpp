@@ -93,6 +93,8 @@ void AddSpeed(const RunResult& r, Row& row) {
   const Phase kReported[] = {Phase::kData, Phase::kForward, Phase::kBackward, Phase::kOptimizer,
                              Phase::kCommunication};
   for (Phase p : kReported) {
+    // A replayed CUDA graph runs forward, backward and optimizer as one launch.
+    if (r.config->cuda_graphs && (p == Phase::kForward || p == Phase::kBackward || p == Phase::kOptimizer)) continue;
     const double ms = r.phase_ms[static_cast<int>(p)];
     if (p != Phase::kCommunication || ms > 0) row[std::string(PhaseName(p)) + "_ms"] = Num(ms);
   }

@@ -97,11 +97,8 @@ struct PreparedRun {
 // optimizer kernels. Flags win; "auto" picks what is fastest on the device.
 RunSettings ResolveSettings(RunConfig& config, const std::vector<torch::Device>& devices) {
   const bool cuda = config.device == "cuda";
-  if (config.cuda_graphs) {
-    if (!cuda) throw ConfigError("--cuda-graphs: CUDA graphs need a CUDA device; leave the flag out on CPU");
-    throw ConfigError(fmt::format("--cuda-graphs: whole-step capture is not implemented for --strategy={} in "
-                                  "this build; leave the flag out", config.strategy));
-  }
+  if (config.cuda_graphs && !cuda)
+    throw ConfigError("--cuda-graphs: CUDA graphs need a CUDA device; leave the flag out on CPU");
   RunSettings s;
   s.memory_format = config.memory_format != "auto" ? config.memory_format : cuda ? "channels_last" : "contiguous";
   s.tf32 = config.tf32;

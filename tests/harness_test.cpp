@@ -143,6 +143,12 @@ TEST(Config, StrategyFlagsOnlyWhereTheyApply) {
   EXPECT_NE(ParseError({"--strategy=pmp", "--schedule=1f1b", "--virtual-stages=2"})
                 .find("--virtual-stages=2: applies only to --schedule=interleaved|interleaved-zero-bubble"),
             std::string::npos);
+  // Whole-step CUDA graphs are captured for single only; bf16 and fused are fine there.
+  EXPECT_NE(ParseError({"--strategy=ddp", "--device=cuda", "--cuda-graphs"})
+                .find("applies only to --strategy=single, not to --strategy=ddp"),
+            std::string::npos);
+  EXPECT_EQ(ParseError({"--strategy=single", "--device=cuda", "--cuda-graphs", "--amp=bf16", "--optimizer-impl=fused"}),
+            "");
   // Where they apply, and defaults never given, are fine; zero* matches by prefix.
   EXPECT_EQ(ParseError({"--strategy=pmp", "--chunks=8", "--split=4,6", "--balance=params"}), "");
   EXPECT_EQ(ParseError({"--strategy=mp", "--split=4,6"}), "");

@@ -52,5 +52,7 @@ bad_input single "--memory-format=nhwc: not accepted; accepted values: auto|chan
 bad_input single "--tf32=maybe: not accepted; accepted values: on|off|all" --tf32=maybe
 bad_input single "--optimizer-impl=turbo: not accepted" --optimizer-impl=turbo
 bad_input single "--cuda-graphs: CUDA graphs need" --cuda-graphs
+bad_input single "--cuda-graphs with --amp=fp16: the loss scaler decides on the host" --cuda-graphs --amp=fp16
+bad_input single "--cuda-graphs with --optimizer-impl=foreach: only the fused kernels" --cuda-graphs --optimizer-impl=foreach
 bad_input single "--cpu-malloc=jemalloc: not accepted; accepted values: reuse|system" --cpu-malloc=jemalloc
 echo "speed_flags: all checks passed"
