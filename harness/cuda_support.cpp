@@ -65,6 +65,18 @@ double CudaEventPair::ElapsedMs() {
   impl_->end.synchronize();
   return impl_->start.elapsed_time(impl_->end);
 }
+struct CudaMark::Impl {
+  at::cuda::CUDAEvent event{cudaEventDefault};
+  int device;
+};
+CudaMark::CudaMark(int device) : impl_(std::make_unique<Impl>()) { impl_->device = device; }
+CudaMark::~CudaMark() = default;
+void CudaMark::Record() { impl_->event.record(c10::cuda::getCurrentCUDAStream(impl_->device)); }
+double CudaMark::MsAfter(CudaMark& earlier) {
+  impl_->event.synchronize();
+  earlier.impl_->event.synchronize();
+  return earlier.impl_->event.elapsed_time(impl_->event);
+}
 #else
 std::string CudaDeviceName(int) { return ""; }
 std::string CudaRuntimeVersion() { return ""; }
@@ -78,6 +90,11 @@ CudaEventPair::~CudaEventPair() = default;
 void CudaEventPair::RecordStart() {}
 void CudaEventPair::RecordEnd() {}
 double CudaEventPair::ElapsedMs() { return 0; }
+struct CudaMark::Impl {};
+CudaMark::CudaMark(int) {}
+CudaMark::~CudaMark() = default;
+void CudaMark::Record() {}
+double CudaMark::MsAfter(CudaMark&) { return 0; }
 #endif
 
 }  // namespace ddpbench

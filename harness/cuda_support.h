@@ -38,4 +38,20 @@ class CudaEventPair {
   std::unique_ptr<Impl> impl_;
 };
 
+// One timing event recorded on the current stream of `device`: marks when the
+// work enqueued before it on that stream is done, without waiting for it.
+class CudaMark {
+ public:
+  explicit CudaMark(int device);
+  ~CudaMark();
+  void Record();
+  // Milliseconds from `earlier` to this mark (negative if this came first);
+  // waits for both to complete, so read it after the timed loop.
+  double MsAfter(CudaMark& earlier);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace ddpbench

@@ -73,10 +73,16 @@ void PhaseTimer::AddCuda(Phase phase, std::shared_ptr<CudaEventPair> events) {
   cuda_events_.emplace_back(phase, std::move(events));
 }
 
+void PhaseTimer::AddDeferred(Phase phase, std::function<double()> ms) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  deferred_.emplace_back(phase, std::move(ms));
+}
+
 void PhaseTimer::StartStep() {
   std::lock_guard<std::mutex> lock(mutex_);
   cpu_ms_.fill(0);
   cuda_events_.clear();
+  deferred_.clear();
 }
 
 void PhaseTimer::EndStep(bool counted) {
@@ -84,15 +90,19 @@ void PhaseTimer::EndStep(bool counted) {
   if (counted) {
     for (int p = 0; p < kNumPhases; ++p) totals_[p] += cpu_ms_[p];
     for (auto& e : cuda_events_) pending_.push_back(std::move(e));
+    for (auto& d : deferred_) deferred_pending_.push_back(std::move(d));
   }
   cpu_ms_.fill(0);
   cuda_events_.clear();
+  deferred_.clear();
 }
 
 std::array<double, kNumPhases> PhaseTimer::Totals() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& [phase, events] : pending_) totals_[static_cast<int>(phase)] += events->ElapsedMs();
   pending_.clear();
+  for (auto& [phase, ms] : deferred_pending_) totals_[static_cast<int>(phase)] += ms();
+  deferred_pending_.clear();
   return totals_;
 }
 

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -64,6 +65,10 @@ class PhaseTimer {
   // Adds `ms` of CPU-timed work to `phase` (e.g. communication measured by a
   // strategy from its own timestamps).
   void Add(Phase phase, double ms) { AddCpu(phase, ms); }
+  // Adds to `phase` a figure that can only be read once the device is done
+  // (e.g. communication timed by CUDA events on another stream); `ms` is
+  // called by Totals(), after the timed loop, and only for counted steps.
+  void AddDeferred(Phase phase, std::function<double()> ms);
   void StartStep();
   // Ends the step begun by StartStep; its phases count in Totals() only when
   // `counted` (timed steps, not warm-up). Never waits for the device.
@@ -82,6 +87,7 @@ class PhaseTimer {
   std::vector<std::pair<Phase, std::shared_ptr<CudaEventPair>>> cuda_events_;  // this step
   std::array<double, kNumPhases> totals_{};  // counted steps, resolved
   std::vector<std::pair<Phase, std::shared_ptr<CudaEventPair>>> pending_;  // counted, unread
+  std::vector<std::pair<Phase, std::function<double()>>> deferred_, deferred_pending_;  // this step; counted
 };
 
 }  // namespace ddpbench

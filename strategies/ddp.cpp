@@ -48,6 +48,11 @@ class TimedAllReduceHook final
     // itself is asynchronous: NCCL's kernel or Gloo's thread).
     NvtxRange range("communication");
     const auto start = Clock::now();
+    std::shared_ptr<CudaMark> cuda_start;  // CUDA: when the bucket's gradients are ready on the compute stream
+    if (bucket.getBufferRef().is_cuda()) {
+      cuda_start = std::make_shared<CudaMark>(bucket.getBufferRef().device().index());
+      cuda_start->Record();
+    }
     at::Tensor buffer = bucket.getBufferRef();
     at::Tensor sent = wire_ ? buffer.to(*wire_) : buffer;
     sent.div_(state_->getSize());
@@ -57,10 +62,18 @@ class TimedAllReduceHook final
     const bool copy_back = wire_.has_value();
     const int64_t index = static_cast<int64_t>(bucket.getIndex());
     return future->then(
-        [buffer, copy_back, timeline, start, index](c10::ivalue::Future& done) {
+        [buffer, copy_back, timeline, start, cuda_start, index](c10::ivalue::Future& done) {
           at::Tensor reduced = done.value().toTensorVector()[0];
           if (copy_back) buffer.copy_(reduced);
-          timeline->Add(start, Clock::now(), "all-reduce", index);
+          if (cuda_start) {
+            // The callback's current stream waits for the collective: an
+            // event on it marks the transfer's end on the device.
+            auto end = std::make_shared<CudaMark>(buffer.device().index());
+            end->Record();
+            timeline->AddCuda(cuda_start, std::move(end));
+          } else {
+            timeline->Add(start, Clock::now(), "all-reduce", index);
+          }
           return c10::IValue(buffer);
         },
         c10::TensorType::get());
@@ -147,8 +160,13 @@ class DdpStrategy final : public Strategy {
         auto scope = timer_->Measure(Phase::kBackward);
         CollectiveLabel label("DDP gradient all-reduce");
         timeline_->intervals.clear();
+        timeline_->marks.clear();
         scaler_->Scale(loss / static_cast<double>(micro)).backward();
-        if (sync) {
+        if (sync && device_.is_cuda()) {
+          auto backward_ms = timeline_->TakeCudaBackwardMs();
+          timer_->AddDeferred(Phase::kCommunication, [backward_ms] { return backward_ms().first; });
+          overlap_.AddDeferred(backward_ms);
+        } else if (sync) {
           auto [total, before] = timeline_->BackwardMs();
           comm_ms += total;
           hidden_ms += before;
@@ -156,8 +174,10 @@ class DdpStrategy final : public Strategy {
       }
       total_loss += loss.detach();
     }
-    if (comm_ms > 0 && !device_.is_cuda()) timer_->Add(Phase::kCommunication, comm_ms);
-    overlap_.Add(comm_ms, hidden_ms);
+    if (!device_.is_cuda()) {
+      if (comm_ms > 0) timer_->Add(Phase::kCommunication, comm_ms);
+      overlap_.Add(comm_ms, hidden_ms);
+    }
     {
       auto scope = timer_->Measure(Phase::kOptimizer);
       if (scaler_->enabled()) {
@@ -218,10 +238,10 @@ class DdpStrategy final : public Strategy {
         {"bucket_cap_mb", fmt::format("{}", config_->bucket_cap_mb)},
         {"grad_accum", std::to_string(config_->grad_accum)},
         {"compression", config_->compression}};
-    // Over the timed steps only (the first `warmup` steps are warm-up). CPU
-    // only: with NCCL a future completes when the work is enqueued, not done.
+    // Over the timed steps only (the first `warmup` steps are warm-up); on
+    // CUDA read from the events of each bucket's all-reduce.
     const double hidden = overlap_.HiddenFraction(static_cast<size_t>(config_->warmup));
-    if (!device_.is_cuda() && hidden >= 0) extras["allreduce_hidden_frac"] = fmt::format("{:.3f}", hidden);
+    if (hidden >= 0) extras["allreduce_hidden_frac"] = fmt::format("{:.3f}", hidden);
     auto memory = ModelStateMemory();
     extras.insert(memory.begin(), memory.end());
     return extras;

@@ -245,9 +245,9 @@ class ShardedStrategy final : public Strategy {
     if (stage_ < 3) extras["bucket_cap_mb"] = fmt::format("{}", config_->bucket_cap_mb);
     if (stage_ == 3) extras["units_gathered_max"] = std::to_string(held_max_);
     // The share of the gradient reduction hidden behind backward, over the
-    // timed steps (CPU only, as ddp's).
+    // timed steps (on CUDA from events, as ddp's).
     const double hidden = overlap_.HiddenFraction(static_cast<size_t>(config_->warmup));
-    if (!device_.is_cuda() && hidden >= 0) extras["allreduce_hidden_frac"] = fmt::format("{:.3f}", hidden);
+    if (hidden >= 0) extras["allreduce_hidden_frac"] = fmt::format("{:.3f}", hidden);
     // What this rank holds between steps (every rank holds the same).
     const int64_t params = std::accumulate(partition_.slots.begin(), partition_.slots.end(), int64_t{0},
                                            [](int64_t n, const ZeroSlot& s) { return n + s.numel; });
@@ -432,6 +432,7 @@ class ShardedStrategy final : public Strategy {
     finished_.assign(n, false);
     in_flight_.clear();
     timeline_->intervals.clear();
+    timeline_->marks.clear();
   }
 
   // ---- Forward, unit by unit ----
@@ -575,7 +576,13 @@ class ShardedStrategy final : public Strategy {
         }
       LaunchReady();
       for (size_t b = 0; b < remaining_.size(); ++b) FinishReduction(b);
-      if (comm_ && !device_.is_cuda()) {
+      if (comm_ && device_.is_cuda()) {
+        auto backward_ms = timeline_->TakeCudaBackwardMs();
+        timer_->AddDeferred(Phase::kCommunication, [backward_ms] { return backward_ms().first; });
+        overlap_.AddDeferred(backward_ms);
+        return;
+      }
+      if (comm_) {
         std::tie(comm_ms, hidden_ms) = timeline_->BackwardMs();
         timer_->Add(Phase::kCommunication, comm_ms);
       }
@@ -624,6 +631,11 @@ class ShardedStrategy final : public Strategy {
     if (!comm_) return FinishReduction(b);
     NvtxRange range("communication");  // the launch, as ddp's hook marks it
     const auto start = CommClock::now();
+    std::shared_ptr<CudaMark> cuda_start;  // CUDA: when the bucket is ready on the compute stream
+    if (device_.is_cuda()) {
+      cuda_start = std::make_shared<CudaMark>(device_.index());
+      cuda_start->Record();
+    }
     auto& group = dist_->group;
     c10::intrusive_ptr<c10d::Work> work;
     if (!reduce_scatter_) {
@@ -639,16 +651,21 @@ class ShardedStrategy final : public Strategy {
     }
     works_[b] = work;
     in_flight_.push_back(b);
-    if (!device_.is_cuda()) {
-      auto timeline = timeline_;
-      const char* op = !reduce_scatter_ ? "all-reduce" : alltoall_ ? "alltoall" : "reduce-scatter";
-      done_[b] = work->getFuture()->then(
-          [timeline, start, op, b](c10::ivalue::Future&) {
+    auto timeline = timeline_;
+    const char* op = !reduce_scatter_ ? "all-reduce" : alltoall_ ? "alltoall" : "reduce-scatter";
+    const int device = device_.index();
+    done_[b] = work->getFuture()->then(
+        [timeline, start, cuda_start, device, op, b](c10::ivalue::Future&) {
+          if (cuda_start) {  // the callback's stream waits for the collective (as in ddp's hook)
+            auto end = std::make_shared<CudaMark>(device);
+            end->Record();
+            timeline->AddCuda(cuda_start, std::move(end));
+          } else {
             timeline->Add(start, CommClock::now(), op, static_cast<int64_t>(b));
-            return c10::IValue();
-          },
-          c10::NoneType::get());
-    }
+          }
+          return c10::IValue();
+        },
+        c10::NoneType::get());
   }
 
   // Waits for bucket b's reduction and leaves this rank's gradient slice
