@@ -218,6 +218,7 @@ LoopPlan PlanSteps(const RunConfig& config, const PreparedRun& run, BatchSource&
   plan.process_batch = run.process_batch;
   plan.progress = dist.is_root() && (config.progress == "on" || (config.progress == "auto" && isatty(STDERR_FILENO)));
   plan.check_every = config.device == "cuda" ? 25 : 1;
+  plan.reset_peak_at_timed = !config.cuda_graphs;
   return plan;
 }
 

@@ -128,7 +128,7 @@ LoopTimes RunSteps(Strategy& strategy, BatchSource& train, PhaseTimer& timer, Di
     if (s == plan.warmup) {  // the timed section starts on idle, aligned devices
       SynchronizeDevices(devices);
       dist.Barrier();
-      ResetPeakMemory(devices);
+      if (plan.reset_peak_at_timed) ResetPeakMemory(devices);
       timed_start = since_check = Clock::now();
       steps_since_check = 0;
       paused_ms = 0;

@@ -32,6 +32,10 @@ struct LoopPlan {
   // Losses are read (and checked for divergence) every this many steps; 1 on
   // CPU, where reading costs nothing.
   int64_t check_every = 1;
+  // The peak-memory counters restart when the timed steps start, unless a
+  // strategy allocated what its steps use during the warm-up and holds it
+  // (a CUDA graph's private pool, made at capture, is never allocated again).
+  bool reset_peak_at_timed = true;
   // Called after every step with the steps done in all (first_step
   // included); true stops the loop. Its time (validation, snapshots) is not
   // part of the section's wall time.
