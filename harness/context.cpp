@@ -3,6 +3,7 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -20,19 +21,29 @@ std::string UtcTimestamp() {
   return buf;
 }
 
-// The NVIDIA kernel module's version, from the line "NVRM version: NVIDIA
-// UNIX x86_64 Kernel Module  580.65.06  ..." ("" when there is no driver).
-std::string NvidiaDriverVersion() {
-  std::ifstream file("/proc/driver/nvidia/version");
-  std::string line;
-  if (!std::getline(file, line)) return "";
+// The NVIDIA kernel module's version from the first line of
+// /proc/driver/nvidia/version: the first dotted number after "Kernel Module"
+// ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  ..." or, for
+// the open module, "... UNIX Open Kernel Module for x86_64  580.159.04 ...");
+// "" when there is none.
+std::string ParseNvidiaDriverVersion(const std::string& line) {
   const std::string marker = "Kernel Module";
   const auto pos = line.find(marker);
   if (pos == std::string::npos) return "";
   std::istringstream rest(line.substr(pos + marker.size()));
-  std::string version;
-  rest >> version;
-  return version;
+  for (std::string token; rest >> token;) {
+    const bool dotted = token.find('.') != std::string::npos &&
+                        token.find_first_not_of("0123456789.") == std::string::npos && std::isdigit(token[0]);
+    if (dotted) return token;
+  }
+  return "";
+}
+
+std::string NvidiaDriverVersion() {
+  std::ifstream file("/proc/driver/nvidia/version");
+  std::string line;
+  if (!std::getline(file, line)) return "";
+  return ParseNvidiaDriverVersion(line);
 }
 
 RunEnvironment DescribeEnvironment(bool cuda) {

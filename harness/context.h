@@ -18,5 +18,6 @@ struct RunEnvironment {
 };
 RunEnvironment DescribeEnvironment(bool cuda);
 std::string UtcTimestamp();
+std::string ParseNvidiaDriverVersion(const std::string& line);  // "" if the line names none
 
 }  // namespace ddpbench

@@ -17,6 +17,7 @@
 #include <cctype>
 #include <thread>
 
+#include "harness/context.h"
 #include "harness/config.h"
 #include "harness/memory.h"
 #include "harness/results.h"
@@ -451,5 +452,21 @@ TEST(Memory, CpuAllocationsAreChargedToTheThreadsDevice) {
   EXPECT_EQ(CpuAllocatedBytes(7) - before0, 1 << 20);
 }
 
+}  // namespace
+}  // namespace ddpbench
+
+namespace ddpbench {
+namespace {
+// The open kernel module's line has "for x86_64" where the proprietary one has
+// the version right after "Kernel Module" (an H100 row once said "for").
+TEST(Environment, DriverVersionFromEitherKernelModuleLine) {
+  EXPECT_EQ(ParseNvidiaDriverVersion("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 "
+                                     "07:09:38 UTC 2025"),
+            "580.65.06");
+  EXPECT_EQ(ParseNvidiaDriverVersion("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  "
+                                     "Release Build  (dvs-builder@U22-I3-AF03-09-1)  Tue Jul 29 2025"),
+            "580.159.04");
+  EXPECT_EQ(ParseNvidiaDriverVersion("no driver here"), "");
+}
 }  // namespace
 }  // namespace ddpbench
