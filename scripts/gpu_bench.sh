@@ -1,33 +1,130 @@
 #!/usr/bin/env bash
-# The GPU matrix of issue 9, for a machine with CUDA (see scripts/gpu_build.sh):
-# every strategy on ResNet-50 and ResNet-18 at bf16/fp16/off, appended to
-# results/gpu-<host>.csv, then ddpbench single against PyTorch eager
-# (scripts/compare_pytorch.sh, interleaved) on the issue's workloads.
-#   scripts/gpu_build.sh build && scripts/gpu_bench.sh [OUT_DIR]
-# Multi-GPU strategies use every visible GPU; on a 1-GPU machine they run 2
-# oversubscribed ranks/stages (the row says oversubscribed=true).
+# The GPU figures of issues 9 and 11, for a machine with CUDA (build first with
+# scripts/gpu_build.sh). Parts, each appending to OUT_DIR (default results/):
+#   parity   every strategy and pipeline schedule, and --cuda-graphs, with
+#            --verify (float64 against single)          -> gpu-parity.csv
+#   compare  ddpbench against PyTorch eager channels_last (scripts/pytorch_eager.py)
+#            on issue 9's workloads, interleaved rounds; ddp world 1 against
+#            single, PyTorch DDP world 1 against PyTorch eager (compare-ddp:
+#            only these)                                 -> gpu-compare.csv
+#            (one line per run) and gpu-compare-rows.csv (ddpbench's rows)
+#   matrix   every strategy on ResNet-50 and ResNet-18 at AMPS (default bf16)
+#                                                         -> gpu-matrix.csv
+#   scripts/gpu_bench.sh [OUT_DIR [PART...]]   (env: ROUNDS=3, AMPS=bf16,
+#   MODELS="resnet50 resnet18", BIN); compare's rounds continue the numbering
+#   already in gpu-compare.csv
+# On a 1-GPU machine the multi-device strategies run 2 oversubscribed ranks or
+# stages (the row says oversubscribed=true).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"; cd "$ROOT"
-OUT_DIR="${1:-results}"
+OUT_DIR="${1:-results}"; shift || true
+PARTS=("${@:-parity compare matrix}"); PARTS=(${PARTS[*]})
+ROUNDS="${ROUNDS:-3}"; AMPS="${AMPS:-bf16}"; MODELS="${MODELS:-resnet50 resnet18}"
 BIN="${BIN:-$ROOT/build-gpu/ddpbench}"
 [[ -x "$BIN" ]] || { echo "gpu_bench.sh: $BIN is missing; run scripts/gpu_build.sh build first" >&2; exit 2; }
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_bench.sh: ROUNDS=$ROUNDS: want a whole number >= 1" >&2; exit 2; }
 export LD_LIBRARY_PATH="$ROOT/.deb/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 NGPU="$(python3 -c 'import torch; print(torch.cuda.device_count())')"
 (( NGPU >= 1 )) || { echo "gpu_bench.sh: no CUDA device visible" >&2; exit 2; }
-GPUS=$(( NGPU >= 2 ? NGPU : 2 )); OVER=(); (( NGPU >= 2 )) || OVER=(--oversubscribe)
-CSV="$OUT_DIR/gpu-$(hostname).csv"
-run() { echo "+ ddpbench $*"; "$BIN" --device=cuda --progress=off --out="$CSV" "$@" || echo "FAILED ($?): $*"; }
-for model in resnet50 resnet18; do
-  for amp in bf16 fp16 off; do
-    common=(--model="$model" --amp="$amp" --image-size=224 --batch-size=128 --steps=40 --warmup=15)
-    run --strategy=single "${common[@]}"
-    for s in dp ddp mp pmp zero1; do run --strategy="$s" --gpus="$GPUS" "${OVER[@]}" "${common[@]}"; done
+MULTI=(--gpus=$(( NGPU >= 2 ? NGPU : 2 ))); (( NGPU >= 2 )) || MULTI+=(--oversubscribe)
+mkdir -p "$OUT_DIR"
+run() { echo "+ ddpbench $*"; "$BIN" --device=cuda --progress=off "$@" 2>&1 | grep -v '^\[W' | tail -2 ||
+  echo "FAILED: $*"; }
+
+parity() {
+  local v=(--verify --model=resnet18 --image-size=32 --batch-size=16 --steps=4 --warmup=1 --out="$OUT_DIR/gpu-parity.csv")
+  # SGD: every strategy and schedule; Adam: the ones with their own optimizer path.
+  run --strategy=single "${v[@]}"
+  run --strategy=single --cuda-graphs "${v[@]}"
+  for s in dp ddp mp zero1 zero2 zero3; do run --strategy=$s "${MULTI[@]}" "${v[@]}"; done
+  for sch in gpipe 1f1b zero-bubble; do run --strategy=pmp "${MULTI[@]}" --schedule=$sch --chunks=4 "${v[@]}"; done
+  for sch in interleaved interleaved-zero-bubble; do
+    run --strategy=pmp "${MULTI[@]}" --schedule=$sch --chunks=4 --virtual-stages=2 "${v[@]}"
   done
-done
-run --strategy=ddp --gpus=1 --model=resnet50 --amp=bf16 --image-size=224 --batch-size=128 --steps=40 --warmup=15
-export OUT="$OUT_DIR/compare_pytorch.csv" BIN
-for w in "resnet50 256" "resnet18 256" "resnet18 64"; do
-  set -- $w
-  scripts/compare_pytorch.sh 3 -- --device=cuda --model="$1" --batch-size="$2" --image-size=224 --amp=bf16 \
-    --memory-format=channels_last --steps=40 --warmup=15
+  run --strategy=single --optimizer=adam "${v[@]}"
+  run --strategy=single --cuda-graphs --optimizer=adam "${v[@]}"
+  for s in ddp zero1; do run --strategy=$s "${MULTI[@]}" --optimizer=adam "${v[@]}"; done
+  run --strategy=ddp --gpus=1 "${v[@]}"
+}
+
+# One timed run of a named case; appends "round,name,img/s,command" to gpu-compare.csv.
+compare_one() {
+  local round="$1" name="$2"; shift 2
+  local line ips
+  if [[ "$1" == pytorch ]]; then
+    shift; line="$(python3 scripts/pytorch_eager.py --device=cuda "$@" 2>&1 | tail -1)"; ips="${line##*img/s=}"
+    set -- python3 scripts/pytorch_eager.py --device=cuda "$@"
+  else
+    "$BIN" --device=cuda --progress=off --run-id="gpu-compare-r$round" --entry="$name" \
+      --out="$OUT_DIR/gpu-compare-rows.csv" "$@" >/dev/null 2>&1 || true
+    ips="$(python3 -c 'import csv,sys; r=[x for x in csv.DictReader(open(sys.argv[1])) if x["run_id"]==sys.argv[2] and x["entry"]==sys.argv[3]]; print(r[-1]["throughput_img_s"] if r else "nan")' \
+      "$OUT_DIR/gpu-compare-rows.csv" "gpu-compare-r$round" "$name")"
+    set -- ddpbench --device=cuda "$@"
+  fi
+  echo "round $round $name: $ips img/s"
+  echo "$(date -u +%FT%TZ),$(hostname),$round,$name,$ips,\"$*\"" >> "$OUT_DIR/gpu-compare.csv"
+}
+
+W=(--image-size=224 --amp=bf16 --steps=40 --warmup=15)
+# ddpbench single (eager, then --cuda-graphs) against PyTorch eager.
+compare_single_round() {
+  local r="$1" m
+  for m in "resnet50 256" "resnet18 256" "resnet18 64"; do
+    set -- $m
+    compare_one "$r" "ddpbench-$1-b$2" --strategy=single --model=$1 --batch-size=$2 "${W[@]}"
+    compare_one "$r" "ddpbench-graphs-$1-b$2" --strategy=single --cuda-graphs --model=$1 --batch-size=$2 "${W[@]}"
+    compare_one "$r" "pytorch-$1-b$2" pytorch --model=$1 --batch-size=$2 "${W[@]}" --memory-format=channels_last
+  done
+}
+# ddp on one GPU against single, and PyTorch's DDP (world 1) against PyTorch eager.
+compare_ddp_round() {
+  local r="$1" b=(--model=resnet50 --batch-size=128)
+  compare_one "$r" "single-resnet50-b128" --strategy=single "${b[@]}" "${W[@]}"
+  compare_one "$r" "ddp1-resnet50-b128" --strategy=ddp --gpus=1 "${b[@]}" "${W[@]}"
+  compare_one "$r" "pytorch-resnet50-b128" pytorch "${b[@]}" "${W[@]}" --memory-format=channels_last
+  compare_one "$r" "pytorch-ddp1-resnet50-b128" pytorch --ddp "${b[@]}" "${W[@]}" --memory-format=channels_last
+}
+
+compare() {
+  [[ -f "$OUT_DIR/gpu-compare.csv" ]] || echo "timestamp,host,round,name,img_s,command" > "$OUT_DIR/gpu-compare.csv"
+  local r first; first="$(( $(tail -n +2 "$OUT_DIR/gpu-compare.csv" | cut -d, -f3 | sort -n | tail -1) + 1 ))"
+  for r in $(seq "$first" $(( first + ROUNDS - 1 ))); do
+    [[ "${1:-}" == ddp ]] || compare_single_round "$r"
+    compare_ddp_round "$r"
+  done
+  python3 - "$OUT_DIR/gpu-compare.csv" <<'PY'
+import collections, csv, statistics, sys
+by = collections.defaultdict(dict)
+for r in csv.DictReader(open(sys.argv[1])):
+    by[r["name"]][r["round"]] = float(r["img_s"])
+def ratio(a, b):
+    rs = [by[a][k] / by[b][k] for k in by[a] if k in by.get(b, {})]
+    return f"{statistics.median(rs):.3f} (rounds: {', '.join(f'{x:.3f}' for x in rs)})" if rs else "n/a"
+for n, v in by.items():
+    print(f"{n:32s} median {statistics.median(v.values()):9.1f} img/s")
+for m in ["resnet50-b256", "resnet18-b256", "resnet18-b64"]:
+    print(f"{m}: ddpbench/pytorch {ratio('ddpbench-' + m, 'pytorch-' + m)}; with --cuda-graphs {ratio('ddpbench-graphs-' + m, 'pytorch-' + m)}")
+print(f"ddp world 1 / single (resnet50 b128): {ratio('ddp1-resnet50-b128', 'single-resnet50-b128')}")
+print(f"PyTorch DDP world 1 / PyTorch eager (resnet50 b128): {ratio('pytorch-ddp1-resnet50-b128', 'pytorch-resnet50-b128')}")
+print(f"ddpbench ddp world 1 / PyTorch DDP world 1: {ratio('ddp1-resnet50-b128', 'pytorch-ddp1-resnet50-b128')}")
+PY
+}
+
+matrix() {
+  for model in $MODELS; do
+    for amp in $AMPS; do
+      local c=(--model="$model" --amp="$amp" --image-size=224 --batch-size=128 --steps=40 --warmup=15 --out="$OUT_DIR/gpu-matrix.csv")
+      run --strategy=single "${c[@]}"
+      run --strategy=single --cuda-graphs "${c[@]}"
+      for s in dp ddp mp pmp zero1 zero2 zero3; do run --strategy="$s" "${MULTI[@]}" "${c[@]}"; done
+    done
+  done
+}
+
+for p in "${PARTS[@]}"; do
+  case "$p" in
+    parity|compare|matrix) "$p" ;;
+    compare-ddp) compare ddp ;;
+    *) echo "gpu_bench.sh: part '$p': want parity, compare, compare-ddp or matrix" >&2; exit 2 ;;
+  esac
 done

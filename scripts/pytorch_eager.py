@@ -29,6 +29,9 @@ def parse():
     p.add_argument("--warmup", type=int, default=15)
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--fused", action="store_true", help="torch.optim.SGD(fused=True)")
+    p.add_argument("--ddp", action="store_true",
+                   help="wrap the model in DistributedDataParallel, world 1 (nccl on CUDA, gloo on CPU), "
+                        "DDP's defaults: the comparison for ddpbench --strategy=ddp --gpus=1")
     return p.parse_args()
 
 
@@ -46,6 +49,11 @@ def main():
     dev = torch.device(a.device)
     fmt = torch.channels_last if a.memory_format == "channels_last" else torch.contiguous_format
     model = getattr(torchvision.models, a.model)(num_classes=a.num_classes).to(dev, memory_format=fmt)
+    if a.ddp:
+        import torch.distributed as dist
+        dist.init_process_group("nccl" if a.device == "cuda" else "gloo", init_method="tcp://127.0.0.1:0",
+                                world_size=1, rank=0)
+        model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, fused=a.fused or None)
     g = torch.Generator().manual_seed(42)
     images = torch.randn(a.batch_size, 3, a.image_size, a.image_size, generator=g).to(dev, memory_format=fmt)
@@ -70,6 +78,8 @@ def main():
         step()
     sync()
     print(f"pytorch_eager img/s={a.batch_size * a.steps / (time.perf_counter() - t0):.2f}")
+    if a.ddp:
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
