@@ -11,7 +11,7 @@
 #   matrix   every strategy on ResNet-50 and ResNet-18 at AMPS (default bf16)
 #                                                         -> gpu-matrix.csv
 #   scripts/gpu_bench.sh [OUT_DIR [PART...]]   (env: ROUNDS=3, AMPS=bf16,
-#   MODELS="resnet50 resnet18", BIN); compare's rounds continue the numbering
+#   MODELS="resnet50 resnet18", BIN, PY=python3); compare's rounds continue the numbering
 #   already in gpu-compare.csv
 # On a 1-GPU machine the multi-device strategies run 2 oversubscribed ranks or
 # stages (the row says oversubscribed=true).
@@ -20,12 +20,17 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"; cd "$ROOT"
 OUT_DIR="${1:-results}"; shift || true
 PARTS=("${@:-parity compare matrix}"); PARTS=(${PARTS[*]})
 ROUNDS="${ROUNDS:-3}"; AMPS="${AMPS:-bf16}"; MODELS="${MODELS:-resnet50 resnet18}"
-BIN="${BIN:-$ROOT/build-gpu/ddpbench}"
-[[ -x "$BIN" ]] || { echo "gpu_bench.sh: $BIN is missing; run scripts/gpu_build.sh build first" >&2; exit 2; }
+BIN="${BIN:-$ROOT/build-gpu/ddpbench}"; PY="${PY:-python3}"
+for p in "${PARTS[@]}"; do
+  case "$p" in parity|compare|compare-ddp|matrix) ;;
+    *) echo "gpu_bench.sh: part '$p': want parity, compare, compare-ddp or matrix" >&2; exit 2 ;;
+  esac
+done
 [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_bench.sh: ROUNDS=$ROUNDS: want a whole number >= 1" >&2; exit 2; }
+[[ -x "$BIN" ]] || { echo "gpu_bench.sh: $BIN is missing; run scripts/gpu_build.sh build first" >&2; exit 2; }
 export LD_LIBRARY_PATH="$ROOT/.deb/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-NGPU="$(python3 -c 'import torch; print(torch.cuda.device_count())')"
-(( NGPU >= 1 )) || { echo "gpu_bench.sh: no CUDA device visible" >&2; exit 2; }
+NGPU="$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)"
+(( NGPU >= 1 )) || { echo "gpu_bench.sh: no CUDA device visible (to $PY's torch)" >&2; exit 2; }
 MULTI=(--gpus=$(( NGPU >= 2 ? NGPU : 2 ))); (( NGPU >= 2 )) || MULTI+=(--oversubscribe)
 mkdir -p "$OUT_DIR"
 run() { echo "+ ddpbench $*"; "$BIN" --device=cuda --progress=off "$@" 2>&1 | grep -v '^\[W' | tail -2 ||
@@ -52,12 +57,12 @@ compare_one() {
   local round="$1" name="$2"; shift 2
   local line ips
   if [[ "$1" == pytorch ]]; then
-    shift; line="$(python3 scripts/pytorch_eager.py --device=cuda "$@" 2>&1 | tail -1)"; ips="${line##*img/s=}"
-    set -- python3 scripts/pytorch_eager.py --device=cuda "$@"
+    shift; line="$("$PY" scripts/pytorch_eager.py --device=cuda "$@" 2>&1 | tail -1)"; ips="${line##*img/s=}"
+    set -- "$PY" scripts/pytorch_eager.py --device=cuda "$@"
   else
     "$BIN" --device=cuda --progress=off --run-id="gpu-compare-r$round" --entry="$name" \
       --out="$OUT_DIR/gpu-compare-rows.csv" "$@" >/dev/null 2>&1 || true
-    ips="$(python3 -c 'import csv,sys; r=[x for x in csv.DictReader(open(sys.argv[1])) if x["run_id"]==sys.argv[2] and x["entry"]==sys.argv[3]]; print(r[-1]["throughput_img_s"] if r else "nan")' \
+    ips="$("$PY" -c 'import csv,sys; r=[x for x in csv.DictReader(open(sys.argv[1])) if x["run_id"]==sys.argv[2] and x["entry"]==sys.argv[3]]; print(r[-1]["throughput_img_s"] if r else "nan")' \
       "$OUT_DIR/gpu-compare-rows.csv" "gpu-compare-r$round" "$name")"
     set -- ddpbench --device=cuda "$@"
   fi
@@ -92,7 +97,7 @@ compare() {
     [[ "${1:-}" == ddp ]] || compare_single_round "$r"
     compare_ddp_round "$r"
   done
-  python3 - "$OUT_DIR/gpu-compare.csv" <<'PY'
+  "$PY" - "$OUT_DIR/gpu-compare.csv" <<'PY'
 import collections, csv, statistics, sys
 by = collections.defaultdict(dict)
 for r in csv.DictReader(open(sys.argv[1])):
@@ -122,9 +127,5 @@ matrix() {
 }
 
 for p in "${PARTS[@]}"; do
-  case "$p" in
-    parity|compare|matrix) "$p" ;;
-    compare-ddp) compare ddp ;;
-    *) echo "gpu_bench.sh: part '$p': want parity, compare, compare-ddp or matrix" >&2; exit 2 ;;
-  esac
+  case "$p" in compare-ddp) compare ddp ;; *) "$p" ;; esac
 done
