@@ -148,6 +148,7 @@ PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, c
   model.norm = ParseNormKind(config.norm);
   run.settings = ResolveSettings(config, run.devices);
   model.channels_last = spec.channels_last = run.settings.memory_format == "channels_last";
+  model.half_blocks = config.units == "half-blocks";
   ValidateResNetOptions(model);
   if (dist.is_root()) CheckResumable(config, dist.world);
   return run;

@@ -155,7 +155,7 @@ std::map<std::string, std::string> RunIdentity(const RunConfig& c, int world) {
       {"memory-format", c.memory_format}, {"optimizer-impl", c.optimizer_impl},
       {"bucket-cap-mb", num(c.bucket_cap_mb)}, {"grad-accum", std::to_string(c.grad_accum)},
       {"compression", c.compression}, {"zero-reduce", c.zero_reduce}, {"balance", c.balance},
-      {"split", c.split}, {"chunks", std::to_string(c.chunks)}, {"schedule", c.schedule},
+      {"split", c.split}, {"units", c.units}, {"chunks", std::to_string(c.chunks)}, {"schedule", c.schedule},
       {"virtual-stages", std::to_string(c.virtual_stages)},
   };
 }

@@ -141,35 +141,50 @@ class StemImpl : public torch::nn::Cloneable<StemImpl> {
 };
 TORCH_MODULE(Stem);
 
+// Which part of a residual block a unit holds (ResNetOptions::half_blocks).
+enum class BlockPart { kWhole, kFirst, kSecond };
+
 class BasicBlockImpl : public torch::nn::Cloneable<BasicBlockImpl> {
  public:
   static constexpr int64_t kExpansion = 1;
 
-  BasicBlockImpl(int64_t in_channels, int64_t planes, int64_t stride, NormKind norm)
-      : in_channels_(in_channels), planes_(planes), stride_(stride), norm_(norm) {
+  BasicBlockImpl(int64_t in_channels, int64_t planes, int64_t stride, NormKind norm,
+                 BlockPart part = BlockPart::kWhole)
+      : in_channels_(in_channels), planes_(planes), stride_(stride), norm_(norm), part_(part) {
     reset();
   }
 
   void reset() override {
     // torchvision creates the downsample before the block's own convs; doing
-    // the same keeps the RNG draws in the same order.
+    // the same keeps the RNG draws in the same order (a first half creates
+    // the downsample and conv1, the second half conv2: the same order again).
+    const bool first = part_ != BlockPart::kSecond, second = part_ != BlockPart::kFirst;
     torch::nn::Sequential downsample{nullptr};
-    if (stride_ != 1 || in_channels_ != planes_ * kExpansion) {
+    if (first && (stride_ != 1 || in_channels_ != planes_ * kExpansion)) {
       downsample = MakeDownsample(in_channels_, planes_ * kExpansion, stride_, norm_);
     }
-    conv1_ = register_module("conv1", Conv(in_channels_, planes_, 3, stride_, 1));
-    bn1_ = MakeNorm(norm_, planes_);
-    register_module("bn1", bn1_.ptr());
-    conv2_ = register_module("conv2", Conv(planes_, planes_, 3, 1, 1));
-    bn2_ = MakeNorm(norm_, planes_);
-    register_module("bn2", bn2_.ptr());
+    if (first) {
+      conv1_ = register_module("conv1", Conv(in_channels_, planes_, 3, stride_, 1));
+      bn1_ = MakeNorm(norm_, planes_);
+      register_module("bn1", bn1_.ptr());
+    }
+    if (second) {
+      conv2_ = register_module("conv2", Conv(planes_, planes_, 3, 1, 1));
+      bn2_ = MakeNorm(norm_, planes_);
+      register_module("bn2", bn2_.ptr());
+    }
     downsample_ = downsample ? register_module("downsample", downsample)
                              : torch::nn::Sequential{nullptr};
   }
 
   torch::Tensor forward(torch::Tensor x) {
+    if (part_ == BlockPart::kSecond) {
+      return Relu(bn2_.forward(conv2_->forward(x.narrow(1, 0, planes_)))
+                      .add_(x.narrow(1, planes_, planes_ * kExpansion)));
+    }
     torch::Tensor identity = downsample_ ? downsample_->forward(x) : x;
     torch::Tensor out = Relu(bn1_.forward(conv1_->forward(x)));
+    if (part_ == BlockPart::kFirst) return torch::cat({out, identity}, 1);
     out = bn2_.forward(conv2_->forward(out));
     return Relu(out.add_(identity));
   }
@@ -177,6 +192,7 @@ class BasicBlockImpl : public torch::nn::Cloneable<BasicBlockImpl> {
  private:
   int64_t in_channels_, planes_, stride_;
   NormKind norm_;
+  BlockPart part_;
   torch::nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
   torch::nn::AnyModule bn1_, bn2_;
   torch::nn::Sequential downsample_{nullptr};
@@ -188,33 +204,46 @@ class BottleneckImpl : public torch::nn::Cloneable<BottleneckImpl> {
  public:
   static constexpr int64_t kExpansion = 4;
 
-  BottleneckImpl(int64_t in_channels, int64_t planes, int64_t stride, NormKind norm)
-      : in_channels_(in_channels), planes_(planes), stride_(stride), norm_(norm) {
+  BottleneckImpl(int64_t in_channels, int64_t planes, int64_t stride, NormKind norm,
+                 BlockPart part = BlockPart::kWhole)
+      : in_channels_(in_channels), planes_(planes), stride_(stride), norm_(norm), part_(part) {
     reset();
   }
 
   void reset() override {
-    torch::nn::Sequential downsample{nullptr};  // created first, as torchvision
-    if (stride_ != 1 || in_channels_ != planes_ * kExpansion) {
+    // As BasicBlock: the first half makes the downsample, conv1 and conv2,
+    // the second conv3, in torchvision's creation order.
+    const bool first = part_ != BlockPart::kSecond, second = part_ != BlockPart::kFirst;
+    torch::nn::Sequential downsample{nullptr};
+    if (first && (stride_ != 1 || in_channels_ != planes_ * kExpansion)) {
       downsample = MakeDownsample(in_channels_, planes_ * kExpansion, stride_, norm_);
     }
-    conv1_ = register_module("conv1", Conv(in_channels_, planes_, 1, 1, 0));
-    bn1_ = MakeNorm(norm_, planes_);
-    register_module("bn1", bn1_.ptr());
-    conv2_ = register_module("conv2", Conv(planes_, planes_, 3, stride_, 1));
-    bn2_ = MakeNorm(norm_, planes_);
-    register_module("bn2", bn2_.ptr());
-    conv3_ = register_module("conv3", Conv(planes_, planes_ * kExpansion, 1, 1, 0));
-    bn3_ = MakeNorm(norm_, planes_ * kExpansion);
-    register_module("bn3", bn3_.ptr());
+    if (first) {
+      conv1_ = register_module("conv1", Conv(in_channels_, planes_, 1, 1, 0));
+      bn1_ = MakeNorm(norm_, planes_);
+      register_module("bn1", bn1_.ptr());
+      conv2_ = register_module("conv2", Conv(planes_, planes_, 3, stride_, 1));
+      bn2_ = MakeNorm(norm_, planes_);
+      register_module("bn2", bn2_.ptr());
+    }
+    if (second) {
+      conv3_ = register_module("conv3", Conv(planes_, planes_ * kExpansion, 1, 1, 0));
+      bn3_ = MakeNorm(norm_, planes_ * kExpansion);
+      register_module("bn3", bn3_.ptr());
+    }
     downsample_ = downsample ? register_module("downsample", downsample)
                              : torch::nn::Sequential{nullptr};
   }
 
   torch::Tensor forward(torch::Tensor x) {
+    if (part_ == BlockPart::kSecond) {
+      return Relu(bn3_.forward(conv3_->forward(x.narrow(1, 0, planes_)))
+                      .add_(x.narrow(1, planes_, planes_ * kExpansion)));
+    }
     torch::Tensor identity = downsample_ ? downsample_->forward(x) : x;
     torch::Tensor out = Relu(bn1_.forward(conv1_->forward(x)));
     out = Relu(bn2_.forward(conv2_->forward(out)));
+    if (part_ == BlockPart::kFirst) return torch::cat({out, identity}, 1);
     out = bn3_.forward(conv3_->forward(out));
     return Relu(out.add_(identity));
   }
@@ -222,6 +251,7 @@ class BottleneckImpl : public torch::nn::Cloneable<BottleneckImpl> {
  private:
   int64_t in_channels_, planes_, stride_;
   NormKind norm_;
+  BlockPart part_;
   torch::nn::Conv2d conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr};
   torch::nn::AnyModule bn1_, bn2_, bn3_;
   torch::nn::Sequential downsample_{nullptr};
@@ -391,13 +421,22 @@ void ResNetImpl::reset() {
     const int64_t planes = options_.width << stage;
     for (int block = 0; block < spec.blocks[stage]; ++block) {
       const int64_t stride = (stage > 0 && block == 0) ? 2 : 1;
-      std::string name = "layer" + std::to_string(stage + 1) + "_" + std::to_string(block);
-      if (spec.bottleneck) {
-        units_->push_back(std::move(name), Bottleneck(channels, planes, stride, options_.norm));
+      const std::string child = "layer" + std::to_string(stage + 1) + "_" + std::to_string(block);
+      const std::string unit = "layer" + std::to_string(stage + 1) + "." + std::to_string(block);
+      auto add = [&](const std::string& suffix, BlockPart part) {
+        if (spec.bottleneck) {
+          units_->push_back(child + suffix, Bottleneck(channels, planes, stride, options_.norm, part));
+        } else {
+          units_->push_back(child + suffix, BasicBlock(channels, planes, stride, options_.norm, part));
+        }
+        unit_names_.push_back(unit + suffix);
+      };
+      if (options_.half_blocks) {
+        add("a", BlockPart::kFirst);
+        add("b", BlockPart::kSecond);
       } else {
-        units_->push_back(std::move(name), BasicBlock(channels, planes, stride, options_.norm));
+        add("", BlockPart::kWhole);
       }
-      unit_names_.push_back("layer" + std::to_string(stage + 1) + "." + std::to_string(block));
       channels = planes * expansion;
     }
   }
@@ -405,9 +444,22 @@ void ResNetImpl::reset() {
   unit_names_.push_back("head");
   register_module("units", units_);
 
-  // torchvision's init loop, over modules in the same (pre-)order.
+  // torchvision's init loop, over modules in the same (pre-)order. A first
+  // half's downsample comes after the second half's modules, where the whole
+  // block's pre-order puts it, so half blocks get the same weights.
+  std::vector<std::shared_ptr<torch::nn::Module>> order, deferred;
+  for (const auto& unit : units_->named_children()) {
+    const bool first_half = options_.half_blocks && unit.key().back() == 'a';
+    for (const auto& m : unit.value()->named_modules(/*name_prefix=*/"", /*include_self=*/true)) {
+      (first_half && m.key().rfind("downsample", 0) == 0 ? deferred : order).push_back(m.value());
+    }
+    if (!first_half) {
+      order.insert(order.end(), deferred.begin(), deferred.end());
+      deferred.clear();
+    }
+  }
   torch::NoGradGuard no_grad;
-  for (const auto& module : units_->modules(/*include_self=*/false)) {
+  for (const auto& module : order) {
     if (auto* conv = module->as<torch::nn::Conv2d>()) {
       torch::nn::init::kaiming_normal_(conv->weight, /*a=*/0.0, torch::kFanOut, torch::kReLU);
     } else if (auto* bn = module->as<torch::nn::BatchNorm2d>()) {

@@ -34,6 +34,12 @@ struct ResNetOptions {
   // 4-D weights in channels-last (NHWC) strides: the layout cuDNN's fastest
   // convolution kernels want. Same values, same maths; only strides differ.
   bool channels_last = false;
+  // Every residual block as two units ("layer3.1a": its first convolution(s)
+  // and the shortcut, handing on both concatenated along the channels;
+  // "layer3.1b": the rest), so that a pipeline can cut inside a block. The
+  // same weights from the same seed, the same maths (the concatenation and
+  // its slices are exact); only parameter names and order differ.
+  bool half_blocks = false;
 };
 
 // Throws std::invalid_argument naming the bad value and what is accepted.
@@ -55,7 +61,8 @@ class ResNetImpl : public torch::nn::Cloneable<ResNetImpl> {
       const std::optional<torch::Device>& device = std::nullopt) const override;
 
   const ResNetOptions& options() const { return options_; }
-  // Units in execution order: "stem", "layer1.0", ..., "layer4.N", "head".
+  // Units in execution order: "stem", "layer1.0", ..., "layer4.N", "head"
+  // (with half_blocks: "layer1.0a", "layer1.0b", ...).
   // units()[i] maps a tensor to a tensor; forward == running them in order.
   torch::nn::Sequential& units() { return units_; }
   const std::vector<std::string>& unit_names() const { return unit_names_; }

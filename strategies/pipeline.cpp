@@ -310,6 +310,7 @@ class PipelineStrategy final : public Strategy {
     const int S = table_.devices, V = table_.virtual_stages, M = table_.micro_batches;
     std::map<std::string, std::string> extras;
     extras["split"] = SplitCounts(plan_.counts);
+    extras["units"] = config_->units;
     extras["stage_time_ms"] = Joined(plan_.stage_ms, "{:.2f}");
     extras["chunks"] = std::to_string(M);
     if (pipelined_) {

@@ -144,6 +144,12 @@ TEST(Config, StrategyFlagsOnlyWhereTheyApply) {
   EXPECT_NE(ParseError({"--strategy=pmp", "--schedule=1f1b", "--virtual-stages=2"})
                 .find("--virtual-stages=2: applies only to --schedule=interleaved|interleaved-zero-bubble"),
             std::string::npos);
+  // Stages of half blocks: mp/pmp only, and only these two granularities.
+  EXPECT_EQ(ParseError({"--strategy=pmp", "--units=thirds"}),
+            "--units=thirds: not accepted; accepted values: blocks|half-blocks");
+  EXPECT_NE(ParseError({"--strategy=ddp", "--units=half-blocks"}).find("applies only to --strategy=mp|pmp"),
+            std::string::npos);
+  EXPECT_EQ(ParseError({"--strategy=pmp", "--units=half-blocks", "--split=11,7"}), "");
   // Whole-step CUDA graphs are captured for single only; bf16 and fused are fine there.
   EXPECT_NE(ParseError({"--strategy=ddp", "--device=cuda", "--cuda-graphs"})
                 .find("applies only to --strategy=single, not to --strategy=ddp"),

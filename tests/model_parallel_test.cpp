@@ -743,7 +743,12 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"--strategy=mp --gpus=3 --oversubscribe --balance=time --batch-size=8", "resnet18 norm=batch amp=off dtype=float64"},
         Case{"--strategy=dp --gpus=3 --oversubscribe --batch-size=4", "resnet18 norm=group amp=off dtype=float64"},
         Case{"--strategy=pmp --gpus=2 --batch-size=8 --chunks=2 --optimizer=adam --lr=0.001",
-             "resnet18 norm=group amp=off dtype=float64"}),
+             "resnet18 norm=group amp=off dtype=float64"},
+        // Half-block units: a stage boundary inside a residual block (layer3.0a | layer3.0b).
+        Case{"--strategy=pmp --gpus=2 --units=half-blocks --split=10,8 --batch-size=8 --chunks=4 --schedule=zero-bubble",
+             "resnet18 norm=group amp=off dtype=float64"},
+        Case{"--strategy=mp --gpus=2 --units=half-blocks --split=10,8 --batch-size=8",
+             "resnet18 norm=batch amp=off dtype=float64"}),
     CaseName);
 
 TEST(Row, PmpRecordsSplitScheduleAndBubble) {
@@ -752,6 +757,7 @@ TEST(Row, PmpRecordsSplitScheduleAndBubble) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const Row& row = r.row;
     EXPECT_EQ(row.at("split"), "8,2");
+    EXPECT_EQ(row.at("units"), "blocks");
     EXPECT_EQ(row.at("chunks"), "4");
     EXPECT_EQ(row.at("schedule"), schedule);
     EXPECT_EQ(row.at("global_batch"), "8");

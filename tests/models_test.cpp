@@ -436,3 +436,64 @@ TEST_F(ResNetOptionsValidation, AnyPositiveWidthWorksWithGroupNorm) {
 
 }  // namespace
 }  // namespace ddpbench
+
+namespace ddpbench {
+namespace {
+
+// half_blocks cuts every residual block into two units and must leave the
+// network as it was: the same weights from the same seed, the same outputs and
+// gradients (float64), parameter by parameter under the whole block's name.
+void ExpectHalfBlocksAreTheSameNetwork(int depth) {
+  ResNetOptions options;
+  options.depth = depth;
+  options.width = 4;
+  options.small_input = true;
+  options.num_classes = 7;
+  options.dtype = torch::kDouble;
+  torch::manual_seed(11);
+  ResNet whole(options);
+  options.half_blocks = true;
+  torch::manual_seed(11);
+  ResNet halves(options);
+  whole->to(torch::kDouble);
+  halves->to(torch::kDouble);
+  const int64_t blocks = static_cast<int64_t>(whole->unit_names().size()) - 2;
+  ASSERT_EQ(halves->unit_names().size(), static_cast<size_t>(2 * blocks + 2));
+  EXPECT_EQ(halves->unit_names()[1], "layer1.0a");
+  EXPECT_EQ(halves->unit_names()[2], "layer1.0b");
+
+  auto images = torch::randn({3, 3, 16, 16}, torch::kDouble);
+  auto a = whole->forward(images), b = halves->forward(images);
+  EXPECT_LE((a - b).abs().max().item<double>(), 1e-12);
+  a.sum().backward();
+  b.sum().backward();
+
+  // "units.layer2_1a.conv1.weight" -> "units.layer2_1.conv1.weight"
+  auto whole_name = [](std::string name) {
+    const auto dot = name.find('.', name.find('.') + 1);
+    if (name.rfind("units.layer", 0) == 0 && (name[dot - 1] == 'a' || name[dot - 1] == 'b')) name.erase(dot - 1, 1);
+    return name;
+  };
+  auto expected = whole->named_parameters();
+  auto got = halves->named_parameters();
+  ASSERT_EQ(got.size(), expected.size());
+  for (const auto& p : got) {
+    const auto* w = expected.find(whole_name(p.key()));
+    ASSERT_NE(w, nullptr) << p.key();
+    EXPECT_TRUE(torch::equal(p.value(), *w)) << p.key() << ": initialised differently";
+    EXPECT_LE((p.value().grad() - w->grad()).abs().max().item<double>(), 1e-12) << p.key();
+  }
+  auto whole_buffers = whole->named_buffers();
+  for (const auto& buf : halves->named_buffers()) {
+    const auto* w = whole_buffers.find(whole_name(buf.key()));
+    ASSERT_NE(w, nullptr) << buf.key();
+    EXPECT_LE((buf.value().to(torch::kDouble) - w->to(torch::kDouble)).abs().max().item<double>(), 1e-12)
+        << buf.key();
+  }
+}
+
+TEST(ResNet, HalfBlocksAreTheSameNetworkBasic) { ExpectHalfBlocksAreTheSameNetwork(18); }
+TEST(ResNet, HalfBlocksAreTheSameNetworkBottleneck) { ExpectHalfBlocksAreTheSameNetwork(50); }
+
+}  // namespace
+}  // namespace ddpbench
