@@ -88,8 +88,6 @@ WholeStepGraph::WholeStepGraph(torch::Device device, int64_t eager_steps)
 }
 WholeStepGraph::~WholeStepGraph() = default;
 
-bool WholeStepGraph::captured() const { return impl_->graph != nullptr; }
-
 torch::Tensor WholeStepGraph::Run(const torch::Tensor& images, const torch::Tensor& labels, const StepFn& step) {
   Impl& s = *impl_;
   c10::cuda::CUDAGuard device_guard(s.device);
@@ -118,7 +116,6 @@ WholeStepGraph::WholeStepGraph(torch::Device, int64_t) {
   throw std::runtime_error("--cuda-graphs: this ddpbench was built with a LibTorch without CUDA");
 }
 WholeStepGraph::~WholeStepGraph() = default;
-bool WholeStepGraph::captured() const { return false; }
 torch::Tensor WholeStepGraph::Run(const torch::Tensor&, const torch::Tensor&, const StepFn&) { return {}; }
 
 #endif

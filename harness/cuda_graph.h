@@ -30,7 +30,6 @@ class WholeStepGraph {
   // One step on this batch (any device; copied into the graph's inputs).
   // Throws if the batch's shape differs from the captured one.
   torch::Tensor Run(const torch::Tensor& images, const torch::Tensor& labels, const StepFn& step);
-  bool captured() const;
 
  private:
   struct Impl;

@@ -52,19 +52,6 @@ void CudaSynchronize(int device) {
   c10::cuda::device_synchronize();
 }
 
-struct CudaEventPair::Impl {
-  at::cuda::CUDAEvent start{cudaEventDefault};
-  at::cuda::CUDAEvent end{cudaEventDefault};
-  int device;
-};
-CudaEventPair::CudaEventPair(int device) : impl_(std::make_unique<Impl>()) { impl_->device = device; }
-CudaEventPair::~CudaEventPair() = default;
-void CudaEventPair::RecordStart() { impl_->start.record(c10::cuda::getCurrentCUDAStream(impl_->device)); }
-void CudaEventPair::RecordEnd() { impl_->end.record(c10::cuda::getCurrentCUDAStream(impl_->device)); }
-double CudaEventPair::ElapsedMs() {
-  impl_->end.synchronize();
-  return impl_->start.elapsed_time(impl_->end);
-}
 struct CudaMark::Impl {
   at::cuda::CUDAEvent event{cudaEventDefault};
   int device;
@@ -84,12 +71,6 @@ std::string NcclVersion() { return ""; }
 CudaMemoryPeaks CudaPeaks(int) { return {}; }
 void CudaResetPeak(int) {}
 void CudaSynchronize(int) {}
-struct CudaEventPair::Impl {};
-CudaEventPair::CudaEventPair(int) {}
-CudaEventPair::~CudaEventPair() = default;
-void CudaEventPair::RecordStart() {}
-void CudaEventPair::RecordEnd() {}
-double CudaEventPair::ElapsedMs() { return 0; }
 struct CudaMark::Impl {};
 CudaMark::CudaMark(int) {}
 CudaMark::~CudaMark() = default;

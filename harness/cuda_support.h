@@ -24,20 +24,6 @@ CudaMemoryPeaks CudaPeaks(int device);
 void CudaResetPeak(int device);
 void CudaSynchronize(int device);
 
-// Elapsed-time measurement with CUDA events on the current stream.
-class CudaEventPair {
- public:
-  explicit CudaEventPair(int device);
-  ~CudaEventPair();
-  void RecordStart();
-  void RecordEnd();
-  double ElapsedMs();  // synchronises on the end event
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
-
 // One timing event recorded on the current stream of `device`: marks when the
 // work enqueued before it on that stream is done, without waiting for it.
 class CudaMark {
@@ -52,6 +38,18 @@ class CudaMark {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+// Elapsed-time measurement with CUDA events on the current stream.
+class CudaEventPair {
+ public:
+  explicit CudaEventPair(int device) : start_(device), end_(device) {}
+  void RecordStart() { start_.Record(); }
+  void RecordEnd() { end_.Record(); }
+  double ElapsedMs() { return end_.MsAfter(start_); }  // synchronises on the events
+
+ private:
+  CudaMark start_, end_;
 };
 
 }  // namespace ddpbench

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "harness/cuda_support.h"
+#include "harness/phase.h"
 #include "harness/trace.h"
 
 namespace ddpbench {
@@ -49,9 +50,24 @@ struct CommTimeline {
 
   // CUDA: the same intervals as pairs of events.
   std::vector<std::pair<std::shared_ptr<CudaMark>, std::shared_ptr<CudaMark>>> marks;
-  void AddCuda(std::shared_ptr<CudaMark> start, std::shared_ptr<CudaMark> end) {
+  // A bucket's collective starts: on CUDA an event on the current (compute)
+  // stream, where the bucket's gradients are ready; none on CPU.
+  static std::shared_ptr<CudaMark> CudaStart(bool cuda, int device) {
+    if (!cuda) return nullptr;
+    auto mark = std::make_shared<CudaMark>(device);
+    mark->Record();
+    return mark;
+  }
+  // Called from the collective's then-callback: the interval ends now (CPU),
+  // or at an event on the callback's current stream, which waits for the
+  // collective (CUDA).
+  void End(CommClock::time_point start, const std::shared_ptr<CudaMark>& cuda_start, int device, const char* op,
+           int64_t bucket) {
+    if (!cuda_start) return Add(start, CommClock::now(), op, bucket);
+    auto end = std::make_shared<CudaMark>(device);
+    end->Record();
     std::lock_guard<std::mutex> lock(mutex);
-    marks.emplace_back(std::move(start), std::move(end));
+    marks.emplace_back(cuda_start, std::move(end));
   }
   // Takes this backward's events; the function returns what BackwardMs()
   // does, once the device has run them (it waits for them; call it after the
@@ -79,6 +95,14 @@ struct OverlapStats {
     return comm > 0 ? hidden / comm : -1;
   }
 };
+
+// CUDA: this backward's communication, read after the timed loop, into the
+// step's communication time and the overlap figures.
+inline void DeferCudaBackwardComm(CommTimeline& timeline, PhaseTimer& timer, OverlapStats& overlap) {
+  auto backward_ms = timeline.TakeCudaBackwardMs();
+  timer.AddDeferred(Phase::kCommunication, [backward_ms] { return backward_ms().first; });
+  overlap.AddDeferred(std::move(backward_ms));
+}
 
 // Length of the union of `intervals` (ms offsets), and of its part before
 // `until`, in ms.
@@ -141,7 +165,7 @@ inline std::function<std::pair<double, double>()> CommTimeline::TakeCudaBackward
       std::vector<std::pair<double, double>> offsets;
       double compute_end = 0;
       for (auto& [start, end] : step->marks) {
-        CudaMark& origin = *step->marks.front().first;
+        CudaMark& origin = *step->marks.front().first;  // offsets from the first hand-over
         const double s = start->MsAfter(origin);
         offsets.emplace_back(s, end->MsAfter(origin));
         compute_end = std::max(compute_end, s);

@@ -48,12 +48,9 @@ class TimedAllReduceHook final
     // itself is asynchronous: NCCL's kernel or Gloo's thread).
     NvtxRange range("communication");
     const auto start = Clock::now();
-    std::shared_ptr<CudaMark> cuda_start;  // CUDA: when the bucket's gradients are ready on the compute stream
-    if (bucket.getBufferRef().is_cuda()) {
-      cuda_start = std::make_shared<CudaMark>(bucket.getBufferRef().device().index());
-      cuda_start->Record();
-    }
     at::Tensor buffer = bucket.getBufferRef();
+    const int device = buffer.device().index();
+    auto cuda_start = CommTimeline::CudaStart(buffer.is_cuda(), device);
     at::Tensor sent = wire_ ? buffer.to(*wire_) : buffer;
     sent.div_(state_->getSize());
     std::vector<at::Tensor> tensors{sent};
@@ -62,18 +59,10 @@ class TimedAllReduceHook final
     const bool copy_back = wire_.has_value();
     const int64_t index = static_cast<int64_t>(bucket.getIndex());
     return future->then(
-        [buffer, copy_back, timeline, start, cuda_start, index](c10::ivalue::Future& done) {
+        [buffer, copy_back, timeline, start, cuda_start, device, index](c10::ivalue::Future& done) {
           at::Tensor reduced = done.value().toTensorVector()[0];
           if (copy_back) buffer.copy_(reduced);
-          if (cuda_start) {
-            // The callback's current stream waits for the collective: an
-            // event on it marks the transfer's end on the device.
-            auto end = std::make_shared<CudaMark>(buffer.device().index());
-            end->Record();
-            timeline->AddCuda(cuda_start, std::move(end));
-          } else {
-            timeline->Add(start, Clock::now(), "all-reduce", index);
-          }
+          timeline->End(start, cuda_start, device, "all-reduce", index);
           return c10::IValue(buffer);
         },
         c10::TensorType::get());
@@ -163,9 +152,7 @@ class DdpStrategy final : public Strategy {
         timeline_->marks.clear();
         scaler_->Scale(loss / static_cast<double>(micro)).backward();
         if (sync && device_.is_cuda()) {
-          auto backward_ms = timeline_->TakeCudaBackwardMs();
-          timer_->AddDeferred(Phase::kCommunication, [backward_ms] { return backward_ms().first; });
-          overlap_.AddDeferred(backward_ms);
+          DeferCudaBackwardComm(*timeline_, *timer_, overlap_);
         } else if (sync) {
           auto [total, before] = timeline_->BackwardMs();
           comm_ms += total;

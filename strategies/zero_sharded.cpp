@@ -576,12 +576,7 @@ class ShardedStrategy final : public Strategy {
         }
       LaunchReady();
       for (size_t b = 0; b < remaining_.size(); ++b) FinishReduction(b);
-      if (comm_ && device_.is_cuda()) {
-        auto backward_ms = timeline_->TakeCudaBackwardMs();
-        timer_->AddDeferred(Phase::kCommunication, [backward_ms] { return backward_ms().first; });
-        overlap_.AddDeferred(backward_ms);
-        return;
-      }
+      if (comm_ && device_.is_cuda()) return DeferCudaBackwardComm(*timeline_, *timer_, overlap_);
       if (comm_) {
         std::tie(comm_ms, hidden_ms) = timeline_->BackwardMs();
         timer_->Add(Phase::kCommunication, comm_ms);
@@ -631,11 +626,7 @@ class ShardedStrategy final : public Strategy {
     if (!comm_) return FinishReduction(b);
     NvtxRange range("communication");  // the launch, as ddp's hook marks it
     const auto start = CommClock::now();
-    std::shared_ptr<CudaMark> cuda_start;  // CUDA: when the bucket is ready on the compute stream
-    if (device_.is_cuda()) {
-      cuda_start = std::make_shared<CudaMark>(device_.index());
-      cuda_start->Record();
-    }
+    auto cuda_start = CommTimeline::CudaStart(device_.is_cuda(), device_.index());
     auto& group = dist_->group;
     c10::intrusive_ptr<c10d::Work> work;
     if (!reduce_scatter_) {
@@ -656,13 +647,7 @@ class ShardedStrategy final : public Strategy {
     const int device = device_.index();
     done_[b] = work->getFuture()->then(
         [timeline, start, cuda_start, device, op, b](c10::ivalue::Future&) {
-          if (cuda_start) {  // the callback's stream waits for the collective (as in ddp's hook)
-            auto end = std::make_shared<CudaMark>(device);
-            end->Record();
-            timeline->AddCuda(cuda_start, std::move(end));
-          } else {
-            timeline->Add(start, CommClock::now(), op, static_cast<int64_t>(b));
-          }
+          timeline->End(start, cuda_start, device, op, static_cast<int64_t>(b));
           return c10::IValue();
         },
         c10::NoneType::get());
