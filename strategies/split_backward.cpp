@@ -24,6 +24,10 @@ struct WeightNode {
 struct WeightGradWork {
   torch::Tensor output, grad;  // whole backward (first stage), else undefined
   std::vector<WeightNode> nodes;
+  // Normalisation layers' parameter gradients, computed in B (below): their
+  // accumulators and the gradients W hands them.
+  std::vector<std::shared_ptr<Node>> norm_accumulators;
+  std::vector<torch::Tensor> norm_grads;
 };
 
 namespace {
@@ -64,6 +68,11 @@ void CollectParams(const Node* node, Reach& to_input, const std::unordered_set<c
   }
 }
 
+// A normalisation layer's backward (batch, group, layer norm): its input
+// gradient needs the per-channel sums its weight and bias gradients are made
+// of, so cutting it into B and W would compute those sums twice.
+bool IsNormalisation(const Node& node) { return node.name().find("Norm") != std::string::npos; }
+
 // The nodes on the input's path with a branch down to parameters.
 void FindWeightNodes(const std::shared_ptr<Node>& node, Reach& to_input,
                      const std::unordered_set<const Node*>& params, std::unordered_set<const Node*>& visited,
@@ -74,6 +83,25 @@ void FindWeightNodes(const std::shared_ptr<Node>& node, Reach& to_input,
   CollectParams(node.get(), to_input, params, seen, w.params);
   if (!w.params.empty()) out.push_back(std::move(w));
   for (const Edge& e : node->next_edges()) FindWeightNodes(e.function, to_input, params, visited, out);
+}
+
+// Moves out of `nodes` the normalisation layers whose parameters no other
+// node of W feeds, and returns their parameter edges: B computes those
+// gradients with the input's.
+std::vector<Edge> TakeNormalisationParams(std::vector<WeightNode>& nodes) {
+  std::unordered_map<const Node*, int> feeders;  // accumulator -> weight nodes reaching it
+  for (const WeightNode& w : nodes)
+    for (const Edge& e : w.params) ++feeders[e.function.get()];
+  std::vector<Edge> taken;
+  std::vector<WeightNode> kept;
+  for (WeightNode& w : nodes) {
+    bool own = IsNormalisation(*w.node);
+    for (const Edge& e : w.params) own = own && feeders[e.function.get()] == 1;
+    if (own) taken.insert(taken.end(), w.params.begin(), w.params.end());
+    else kept.push_back(std::move(w));
+  }
+  nodes = std::move(kept);
+  return taken;
 }
 
 }  // namespace
@@ -95,18 +123,25 @@ BackwardInputResult BackwardInput(const torch::Tensor& output, const torch::Tens
   Reach to_input({input_acc.get()});
   std::unordered_set<const Node*> visited;
   FindWeightNodes(output.grad_fn(), to_input, param_nodes, visited, work->nodes);
+  const std::vector<Edge> norm_params = TakeNormalisationParams(work->nodes);
 
   // One pass to the input that also hands back the gradient arriving at
-  // each weight node's inputs.
+  // each weight node's inputs and the normalisation layers' parameter
+  // gradients (kept for W, which adds every parameter gradient to .grad).
   torch::autograd::edge_list outputs{torch::autograd::impl::gradient_edge(input)};
   for (const WeightNode& w : work->nodes)
     for (uint32_t i = 0; i < w.node->num_inputs(); ++i) outputs.emplace_back(w.node, i);
+  outputs.insert(outputs.end(), norm_params.begin(), norm_params.end());
   auto grads = torch::autograd::Engine::get_default_engine().execute(
       {torch::autograd::impl::gradient_edge(output)}, {g}, /*keep_graph=*/true, /*create_graph=*/false,
       /*accumulate_grad=*/false, outputs);
   size_t k = 1;
   for (WeightNode& w : work->nodes)
     for (uint32_t i = 0; i < w.node->num_inputs(); ++i) w.grads.push_back(grads[k++]);
+  for (const Edge& e : norm_params) {
+    work->norm_accumulators.push_back(e.function);
+    work->norm_grads.push_back(grads[k++]);
+  }
   return {grads[0], work};
 }
 
@@ -127,6 +162,10 @@ void BackwardWeight(WeightGradWork& work) {
         engine.execute(roots, grads, /*keep_graph=*/false, /*create_graph=*/false, /*accumulate_grad=*/true,
                        w.params);
     }
+    // The parameters' own accumulators add B's normalisation gradients to
+    // .grad, as the engine would have.
+    for (size_t i = 0; i < work.norm_accumulators.size(); ++i)
+      if (work.norm_grads[i].defined()) (*work.norm_accumulators[i])({std::move(work.norm_grads[i])});
   }
   work = WeightGradWork();
 }

@@ -6,7 +6,9 @@
 // the output down to the input only (those nodes skip their weight
 // gradients) and keeps the gradient that arrived at each of them; W runs just
 // those nodes again from the kept gradients, down to the parameters. The two
-// do the work of one backward and add the same gradients to .grad.
+// do the work of one backward and add the same gradients to .grad. The one
+// exception: a normalisation layer's parameter gradients are sums its input
+// gradient needs anyway, so B computes them with it and W only adds them.
 #pragma once
 
 #include <torch/types.h>

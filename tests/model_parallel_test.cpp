@@ -465,14 +465,17 @@ TEST(PipelineShape, GivenFlagsAreKeptTheRestChosen) {
 // B then W adds the same gradients as one backward, and B's input gradient
 // is the backward's, for a first chunk (no input gradient: W is the whole
 // backward), a middle chunk, and a last chunk ending in the loss; under
-// bf16 autocast too (weights reach the convolutions through casts).
+// bf16 autocast too (weights reach the convolutions through casts); with
+// group norm and with batch norm (whose parameter gradients B computes and
+// W only adds).
 TEST(SplitBackward, BAndWTogetherAreOneBackward) {
   ResNetOptions o;
   o.width = 4;
   o.small_input = true;
   o.num_classes = 10;
-  o.norm = NormKind::kGroup;
-  for (bool amp : {false, true}) {
+  for (auto [norm, amp] : std::vector<std::pair<NormKind, bool>>{
+           {NormKind::kGroup, false}, {NormKind::kGroup, true}, {NormKind::kBatch, false}, {NormKind::kBatch, true}}) {
+    o.norm = norm;
     torch::manual_seed(5);
     ResNet model(o);
     const auto dtype = amp ? torch::kFloat32 : torch::kFloat64;  // autocast leaves float64 alone
@@ -482,7 +485,7 @@ TEST(SplitBackward, BAndWTogetherAreOneBackward) {
     auto labels = torch::randint(0, 10, {3});
     const double rtol = amp ? 1e-3 : 1e-9;
     for (auto [first, last] : std::vector<std::pair<int, int>>{{0, 3}, {3, 7}, {7, 10}}) {
-      SCOPED_TRACE(fmt::format("units {}..{} amp={}", first, last, amp));
+      SCOPED_TRACE(fmt::format("units {}..{} amp={} batch norm={}", first, last, amp, norm == NormKind::kBatch));
       torch::Tensor x = images;
       {
         torch::NoGradGuard no_grad;
@@ -533,6 +536,49 @@ TEST(SplitBackward, BAndWTogetherAreOneBackward) {
       }
     }
   }
+}
+
+// Counts the calls of the node it is attached to.
+struct CallCounter : torch::autograd::FunctionPreHook {
+  explicit CallCounter(int& calls) : calls_(calls) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& grads) override {
+    ++calls_;
+    return grads;
+  }
+  int& calls_;
+};
+
+// A batch norm's backward runs once across B and W, not once in each: its
+// input gradient needs the sums its parameter gradients are, so B keeps
+// those for W; a convolution's runs in both (B: input, W: weight).
+TEST(SplitBackward, NormalisationRunsOnceConvolutionTwice) {
+  torch::manual_seed(3);
+  torch::nn::Conv2d conv(torch::nn::Conv2dOptions(2, 3, 3).bias(false));
+  torch::nn::BatchNorm2d bn(3);
+  auto in = torch::randn({4, 2, 6, 6}).requires_grad_();
+  auto y = bn(conv(in)).relu();
+  int bn_calls = 0, conv_calls = 0;
+  y.grad_fn()->next_edges()[0].function->add_pre_hook(std::make_unique<CallCounter>(bn_calls));
+  y.grad_fn()->next_edges()[0].function->next_edges()[0].function->add_pre_hook(
+      std::make_unique<CallCounter>(conv_calls));
+  std::vector<torch::Tensor> params = conv->parameters();
+  for (auto& p : bn->parameters()) params.push_back(p);
+  auto b = BackwardInput(y, torch::ones_like(y), in, params);
+  EXPECT_EQ(bn_calls, 1);
+  EXPECT_EQ(conv_calls, 1);
+  EXPECT_FALSE(bn->weight.grad().defined());  // W adds it
+  BackwardWeight(*b.weight);
+  EXPECT_EQ(bn_calls, 1);
+  EXPECT_EQ(conv_calls, 2);
+  ASSERT_TRUE(bn->weight.grad().defined());
+  ASSERT_TRUE(bn->bias.grad().defined());
+  EXPECT_TRUE(conv->weight.grad().defined());
+  // The same gradients as one backward.
+  auto w = bn->weight.grad().clone(), c = conv->weight.grad().clone();
+  for (auto& p : params) p.mutable_grad() = torch::Tensor();
+  bn(conv(in)).relu().backward(torch::ones_like(y));
+  EXPECT_TRUE(torch::allclose(w, bn->weight.grad(), 1e-5, 1e-6));
+  EXPECT_TRUE(torch::allclose(c, conv->weight.grad(), 1e-5, 1e-6));
 }
 
 // ---------------------------------------------------------------------------
