@@ -24,10 +24,9 @@ struct WeightNode {
 struct WeightGradWork {
   torch::Tensor output, grad;  // whole backward (first stage), else undefined
   std::vector<WeightNode> nodes;
-  // Normalisation layers' parameter gradients, computed in B (below): their
-  // accumulators and the gradients W hands them.
-  std::vector<std::shared_ptr<Node>> norm_accumulators;
-  std::vector<torch::Tensor> norm_grads;
+  // Normalisation layers' parameter gradients, computed in B (below): each
+  // parameter's accumulator and the gradient W hands it.
+  std::vector<std::pair<std::shared_ptr<Node>, torch::Tensor>> norm_grads;
 };
 
 namespace {
@@ -138,10 +137,7 @@ BackwardInputResult BackwardInput(const torch::Tensor& output, const torch::Tens
   size_t k = 1;
   for (WeightNode& w : work->nodes)
     for (uint32_t i = 0; i < w.node->num_inputs(); ++i) w.grads.push_back(grads[k++]);
-  for (const Edge& e : norm_params) {
-    work->norm_accumulators.push_back(e.function);
-    work->norm_grads.push_back(grads[k++]);
-  }
+  for (const Edge& e : norm_params) work->norm_grads.emplace_back(e.function, grads[k++]);
   return {grads[0], work};
 }
 
@@ -164,8 +160,8 @@ void BackwardWeight(WeightGradWork& work) {
     }
     // The parameters' own accumulators add B's normalisation gradients to
     // .grad, as the engine would have.
-    for (size_t i = 0; i < work.norm_accumulators.size(); ++i)
-      if (work.norm_grads[i].defined()) (*work.norm_accumulators[i])({std::move(work.norm_grads[i])});
+    for (auto& [accumulator, grad] : work.norm_grads)
+      if (grad.defined()) (*accumulator)({std::move(grad)});
   }
   work = WeightGradWork();
 }

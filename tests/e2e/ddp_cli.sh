@@ -97,8 +97,9 @@ wait_parent 30
 [[ $RC -ne 0 ]] || fail "stuck rank: exit 0"
 # Which collective it is depends on how far rank 0 got on a loaded machine: a
 # DDP one in a step, or the barrier that starts the timed steps.
-grep -q "ddpbench: error: rank 0: \(DDP .*\|barrier\)" "$TMP/run.log" || fail "no message naming rank 0's collective: $(tail -5 "$TMP/run.log")"
+STUCK_MESSAGE="ddpbench: error: rank 0: \(DDP .*\|barrier\)"
+grep -q "$STUCK_MESSAGE" "$TMP/run.log" || fail "no message naming rank 0's collective: $(tail -5 "$TMP/run.log")"
 grep -q "ddpbench: error: rank 0 (pid [0-9]*) exited with code 1" "$TMP/run.log" || fail "parent did not name rank 0: $(tail -5 "$TMP/run.log")"
 unchanged "stuck rank"
-echo "stuck rank 1 (SIGSTOP): run ended with exit $RC after ${ELAPSED}s: $(grep 'rank 0: DDP' "$TMP/run.log" | head -1 | cut -c1-160)"
+echo "stuck rank 1 (SIGSTOP): run ended with exit $RC after ${ELAPSED}s: $(grep "$STUCK_MESSAGE" "$TMP/run.log" | head -1 | cut -c1-160)"
 echo "ddp_cli: all checks passed"
