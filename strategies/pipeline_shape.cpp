@@ -121,14 +121,25 @@ PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, 
   const bool open = config.chunks <= 0 || config.given.count("--schedule") == 0;
   std::vector<int> counts = config.chunks > 0 ? std::vector<int>{static_cast<int>(config.chunks)}
                                               : MicroBatchCandidates(config.batch_size, devices);
+  // Every micro-batch size that some schedule accepts, measured together in
+  // interleaved rounds (the shapes are compared on times taken side by
+  // side), and on CPU logical devices on every device's share of the
+  // machine at once, as the pipeline will run them.
+  std::vector<int> sizes;
+  std::vector<int64_t> micro_batch_sizes;
+  for (int M : counts)
+    if (!ScheduleCandidates(config, devices, M, units).empty()) {
+      sizes.push_back(M);
+      micro_batch_sizes.push_back(config.batch_size / M);
+    }
+  const std::vector<UnitTimes> measured_all =
+      micro_batch_sizes.empty() ? std::vector<UnitTimes>{} : MeasureUnits(config, model, micro_batch_sizes, devices);
   PipelineShape best;
   best.predicted_ms = std::numeric_limits<double>::infinity();
-  for (int M : counts) {
-    const auto candidates = ScheduleCandidates(config, devices, M, units);
-    if (candidates.empty()) continue;
-    const UnitTimes measured = MeasureUnits(config, model, config.batch_size / M);
-    bool improved = false;
-    for (const Candidate& c : candidates) {
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const int M = sizes[i];
+    const UnitTimes& measured = measured_all[i];
+    for (const Candidate& c : ScheduleCandidates(config, devices, M, units)) {
       const PipelineTable table = BuildPipelineTable(c.schedule, devices, c.virtual_stages, M);
       StagePlan plan = PlanStages(config, model, devices, c.virtual_stages, measured);
       if (config.split.empty() && config.balance == "time") {
@@ -144,13 +155,9 @@ PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, 
       // a more complex one must be predicted clearly faster (kMargin), as
       // the times it is costed with are noisy and each extra micro-batch
       // or chunk boundary adds a hand-off the simulation does not count.
-      if (best.plan.counts.empty() || ms < best.predicted_ms * (1 - kMargin)) {
+      if (best.plan.counts.empty() || ms < best.predicted_ms * (1 - kMargin))
         best = {c.schedule, c.virtual_stages, M, std::move(plan), ms};
-        improved = true;
-      }
     }
-    // More micro-batches cost more per image: once they stop paying, stop.
-    if (!improved) break;
   }
   if (best.plan.counts.empty())
     throw ConfigError(fmt::format("--schedule={}: needs at least {} micro-batches (one per device, in groups of "

@@ -7,7 +7,9 @@
 // layer's weights are read, reordered and their gradients accumulated once
 // per micro-batch, whatever its size. Interleaving shrinks the bubble
 // without more micro-batches. So each candidate is costed with the units'
-// forward and backward times measured at its micro-batch size, the split
+// forward and backward times measured at its micro-batch size (every size
+// in the same interleaved rounds, so that the comparison between sizes does
+// not hinge on which minute each was measured in), the split
 // whose simulated step is shortest (FastestSplit; with --balance=time, the
 // default, for a given shape too), and its schedule table run on ideal
 // devices (SimulatePipeline); the fastest predicted step wins.

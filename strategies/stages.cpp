@@ -1,6 +1,9 @@
 #include "strategies/stages.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <exception>
+#include <thread>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -130,38 +133,46 @@ std::string DescribeSplit(const std::vector<int>& counts, const std::vector<std:
   return fmt::format("{}", fmt::join(stages, " | "));
 }
 
-std::vector<double> MeasureUnitTimes(const ResNet& model, const torch::Tensor& sample, int repeats,
-                                     std::vector<double>* forward_ms) {
-  auto copy = std::dynamic_pointer_cast<ResNetImpl>(model->clone());
-  copy->train();
+namespace {
+
+// One round of MeasureUnitTimes on one sample: each unit's forward, then its
+// backward, on the previous unit's detached output; `best` keeps the minima.
+void TimeUnitsOnce(ResNetImpl& model, const torch::Tensor& sample, UnitTimes* best) {
   const torch::Device device = sample.device();
-  const size_t n = copy->unit_names().size();
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  std::vector<double> best(n, kInf), best_forward(n, kInf);
   auto since = [](std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
-  for (int round = 0; round <= repeats; ++round) {  // round 0 warms up
-    torch::Tensor x = sample;
-    size_t u = 0;
-    for (auto& unit : *copy->units()) {
-      WaitForCurrentStream(device);
-      auto t0 = std::chrono::steady_clock::now();
-      torch::Tensor in = u == 0 ? x : x.detach().requires_grad_();
-      torch::Tensor y = unit.forward(in);
-      WaitForCurrentStream(device);
-      const double forward = since(t0);
-      y.backward(torch::ones_like(y));
-      WaitForCurrentStream(device);
-      if (round > 0) {
-        best[u] = std::min(best[u], since(t0));
-        best_forward[u] = std::min(best_forward[u], forward);
-      }
-      x = y.detach();
-      ++u;
+  torch::Tensor x = sample;
+  size_t u = 0;
+  for (auto& unit : *model.units()) {
+    WaitForCurrentStream(device);
+    auto t0 = std::chrono::steady_clock::now();
+    torch::Tensor in = u == 0 ? x : x.detach().requires_grad_();
+    torch::Tensor y = unit.forward(in);
+    WaitForCurrentStream(device);
+    const double forward = since(t0);
+    y.backward(torch::ones_like(y));
+    WaitForCurrentStream(device);
+    if (best) {
+      best->total_ms[u] = std::min(best->total_ms[u], since(t0));
+      best->forward_ms[u] = std::min(best->forward_ms[u], forward);
     }
+    x = y.detach();
+    ++u;
   }
-  if (forward_ms) *forward_ms = best_forward;
+}
+
+}  // namespace
+
+std::vector<UnitTimes> MeasureUnitTimes(const ResNet& model, const std::vector<torch::Tensor>& samples,
+                                        int repeats) {
+  auto copy = std::dynamic_pointer_cast<ResNetImpl>(model->clone());
+  copy->train();
+  const size_t n = copy->unit_names().size();
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::vector<UnitTimes> best(samples.size(), UnitTimes{std::vector<double>(n, kInf), std::vector<double>(n, kInf)});
+  for (int round = 0; round <= repeats; ++round)  // round 0 warms up
+    for (size_t s = 0; s < samples.size(); ++s) TimeUnitsOnce(*copy, samples[s], round > 0 ? &best[s] : nullptr);
   return best;
 }
 
@@ -186,18 +197,67 @@ std::vector<int> GivenSplit(const RunConfig& config, const std::vector<std::stri
 }
 }  // namespace
 
-UnitTimes MeasureUnits(const RunConfig& config, const ResNet& model, int64_t sample_batch) {
+namespace {
+
+// MeasureUnitTimes on `threads` threads at once (each its own clone, at the
+// calling thread's intra-op thread count), each unit's time the mean over
+// the threads: logical CPU devices share the machine's memory bandwidth and
+// caches, and a pipeline runs them at the same time.
+std::vector<UnitTimes> MeasureConcurrently(const ResNet& model, const std::vector<torch::Tensor>& samples,
+                                           int threads) {
+  std::vector<std::vector<UnitTimes>> each(threads);
+  std::vector<std::exception_ptr> failed(threads);
+  const int intra_op = at::get_num_threads();
+  std::vector<std::thread> others;
+  for (int t = 1; t < threads; ++t)
+    others.emplace_back([&, t] {
+      try {
+        at::set_num_threads(intra_op);
+        at::init_num_threads();
+        each[t] = MeasureUnitTimes(model, samples, 3);
+      } catch (...) {
+        failed[t] = std::current_exception();
+      }
+    });
+  try {
+    each[0] = MeasureUnitTimes(model, samples, 3);
+  } catch (...) {
+    failed[0] = std::current_exception();
+  }
+  for (auto& t : others) t.join();
+  for (auto& f : failed)
+    if (f) std::rethrow_exception(f);
+  std::vector<UnitTimes> mean = each[0];
+  for (size_t s = 0; s < mean.size(); ++s)
+    for (size_t u = 0; u < mean[s].total_ms.size(); ++u) {
+      double total = 0, forward = 0;
+      for (const auto& times : each) total += times[s].total_ms[u], forward += times[s].forward_ms[u];
+      mean[s].total_ms[u] = total / threads;
+      mean[s].forward_ms[u] = forward / threads;
+    }
+  return mean;
+}
+
+}  // namespace
+
+std::vector<UnitTimes> MeasureUnits(const RunConfig& config, const ResNet& model,
+                                    const std::vector<int64_t>& sample_batches, int concurrent) {
   const torch::Device device = model->parameters().front().device();
   const int64_t size = RunImageSize(config);
   auto generator = at::make_generator<at::CPUGeneratorImpl>(config.seed);
-  auto sample = torch::randn({sample_batch, model->options().in_channels, size, size}, generator)
-                    .to(device, model->options().dtype);
-  UnitTimes t;
-  t.total_ms = MeasureUnitTimes(model, sample, 3, &t.forward_ms);
-  std::vector<std::string> shown;
-  for (double ms : t.total_ms) shown.push_back(fmt::format("{:.2f}", ms));
-  LogInfo("unit forward+backward ms on a batch of {}: {}", sample_batch, fmt::join(shown, " "));
-  return t;
+  std::vector<torch::Tensor> samples;
+  for (int64_t batch : sample_batches)
+    samples.push_back(torch::randn({batch, model->options().in_channels, size, size}, generator)
+                          .to(device, model->options().dtype));
+  std::vector<UnitTimes> times = device.is_cpu() && concurrent > 1
+                                     ? MeasureConcurrently(model, samples, concurrent)
+                                     : MeasureUnitTimes(model, samples, 3);
+  for (size_t s = 0; s < times.size(); ++s) {
+    std::vector<std::string> shown;
+    for (double ms : times[s].total_ms) shown.push_back(fmt::format("{:.2f}", ms));
+    LogInfo("unit forward+backward ms on a batch of {}: {}", sample_batches[s], fmt::join(shown, " "));
+  }
+  return times;
 }
 
 StagePlan PlanStages(const RunConfig& config, const ResNet& model, int devices, int virtual_stages,
@@ -242,7 +302,7 @@ StagePlan ChooseSplit(const RunConfig& config, const ResNet& model, int devices,
                       int64_t sample_batch) {
   CheckStageCount(config.strategy, devices, model->unit_names(), virtual_stages);
   if (!config.split.empty()) GivenSplit(config, model->unit_names(), devices, virtual_stages);  // before measuring
-  StagePlan plan = PlanStages(config, model, devices, virtual_stages, MeasureUnits(config, model, sample_batch));
+  StagePlan plan = PlanStages(config, model, devices, virtual_stages, MeasureUnits(config, model, {sample_batch}).front());
   LogStagePlan(config, model, plan);
   return plan;
 }

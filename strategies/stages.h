@@ -38,19 +38,30 @@ std::string SplitCounts(const std::vector<int>& counts);
 // "stem..layer4.0 | layer4.1..head", for the log.
 std::string DescribeSplit(const std::vector<int>& counts, const std::vector<std::string>& unit_names);
 
-// Milliseconds of forward + backward of each unit of `model` on `sample`
-// (on the model's device, in the calling thread): the minimum over
-// `repeats` rounds after one untimed round. The model is not changed (it
-// times a clone). `forward_ms`, if given, receives the forward part alone.
-std::vector<double> MeasureUnitTimes(const ResNet& model, const torch::Tensor& sample, int repeats = 3,
-                                     std::vector<double>* forward_ms = nullptr);
-
-// Each unit's forward+backward and forward ms on a batch of `sample_batch`
-// images of the run's shape (MeasureUnitTimes); logged.
+// Each unit's forward+backward and forward ms on one batch size.
 struct UnitTimes {
   std::vector<double> total_ms, forward_ms;
 };
-UnitTimes MeasureUnits(const RunConfig& config, const ResNet& model, int64_t sample_batch);
+
+// Milliseconds of forward + backward (and of forward alone) of each unit of
+// `model` on each of `samples` (on the model's device, in the calling
+// thread): the minimum over `repeats` rounds after one untimed round. Each
+// round times every sample once, in turn, so that a slow minute on a shared
+// machine hits every sample alike rather than the one measured during it.
+// The model is not changed (it times a clone).
+std::vector<UnitTimes> MeasureUnitTimes(const ResNet& model, const std::vector<torch::Tensor>& samples,
+                                        int repeats = 3);
+
+// MeasureUnitTimes on batches of each of `sample_batches` images of the
+// run's shape; logged. `concurrent` > 1 on a CPU: the measurement runs on
+// that many threads at once (each on its own clone) and each unit's time is
+// their mean. Logical CPU devices share the machine's memory bandwidth and
+// caches, and a pipeline runs them at the same time: a unit timed alone is
+// faster than in the run, weight-heavy units (whose weights every
+// micro-batch reads again) most. GPUs each have their own memory: there the
+// measurement runs once.
+std::vector<UnitTimes> MeasureUnits(const RunConfig& config, const ResNet& model,
+                                    const std::vector<int64_t>& sample_batches, int concurrent = 1);
 
 // Forward+backward ms of each stage: the sums of `unit_ms` over `counts`.
 std::vector<double> StageTimes(const std::vector<int>& counts, const std::vector<double>& unit_ms);

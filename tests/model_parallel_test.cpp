@@ -206,6 +206,38 @@ TEST(Split, TimeBalanceIsTheBestSplitOfTheMeasuredTimes) {
   EXPECT_EQ(given.stage_ms.size(), 2u);  // measured for an explicit split too
 }
 
+// pmp measures every candidate micro-batch size in the same rounds, on as
+// many threads at once as there are CPU devices: one UnitTimes per sample,
+// every unit timed (finite, forward within the whole), and the model itself
+// left as it was (clones are timed).
+TEST(Split, MeasureUnitTimesTimesEverySampleOnAClone) {
+  ResNet model = TinyResNet();
+  model->train();
+  std::vector<torch::Tensor> before;
+  for (const auto& p : model->parameters()) before.push_back(p.detach().clone());
+  auto check = [](const std::vector<UnitTimes>& times, const char* how) {
+    ASSERT_EQ(times.size(), 2u) << how;
+    for (const UnitTimes& t : times) {
+      ASSERT_EQ(t.total_ms.size(), 10u) << how;
+      ASSERT_EQ(t.forward_ms.size(), 10u) << how;
+      for (size_t u = 0; u < 10; ++u) {
+        EXPECT_TRUE(std::isfinite(t.total_ms[u])) << how << ", unit " << u;
+        EXPECT_GT(t.forward_ms[u], 0) << how;
+        EXPECT_LE(t.forward_ms[u], t.total_ms[u]) << how;
+      }
+    }
+  };
+  check(MeasureUnitTimes(model, {torch::randn({4, 3, 16, 16}), torch::randn({1, 3, 16, 16})}, 2), "one thread");
+  RunConfig config;
+  config.image_size = 16;
+  check(MeasureUnits(config, model, {4, 1}, /*concurrent=*/2), "two threads at once");
+  const auto after = model->parameters();
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_TRUE(torch::equal(before[i], after[i]));
+    EXPECT_FALSE(after[i].grad().defined());
+  }
+}
+
 TEST(Split, MoreStagesThanUnitsIsAConfigError) {
   const auto& units = Resnet18Units();
   EXPECT_NO_THROW(CheckStageCount("pmp", 10, units));
