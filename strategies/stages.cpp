@@ -2,14 +2,14 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
-#include <exception>
-#include <thread>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <limits>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -162,18 +162,29 @@ void TimeUnitsOnce(ResNetImpl& model, const torch::Tensor& sample, UnitTimes* be
   }
 }
 
+// MeasureUnitTimes on a clone made beforehand.
+std::vector<UnitTimes> MeasureClone(ResNetImpl& copy, const std::vector<torch::Tensor>& samples, int repeats) {
+  copy.train();
+  const size_t n = copy.unit_names().size();
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::vector<UnitTimes> best(samples.size(), UnitTimes{std::vector<double>(n, kInf), std::vector<double>(n, kInf)});
+  for (int round = 0; round <= repeats; ++round)  // round 0 warms up
+    for (size_t s = 0; s < samples.size(); ++s) TimeUnitsOnce(copy, samples[s], round > 0 ? &best[s] : nullptr);
+  return best;
+}
+
+// A clone of `model` to time. Made in the calling thread: a ResNet's clone
+// undoes its draws from the global RNG by saving and restoring its state,
+// which two clones made at once would interleave.
+std::shared_ptr<ResNetImpl> CloneToTime(const ResNet& model) {
+  return std::dynamic_pointer_cast<ResNetImpl>(model->clone());
+}
+
 }  // namespace
 
 std::vector<UnitTimes> MeasureUnitTimes(const ResNet& model, const std::vector<torch::Tensor>& samples,
                                         int repeats) {
-  auto copy = std::dynamic_pointer_cast<ResNetImpl>(model->clone());
-  copy->train();
-  const size_t n = copy->unit_names().size();
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  std::vector<UnitTimes> best(samples.size(), UnitTimes{std::vector<double>(n, kInf), std::vector<double>(n, kInf)});
-  for (int round = 0; round <= repeats; ++round)  // round 0 warms up
-    for (size_t s = 0; s < samples.size(); ++s) TimeUnitsOnce(*copy, samples[s], round > 0 ? &best[s] : nullptr);
-  return best;
+  return MeasureClone(*CloneToTime(model), samples, repeats);
 }
 
 std::vector<double> StageTimes(const std::vector<int>& counts, const std::vector<double>& unit_ms) {
@@ -207,6 +218,8 @@ std::vector<UnitTimes> MeasureConcurrently(const ResNet& model, const std::vecto
                                            int threads) {
   std::vector<std::vector<UnitTimes>> each(threads);
   std::vector<std::exception_ptr> failed(threads);
+  std::vector<std::shared_ptr<ResNetImpl>> copies;
+  for (int t = 0; t < threads; ++t) copies.push_back(CloneToTime(model));
   const int intra_op = at::get_num_threads();
   std::vector<std::thread> others;
   for (int t = 1; t < threads; ++t)
@@ -214,13 +227,13 @@ std::vector<UnitTimes> MeasureConcurrently(const ResNet& model, const std::vecto
       try {
         at::set_num_threads(intra_op);
         at::init_num_threads();
-        each[t] = MeasureUnitTimes(model, samples, 3);
+        each[t] = MeasureClone(*copies[t], samples, 3);
       } catch (...) {
         failed[t] = std::current_exception();
       }
     });
   try {
-    each[0] = MeasureUnitTimes(model, samples, 3);
+    each[0] = MeasureClone(*copies[0], samples, 3);
   } catch (...) {
     failed[0] = std::current_exception();
   }

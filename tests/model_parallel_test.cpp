@@ -208,8 +208,8 @@ TEST(Split, TimeBalanceIsTheBestSplitOfTheMeasuredTimes) {
 
 // pmp measures every candidate micro-batch size in the same rounds, on as
 // many threads at once as there are CPU devices: one UnitTimes per sample,
-// every unit timed (finite, forward within the whole), and the model itself
-// left as it was (clones are timed).
+// every unit timed (finite, forward within the whole), and the model and the
+// global RNG left as they were (clones are timed).
 TEST(Split, MeasureUnitTimesTimesEverySampleOnAClone) {
   ResNet model = TinyResNet();
   model->train();
@@ -230,7 +230,12 @@ TEST(Split, MeasureUnitTimesTimesEverySampleOnAClone) {
   check(MeasureUnitTimes(model, {torch::randn({4, 3, 16, 16}), torch::randn({1, 3, 16, 16})}, 2), "one thread");
   RunConfig config;
   config.image_size = 16;
-  check(MeasureUnits(config, model, {4, 1}, /*concurrent=*/2), "two threads at once");
+  // The clones leave the global RNG as it was (a resumed run must draw what
+  // the uninterrupted one does), also when several threads measure at once.
+  at::Generator rng = at::detail::getDefaultCPUGenerator();
+  const torch::Tensor rng_before = rng.get_state();
+  for (int i = 0; i < 3; ++i) check(MeasureUnits(config, model, {4, 1}, /*concurrent=*/2), "two threads at once");
+  EXPECT_TRUE(torch::equal(rng.get_state(), rng_before));
   const auto after = model->parameters();
   for (size_t i = 0; i < before.size(); ++i) {
     EXPECT_TRUE(torch::equal(before[i], after[i]));
