@@ -2,7 +2,8 @@
 # Speed comparisons on a shared machine: run several ddpbench configurations
 # in interleaved rounds (A B C, A B C, ...) so that a slow minute hurts all of
 # them alike, append every row to one CSV, then print each configuration's
-# median throughput and measured bubble with the per-round values.
+# median throughput and measured bubble with the per-round values, and the
+# median of the bubble its stage times leave on ideal devices (bubble_simulated).
 #
 #   scripts/interleaved_rounds.sh OUT.csv ROUNDS 'name:flags' ['name:flags' ...]
 #
@@ -37,8 +38,10 @@ for r in rows:
 for name, rs in by.items():
     tp = [float(r["throughput_img_s"]) for r in rs]
     bubble = [float(r["bubble_measured"]) for r in rs if r.get("bubble_measured")]
+    simulated = [float(r["bubble_simulated"]) for r in rs if r.get("bubble_simulated")]
     last = rs[-1]
     shape = f"{last.get('schedule') or last['strategy']} M={last.get('chunks', '')} V={last.get('virtual_stages', '')} split {last.get('split', '')}"
     print(f"{name:12s} median {statistics.median(tp):7.2f} img/s {tp}  "
-          f"bubble {statistics.median(bubble) if bubble else float('nan'):.4f} {bubble}  {shape}")
+          f"bubble {statistics.median(bubble) if bubble else float('nan'):.4f} {bubble}  "
+          f"simulated {statistics.median(simulated) if simulated else float('nan'):.4f}  {shape}")
 PY

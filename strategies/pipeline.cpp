@@ -342,9 +342,12 @@ class PipelineStrategy final : public Strategy {
                                      : fmt::format("{:.2f}:{:.2f}", times.forward.back(), times.backward_input.back()));
       }
       extras["chunk_fbw_ms"] = fmt::format("{}", fmt::join(fbw, "/"));
-      // Zero-bubble's ideal idle fraction depends on F, B and W: its table
-      // run on ideal devices with this run's measured times.
-      if (split_backward) extras["bubble_theory"] = fmt::format("{:.4f}", SimulatePipeline(table_, times).Bubble());
+      // The table run on ideal devices with this run's measured times: the
+      // bubble its stage times leave without waits or noise. Zero-bubble's
+      // ideal idle fraction depends on F, B and W, so this is its theory.
+      const std::string simulated = fmt::format("{:.4f}", SimulatePipeline(table_, times).Bubble());
+      extras["bubble_simulated"] = simulated;
+      if (split_backward) extras["bubble_theory"] = simulated;
     }
     return extras;
   }

@@ -14,6 +14,8 @@
 // stage_time_ms (each chunk's forward+backward measured at setup), chunks,
 // schedule and virtual_stages (pmp), bubble_theory ((S-1)/(V*M+S-1); for
 // zero-bubble its table simulated with the measured F/B/W times),
+// bubble_simulated (the table simulated with the measured times, any
+// schedule: what unequal stages leave without waits or noise),
 // bubble_measured (1 - sum(device busy)/(S x wall time) over the timed steps),
 // stage_busy_ms (mean busy ms per step of each device), chunk_fbw_ms (mean ms
 // of one micro-batch's F:B[:W] on each chunk) and activation_peak_mb (each

@@ -848,6 +848,11 @@ TEST(Row, PmpRecordsSplitScheduleAndBubble) {
     const double bubble = std::stod(row.at("bubble_measured"));
     EXPECT_GE(bubble, 0.0);
     EXPECT_LT(bubble, 1.0);
+    // The table on ideal devices with the measured stage times: unequal
+    // stages only add idle time to the equal-stage figure (GPipe and 1F1B).
+    const double simulated = std::stod(row.at("bubble_simulated"));
+    EXPECT_GE(simulated, std::stod(row.at("bubble_theory")) - 1e-4) << schedule;
+    EXPECT_LT(simulated, 1.0) << schedule;
     auto busy = Numbers(row.at("stage_busy_ms"));
     ASSERT_EQ(busy.size(), 2u);
     for (double b : busy) EXPECT_GT(b, 0);
@@ -858,6 +863,18 @@ TEST(Row, PmpRecordsSplitScheduleAndBubble) {
     EXPECT_NE(r.output.find("pmp split (balanced by parameter count): stem..layer4.0 | layer4.1..head = 8,2"),
               std::string::npos) << r.output;
   }
+}
+
+// Zero-bubble's theory is its table simulated with the measured F/B/W: the
+// same figure as bubble_simulated.
+TEST(Row, ZeroBubbleTheoryIsItsSimulation) {
+  auto r = RunRow("--strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --schedule=zero-bubble");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.row.at("bubble_simulated"), r.row.at("bubble_theory"));
+  EXPECT_GE(std::stod(r.row.at("bubble_simulated")), 0.0);
+  EXPECT_LT(std::stod(r.row.at("bubble_simulated")), 1.0);
+  const std::string fbw = r.row.at("chunk_fbw_ms");  // F:B:W on each of the 2 chunks
+  EXPECT_EQ(std::count(fbw.begin(), fbw.end(), ':'), 4) << fbw;
 }
 
 TEST(Row, PmpWithoutChunksRecordsTheChosenShape) {
@@ -878,6 +895,8 @@ TEST(Row, MpRecordsTheSplitUsedAndDpTheGlobalBatch) {
   EXPECT_EQ(mp.row.at("chunks"), "1");
   EXPECT_EQ(mp.row.at("schedule"), "");
   EXPECT_NEAR(std::stod(mp.row.at("bubble_theory")), 0.5, 1e-9);
+  // One micro-batch: one device works at a time whatever the stage times.
+  EXPECT_NEAR(std::stod(mp.row.at("bubble_simulated")), 0.5, 1e-4);
   EXPECT_EQ(Numbers(mp.row.at("stage_busy_ms")).size(), 2u);
   EXPECT_NE(mp.output.find("stem..layer2.0 | layer2.1..head = 4,6"), std::string::npos) << mp.output;
 
