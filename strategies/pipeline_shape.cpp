@@ -125,21 +125,22 @@ PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, 
   // interleaved rounds (the shapes are compared on times taken side by
   // side), and on CPU logical devices on every device's share of the
   // machine at once, as the pipeline will run them.
-  std::vector<int> sizes;
+  std::vector<std::pair<int, std::vector<Candidate>>> by_count;  // micro-batches, their schedules
   std::vector<int64_t> micro_batch_sizes;
-  for (int M : counts)
-    if (!ScheduleCandidates(config, devices, M, units).empty()) {
-      sizes.push_back(M);
-      micro_batch_sizes.push_back(config.batch_size / M);
-    }
+  for (int M : counts) {
+    auto candidates = ScheduleCandidates(config, devices, M, units);
+    if (candidates.empty()) continue;
+    by_count.emplace_back(M, std::move(candidates));
+    micro_batch_sizes.push_back(config.batch_size / M);
+  }
   const std::vector<UnitTimes> measured_all =
-      micro_batch_sizes.empty() ? std::vector<UnitTimes>{} : MeasureUnits(config, model, micro_batch_sizes, devices);
+      by_count.empty() ? std::vector<UnitTimes>{} : MeasureUnits(config, model, micro_batch_sizes, devices);
   PipelineShape best;
   best.predicted_ms = std::numeric_limits<double>::infinity();
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const int M = sizes[i];
+  for (size_t i = 0; i < by_count.size(); ++i) {
+    const auto& [M, candidates] = by_count[i];
     const UnitTimes& measured = measured_all[i];
-    for (const Candidate& c : ScheduleCandidates(config, devices, M, units)) {
+    for (const Candidate& c : candidates) {
       const PipelineTable table = BuildPipelineTable(c.schedule, devices, c.virtual_stages, M);
       StagePlan plan = PlanStages(config, model, devices, c.virtual_stages, measured);
       if (config.split.empty() && config.balance == "time") {

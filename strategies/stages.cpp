@@ -215,7 +215,7 @@ namespace {
 // the threads: logical CPU devices share the machine's memory bandwidth and
 // caches, and a pipeline runs them at the same time.
 std::vector<UnitTimes> MeasureConcurrently(const ResNet& model, const std::vector<torch::Tensor>& samples,
-                                           int threads) {
+                                           int repeats, int threads) {
   std::vector<std::vector<UnitTimes>> each(threads);
   std::vector<std::exception_ptr> failed(threads);
   std::vector<std::shared_ptr<ResNetImpl>> copies;
@@ -227,13 +227,13 @@ std::vector<UnitTimes> MeasureConcurrently(const ResNet& model, const std::vecto
       try {
         at::set_num_threads(intra_op);
         at::init_num_threads();
-        each[t] = MeasureClone(*copies[t], samples, 3);
+        each[t] = MeasureClone(*copies[t], samples, repeats);
       } catch (...) {
         failed[t] = std::current_exception();
       }
     });
   try {
-    each[0] = MeasureClone(*copies[0], samples, 3);
+    each[0] = MeasureClone(*copies[0], samples, repeats);
   } catch (...) {
     failed[0] = std::current_exception();
   }
@@ -262,9 +262,10 @@ std::vector<UnitTimes> MeasureUnits(const RunConfig& config, const ResNet& model
   for (int64_t batch : sample_batches)
     samples.push_back(torch::randn({batch, model->options().in_channels, size, size}, generator)
                           .to(device, model->options().dtype));
+  constexpr int kRepeats = 3;
   std::vector<UnitTimes> times = device.is_cpu() && concurrent > 1
-                                     ? MeasureConcurrently(model, samples, concurrent)
-                                     : MeasureUnitTimes(model, samples, 3);
+                                     ? MeasureConcurrently(model, samples, kRepeats, concurrent)
+                                     : MeasureUnitTimes(model, samples, kRepeats);
   for (size_t s = 0; s < times.size(); ++s) {
     std::vector<std::string> shown;
     for (double ms : times[s].total_ms) shown.push_back(fmt::format("{:.2f}", ms));
@@ -315,7 +316,8 @@ StagePlan ChooseSplit(const RunConfig& config, const ResNet& model, int devices,
                       int64_t sample_batch) {
   CheckStageCount(config.strategy, devices, model->unit_names(), virtual_stages);
   if (!config.split.empty()) GivenSplit(config, model->unit_names(), devices, virtual_stages);  // before measuring
-  StagePlan plan = PlanStages(config, model, devices, virtual_stages, MeasureUnits(config, model, {sample_batch}).front());
+  const UnitTimes measured = MeasureUnits(config, model, {sample_batch}).front();
+  StagePlan plan = PlanStages(config, model, devices, virtual_stages, measured);
   LogStagePlan(config, model, plan);
   return plan;
 }
