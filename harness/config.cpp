@@ -107,6 +107,8 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& StrategyFla
       {"--chunks", {"pmp"}},
       {"--schedule", {"pmp"}},
       {"--virtual-stages", {"pmp"}},
+      {"--rebalance", {"pmp"}},
+      {"--fill-waits", {"pmp"}},
       // Whole-step capture is built for single; the other strategies
       // synchronise with the host or across processes inside their step.
       {"--cuda-graphs", {"single"}},
@@ -132,6 +134,24 @@ void CheckFlagsApply(const RunConfig& c) {
       throw ConfigError(fmt::format("{}={}: applies only to --strategy={}, not to --strategy={}; leave it out",
                                     flag, value, Join(strategies), c.strategy));
   }
+}
+
+// --rebalance: a value it accepts, and with warmup on pmp something to
+// re-balance (no --split, time balance) and a warm-up long enough to measure
+// in (its first step's times include first-touch costs).
+void CheckRebalance(const RunConfig& c) {
+  CheckMember("--rebalance", c.rebalance, {"off", "warmup"});
+  if (c.rebalance != "warmup" || c.strategy != "pmp") return;
+  if (!c.split.empty())
+    throw ConfigError(fmt::format("--rebalance=warmup with --split={}: a given split is run as given; accepted: "
+                                  "--rebalance=off, or leave --split out", c.split));
+  if (c.balance != "time")
+    throw ConfigError(fmt::format("--rebalance=warmup with --balance={}: re-balancing moves units by measured time; "
+                                  "accepted: --balance=time, or --rebalance=off", c.balance));
+  if (c.warmup < 2)
+    throw ConfigError(fmt::format("--rebalance=warmup with --warmup={}: needs at least 2 warm-up steps (the first "
+                                  "one's times include first-touch costs); accepted: --warmup>=2, or --rebalance=off",
+                                  c.warmup));
 }
 
 // Budgets, targets, validation and snapshots (issue 13).
@@ -314,8 +334,14 @@ void ValidateConfig(const RunConfig& c) {
   CheckMember("--zero-reduce", c.zero_reduce, {"reduce-scatter", "all-reduce"});
   CheckMember("--balance", c.balance, {"time", "params"});
   CheckMember("--units", c.units, {"blocks", "half-blocks"});
+  CheckRebalance(c);
   if (c.given.count("--chunks")) CheckAtLeast("--chunks", c.chunks, int64_t{1});
   const PipelineSchedule schedule = ParsePipelineSchedule(c.schedule);
+  CheckMember("--fill-waits", c.fill_waits, {"on", "off"});
+  if (c.given.count("--fill-waits") && c.given.count("--schedule") && !SplitsBackward(schedule))
+    throw ConfigError(fmt::format("--fill-waits={} with --schedule={}: only the zero-bubble schedules have W's to "
+                                  "fill waits with; accepted with --schedule=zero-bubble|interleaved-zero-bubble, or "
+                                  "leave it out", c.fill_waits, c.schedule));
   CheckAtLeast("--virtual-stages", c.virtual_stages, int64_t{0});
   if (c.virtual_stages > 0 && !IsInterleaved(schedule))
     throw ConfigError(fmt::format("--virtual-stages={}: applies only to --schedule=interleaved|interleaved-zero-bubble, "
@@ -418,6 +444,12 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--chunks", c.chunks, "pmp: micro-batches per batch (default: chosen by predicted step time)");
   app.add_option("--schedule", c.schedule, "pmp: gpipe|1f1b|interleaved|zero-bubble|interleaved-zero-bubble");
   app.add_option("--virtual-stages", c.virtual_stages, "pmp --schedule=interleaved[-zero-bubble]: model chunks per device (default 2)");
+  app.add_option("--fill-waits", c.fill_waits,
+                 "pmp zero-bubble schedules on CPU devices: on (default: a device whose next input has not arrived "
+                 "runs its pending W's a weight node at a time until it does)|off (the table's order exactly)");
+  app.add_option("--rebalance", c.rebalance,
+                 "pmp: off (default: the set-up split throughout)|warmup (re-split the model once from the chunks' "
+                 "times measured in the warm-up steps; needs --balance=time, no --split, --warmup>=2)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -52,6 +52,11 @@ class Mailbox {
     items_.erase(it);
     return value;
   }
+  // Whether Pop(key) would return at once (no wait).
+  bool Has(const Key& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return items_.count(key) > 0;
+  }
   void Close() {
     {
       std::lock_guard<std::mutex> lock(mutex_);

@@ -2,7 +2,9 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -10,12 +12,14 @@
 
 #include "harness/config.h"
 #include "harness/cuda_support.h"
+#include "harness/log.h"
 #include "harness/memory.h"
 #include "harness/phase.h"
 #include "harness/trace.h"
 #include "harness/training.h"
 #include "strategies/device_workers.h"
 #include "strategies/pipeline_shape.h"
+#include "strategies/rebalance.h"
 #include "strategies/schedules.h"
 #include "strategies/split_backward.h"
 #include "strategies/stages.h"
@@ -24,6 +28,9 @@ namespace ddpbench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// How much faster the re-balanced split must be predicted to be (rebalance.h).
+constexpr double kRebalanceMargin = 0.03;
 
 // Busy time of one stage: the sum of its operations' durations, waits for
 // other stages excluded. CUDA: events on the stage's stream, read once the
@@ -146,37 +153,24 @@ class PipelineStrategy final : public Strategy {
     schedule_ = shape.schedule;
     table_ = BuildPipelineTable(shape.schedule, S, shape.virtual_stages, shape.micro_batches);
     plan_ = std::move(shape.plan);
-    const int M = shape.micro_batches;
-    auto unit = model_->units()->begin();
-    for (int c = 0; c < table_.chunks(); ++c) {
-      chunks_.push_back(std::make_unique<Chunk>(ctx.devices[table_.DeviceOf(c)], M));
-      for (int i = 0; i < plan_.counts[c]; ++i) chunks_.back()->units.push_back(*unit++);
-    }
+    setup_counts_ = plan_.counts;
+    rebalance_ = pipelined_ && config_->rebalance == "warmup" && config_->split.empty() &&
+                 config_->balance == "time" && config_->warmup >= 2;
+    lr_ = ctx.lr;
+    // CPU only: a CUDA device's host thread runs ahead of its stream, so an
+    // input missing at the host says nothing about the device being idle.
+    fill_waits_ = pipelined_ && SplitsBackward(schedule_) && config_->fill_waits == "on";
+    for (const torch::Device& device : ctx.devices) fill_waits_ = fill_waits_ && device.is_cpu();
+    for (int c = 0; c < table_.chunks(); ++c)
+      chunks_.push_back(std::make_unique<Chunk>(ctx.devices[table_.DeviceOf(c)], shape.micro_batches));
     for (int d = 0; d < S; ++d) devices_.push_back(std::make_unique<Device>(ctx.devices[d], d));
     workers_ = std::make_unique<DeviceWorkers>(ctx.devices, /*own_streams=*/true);
-    // Each chunk's weights, and each device's optimizer and loss scaler, live
-    // on that device (made in its thread, so a CPU logical device is charged).
     workers_->RunAll([&](int d) {
-      Device& dev = *devices_[d];
       trace::NameThread(StageNames(d, S, table_.chunks()), 1 + d);
-      torch::NoGradGuard no_grad;
-      for (int c = d; c < table_.chunks(); c += S) {
-        Chunk& ch = *chunks_[c];
-        for (auto& u : ch.units) {
-          if (dev.device.is_cpu()) {
-            for (auto& p : u.ptr()->parameters()) p.set_data(p.data().clone());
-            for (auto& b : u.ptr()->buffers()) b.set_data(b.data().clone());
-          } else {
-            u.ptr()->to(dev.device);
-          }
-          for (auto& p : u.ptr()->parameters()) ch.params.push_back(p);
-        }
-        dev.params.insert(dev.params.end(), ch.params.begin(), ch.params.end());
-      }
-      dev.optimizer = MakeOptimizer(*config_, dev.params, ctx.lr);
-      dev.scaler = std::make_unique<LossScaler>(config_->amp, dev.device);
-      WaitForCurrentStream(dev.device);
+      devices_[d]->scaler = std::make_unique<LossScaler>(config_->amp, devices_[d]->device);
     });
+    unit_device_.assign(model_->units()->size(), -1);
+    PlaceUnits(plan_.counts);
   }
 
   StepResult Step(const Batch& batch) override {
@@ -197,6 +191,7 @@ class PipelineStrategy final : public Strategy {
     for (auto& ch : chunks_) {
       ch->from_prev.Reset();
       ch->from_next.Reset();
+      std::fill(ch->w_done.begin(), ch->w_done.end(), 0);
     }
 
     auto t0 = Clock::now();
@@ -227,7 +222,7 @@ class PipelineStrategy final : public Strategy {
     }
     const double wall = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     const bool timed = state.timed;
-    ++steps_;
+    const int64_t step = steps_++;
     if (timed) {
       ++timed_steps_;
       wall_ms_ += wall;
@@ -242,8 +237,11 @@ class PipelineStrategy final : public Strategy {
         if (timed) {
           chunks_[c]->op_ms[k] += ms;
           devices_[table_.DeviceOf(c)]->busy_ms += ms;
+        } else if (step > 0) {  // the first step's times include first-touch costs
+          chunks_[c]->warmup_ms[k] += ms;
         }
       }
+    if (rebalance_ && step + 1 == config_->warmup) Rebalance(step);
     return {state.loss};
   }
 
@@ -310,6 +308,7 @@ class PipelineStrategy final : public Strategy {
     const int S = table_.devices, V = table_.virtual_stages, M = table_.micro_batches;
     std::map<std::string, std::string> extras;
     extras["split"] = SplitCounts(plan_.counts);
+    extras["split_setup"] = SplitCounts(setup_counts_);
     extras["units"] = config_->units;
     extras["stage_time_ms"] = Joined(plan_.stage_ms, "{:.2f}");
     extras["chunks"] = std::to_string(M);
@@ -342,6 +341,11 @@ class PipelineStrategy final : public Strategy {
                                      : fmt::format("{:.2f}:{:.2f}", times.forward.back(), times.backward_input.back()));
       }
       extras["chunk_fbw_ms"] = fmt::format("{}", fmt::join(fbw, "/"));
+      if (fill_waits_) {
+        std::vector<double> fill;
+        for (auto& dev : devices_) fill.push_back(dev->fill_ms / timed_steps_);
+        extras["w_fill_ms"] = Joined(fill, "{:.2f}");
+      }
       // The table run on ideal devices with this run's measured times: the
       // bubble its stage times leave without waits or noise. Zero-bubble's
       // ideal idle fraction depends on F, B and W, so this is its theory.
@@ -363,7 +367,7 @@ class PipelineStrategy final : public Strategy {
   struct Chunk {
     Chunk(torch::Device d, int micro_batches)
         : device(d), clock{BusyClock(d), BusyClock(d), BusyClock(d)}, inputs(micro_batches),
-          outputs(micro_batches), weight_work(micro_batches) {}
+          outputs(micro_batches), weight_work(micro_batches), w_done(micro_batches, 0) {}
     torch::Device device;
     std::vector<torch::nn::AnyModule> units;
     std::vector<torch::Tensor> params;
@@ -371,8 +375,10 @@ class PipelineStrategy final : public Strategy {
     Mailbox<int, Handoff> from_next;  // input gradients from the chunk after
     BusyClock clock[3];               // forward, backward (or B), W
     double op_ms[3] = {0, 0, 0};      // timed steps' totals of each
+    double warmup_ms[3] = {0, 0, 0};  // warm-up steps' after the first (Rebalance)
     std::vector<torch::Tensor> inputs, outputs;                   // per micro-batch, until its backward
     std::vector<std::shared_ptr<WeightGradWork>> weight_work;     // per micro-batch, from B until W
+    std::vector<char> w_done;                                     // per micro-batch: this step's W complete
 
     torch::Tensor Forward(torch::Tensor x) {
       for (auto& u : units) x = u.forward(x);
@@ -393,6 +399,7 @@ class PipelineStrategy final : public Strategy {
     BusyClock clock;                     // optimizer work
     double optimizer_ms = 0;             // this step's
     double busy_ms = 0;                  // timed steps' total
+    double fill_ms = 0;                  // timed steps' W run while an input was missing (busy_ms has it too)
     double activation_peak_bytes = 0;    // timed steps: above the step's starting allocation
     torch::Tensor found_inf;             // fp16: this step's overflow flag
   };
@@ -414,6 +421,88 @@ class PipelineStrategy final : public Strategy {
   }
 
 
+  // Hands chunk c the next counts[c] units and moves the weights of each unit
+  // whose device changes to its new device (a CPU logical device: a copy made
+  // in that device's thread, so that it is charged for it and the old one is
+  // not), then gives each device an optimizer over its chunks' parameters.
+  // At set-up and when Rebalance changes the split.
+  void PlaceUnits(const std::vector<int>& counts) {
+    auto unit = model_->units()->begin();
+    std::vector<int> chunk_of;
+    for (int c = 0; c < table_.chunks(); ++c) {
+      chunks_[c]->units.clear();
+      for (int i = 0; i < counts[c]; ++i, ++unit) {
+        chunks_[c]->units.push_back(*unit);
+        chunk_of.push_back(c);
+      }
+    }
+    workers_->RunAll([&](int d) {
+      Device& dev = *devices_[d];
+      torch::NoGradGuard no_grad;
+      dev.params.clear();
+      for (size_t u = 0; u < chunk_of.size(); ++u) {
+        if (table_.DeviceOf(chunk_of[u]) != d || unit_device_[u] == d) continue;
+        auto& module = *model_->units()->ptr(u);
+        if (dev.device.is_cpu()) {
+          for (auto& p : module.parameters()) p.set_data(p.data().clone());
+          for (auto& b : module.buffers()) b.set_data(b.data().clone());
+        } else {
+          module.to(dev.device);
+        }
+        unit_device_[u] = d;
+      }
+      for (int c = d; c < table_.chunks(); c += table_.devices) {
+        Chunk& ch = *chunks_[c];
+        ch.params.clear();
+        for (auto& u : ch.units)
+          for (auto& p : u.ptr()->parameters()) ch.params.push_back(p);
+        dev.params.insert(dev.params.end(), ch.params.begin(), ch.params.end());
+      }
+      dev.optimizer = MakeOptimizer(*config_, dev.params, lr_);
+      WaitForCurrentStream(dev.device);
+    });
+  }
+
+  // After the last warm-up step (`step`): the split searched again with the
+  // warm-up's chunk times (rebalance.h), and the units moved, their
+  // optimizer state with them, when it changes. The maths is unchanged.
+  void Rebalance(int64_t step) {
+    const int M = table_.micro_batches;
+    const double per = static_cast<double>(step) * M;  // warm-up steps 1..step, M micro-batches each
+    ChunkTimes in_run;
+    for (auto& ch : chunks_) {
+      in_run.forward.push_back(ch->warmup_ms[0] / per);
+      in_run.backward_input.push_back(ch->warmup_ms[1] / per);
+      in_run.backward_weight.push_back(ch->warmup_ms[2] / per);
+    }
+    RebalancePlan r = RebalanceSplit(table_, plan_, in_run, kRebalanceMargin);
+    if (const char* forced = std::getenv("DDPBENCH_TEST_REBALANCE_SPLIT")) {  // tests: a move on demand
+      r.counts = ParseSplit(forced, table_.chunks(), model_->unit_names());
+      r.changed = true;
+    }
+    std::vector<double> measured;
+    for (size_t c = 0; c < in_run.forward.size(); ++c)
+      measured.push_back(in_run.forward[c] + in_run.backward_input[c] + in_run.backward_weight[c]);
+    LogInfo("pmp rebalance: warm-up chunk ms {} against set-up {}; split {} predicted {:.1f} ms, {} {:.1f} ms: {}",
+            Joined(measured, "{:.2f}"), Joined(plan_.stage_ms, "{:.2f}"), SplitCounts(plan_.counts), r.current_ms,
+            SplitCounts(r.counts), r.best_ms, r.changed ? "moving units" : "kept");
+    if (!r.changed) return;
+    TensorMap state;
+    for (auto& dev : devices_)
+      SaveOptimizer(state, "optim.", *dev->optimizer, ParameterNames(*dev->optimizer, *model_));
+    PlaceUnits(r.counts);
+    StateReader reader(state);
+    for (size_t d = 0; d < devices_.size(); ++d)
+      workers_->Run(static_cast<int>(d), [&] {
+        Device& dev = *devices_[d];
+        reader.LoadOptimizer("optim.", *dev.optimizer, ParameterNames(*dev.optimizer, *model_));
+        WaitForCurrentStream(dev.device);
+      });
+    reader.Finish();
+    plan_.counts = r.counts;
+    plan_.stage_ms = StageTimes(r.counts, plan_.unit_ms);
+  }
+
   // Device d's part of one step, in its worker thread: its row of the
   // schedule table, then its optimizer step (fp16: the unscale; the step
   // follows once every device's overflow flag is known).
@@ -421,7 +510,10 @@ class PipelineStrategy final : public Strategy {
     Device& dev = *devices_[d];
     dev.optimizer->zero_grad(/*set_to_none=*/false);  // gradients stay allocated: not activations
     const int64_t base = AllocatedBytesNow(dev.device, dev.index);
-    for (const PipelineAction& a : table_.actions[d]) {
+    const std::vector<PipelineAction>& row = table_.actions[d];
+    for (size_t i = 0; i < row.size(); ++i) {
+      const PipelineAction& a = row[i];
+      if (fill_waits_) FillWhileWaiting(dev, row, i, state.timed);
       if (a.op == PipelineOp::kForward) RunForward(a.chunk, a.micro_batch, state);
       else if (a.op == PipelineOp::kBackwardWeight) RunWeightGrad(a.chunk, a.micro_batch);
       else RunBackward(a.chunk, a.micro_batch, a.op == PipelineOp::kBackwardInput);
@@ -480,12 +572,53 @@ class PipelineStrategy final : public Strategy {
     ch.inputs[m] = ch.outputs[m] = torch::Tensor();  // the graph stays with W's work, if any
   }
 
+  // W of micro-batch m on chunk c, or what FillWhileWaiting left of it.
   void RunWeightGrad(int c, int m) {
     Chunk& ch = *chunks_[c];
+    if (ch.w_done[m]) return;
     StageWork work(ch.clock[2], *timer_, Phase::kBackward, ch.device);
     TraceMicroBatch(c, m, "W");
     BackwardWeight(*ch.weight_work[m]);
     ch.weight_work[m].reset();
+    ch.w_done[m] = 1;
+  }
+
+  // Whether action a can start without waiting for another device.
+  bool InputArrived(const PipelineAction& a) {
+    Chunk& ch = *chunks_[a.chunk];
+    if (a.op == PipelineOp::kForward) return a.chunk == 0 || ch.from_prev.Has(a.micro_batch);
+    if (a.op == PipelineOp::kBackwardWeight) return true;
+    return a.chunk + 1 == table_.chunks() || ch.from_next.Has(a.micro_batch);
+  }
+
+  // --fill-waits: while row[i]'s input has not arrived, the first W still to
+  // do in the rest of the row runs, one weight node at a time, if its B has
+  // run (a later W never overtakes it, so each parameter's .grad sums the
+  // micro-batches in the table's order, bit for bit the same as without
+  // filling). Running a W early only frees its activations sooner.
+  void FillWhileWaiting(Device& dev, const std::vector<PipelineAction>& row, size_t i, bool timed) {
+    while (!InputArrived(row[i])) {
+      const PipelineAction* next = nullptr;
+      for (size_t j = i + 1; j < row.size() && next == nullptr; ++j)
+        if (row[j].op == PipelineOp::kBackwardWeight && !chunks_[row[j].chunk]->w_done[row[j].micro_batch])
+          next = &row[j];
+      if (next == nullptr) return;
+      Chunk& ch = *chunks_[next->chunk];
+      const int m = next->micro_batch;
+      if (!ch.weight_work[m]) return;  // its B has not run yet
+      const auto t0 = Clock::now();
+      {
+        StageWork work(ch.clock[2], *timer_, Phase::kBackward, ch.device);
+        TraceMicroBatch(next->chunk, m, "W");
+        if (trace::Enabled()) trace::Annotate("fill", 1);  // a piece of W; "done": the piece that ends it
+        if (BackwardWeightStep(*ch.weight_work[m])) {
+          ch.weight_work[m].reset();
+          ch.w_done[m] = 1;
+          if (trace::Enabled()) trace::Annotate("done", 1);
+        }
+      }
+      if (timed) dev.fill_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    }
   }
 
   bool pipelined_;
@@ -495,6 +628,11 @@ class PipelineStrategy final : public Strategy {
   PipelineTable table_;
   ResNet model_{nullptr};
   StagePlan plan_;
+  std::vector<int> setup_counts_;  // the split chosen at set-up (the row's split_setup)
+  std::vector<int> unit_device_;   // the device holding each unit's weights (-1: not placed yet)
+  bool rebalance_ = false;         // --rebalance=warmup applies: Rebalance after the warm-up
+  bool fill_waits_ = false;        // --fill-waits=on applies (FillWhileWaiting)
+  double lr_ = 0;
   std::vector<std::unique_ptr<Chunk>> chunks_;
   std::vector<std::unique_ptr<Device>> devices_;
   std::unique_ptr<DeviceWorkers> workers_;

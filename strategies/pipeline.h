@@ -10,7 +10,9 @@
 // split_backward.h). mp is the one-micro-batch case, where the stages take
 // turns.
 //
-// Row extras: split (units per chunk, "5,5", what --split accepts),
+// Row extras: split (units per chunk, "5,5", what --split accepts; pmp's
+// --rebalance=warmup may change it after the warm-up, rebalance.h),
+// split_setup (the split chosen at set-up),
 // stage_time_ms (each chunk's forward+backward measured at setup), chunks,
 // schedule and virtual_stages (pmp), bubble_theory ((S-1)/(V*M+S-1); for
 // zero-bubble its table simulated with the measured F/B/W times),
@@ -19,7 +21,10 @@
 // bubble_measured (1 - sum(device busy)/(S x wall time) over the timed steps),
 // stage_busy_ms (mean busy ms per step of each device), chunk_fbw_ms (mean ms
 // of one micro-batch's F:B[:W] on each chunk) and activation_peak_mb (each
-// device's peak allocation above its level at the start of a step).
+// device's peak allocation above its level at the start of a step), w_fill_ms
+// (zero-bubble on CPU with --fill-waits=on: each device's mean ms per step of
+// W run while an input was missing; a device whose next input has not arrived
+// runs its first pending W a weight node at a time until it does).
 #pragma once
 
 #include <memory>

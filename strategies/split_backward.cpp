@@ -27,6 +27,7 @@ struct WeightGradWork {
   // Normalisation layers' parameter gradients, computed in B (below): each
   // parameter's accumulator and the gradient W hands it.
   std::vector<std::pair<std::shared_ptr<Node>, torch::Tensor>> norm_grads;
+  size_t next = 0;  // the first node W has not run yet
 };
 
 namespace {
@@ -141,29 +142,38 @@ BackwardInputResult BackwardInput(const torch::Tensor& output, const torch::Tens
   return {grads[0], work};
 }
 
-void BackwardWeight(WeightGradWork& work) {
+// One node's parameter gradients, from the gradients B kept at its inputs.
+static void RunWeightNode(WeightNode& w) {
+  torch::autograd::edge_list roots;
+  std::vector<torch::Tensor> grads;
+  for (uint32_t i = 0; i < w.grads.size(); ++i)
+    if (w.grads[i].defined()) {
+      roots.emplace_back(w.node, i);
+      grads.push_back(w.grads[i]);
+    }
+  if (!roots.empty())
+    torch::autograd::Engine::get_default_engine().execute(roots, grads, /*keep_graph=*/false,
+                                                          /*create_graph=*/false, /*accumulate_grad=*/true, w.params);
+}
+
+bool BackwardWeightStep(WeightGradWork& work) {
   if (work.output.defined()) {
     work.output.backward(work.grad);
-  } else {
-    auto& engine = torch::autograd::Engine::get_default_engine();
-    for (WeightNode& w : work.nodes) {
-      torch::autograd::edge_list roots;
-      std::vector<torch::Tensor> grads;
-      for (uint32_t i = 0; i < w.grads.size(); ++i)
-        if (w.grads[i].defined()) {
-          roots.emplace_back(w.node, i);
-          grads.push_back(w.grads[i]);
-        }
-      if (!roots.empty())
-        engine.execute(roots, grads, /*keep_graph=*/false, /*create_graph=*/false, /*accumulate_grad=*/true,
-                       w.params);
-    }
-    // The parameters' own accumulators add B's normalisation gradients to
-    // .grad, as the engine would have.
-    for (auto& [accumulator, grad] : work.norm_grads)
-      if (grad.defined()) (*accumulator)({std::move(grad)});
+  } else if (work.next < work.nodes.size()) {
+    RunWeightNode(work.nodes[work.next++]);
+    if (work.next < work.nodes.size()) return false;
   }
+  // The parameters' own accumulators add B's normalisation gradients to
+  // .grad, as the engine would have.
+  for (auto& [accumulator, grad] : work.norm_grads)
+    if (grad.defined()) (*accumulator)({std::move(grad)});
   work = WeightGradWork();
+  return true;
+}
+
+void BackwardWeight(WeightGradWork& work) {
+  while (!BackwardWeightStep(work)) {
+  }
 }
 
 }  // namespace ddpbench

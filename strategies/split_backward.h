@@ -36,4 +36,12 @@ BackwardInputResult BackwardInput(const torch::Tensor& output, const torch::Tens
 // W: accumulates the parameter gradients into .grad and releases the graph.
 void BackwardWeight(WeightGradWork& work);
 
+// W one piece at a time, so that a device can fill a short wait with it and
+// stop when its input arrives: the next node's parameter gradients (a first
+// stage's whole backward at once). True once W is complete (the normalisation
+// gradients added and the graph released); BackwardWeight then does nothing.
+// The parameters' .grad receive the same sums in the same order as from
+// BackwardWeight.
+bool BackwardWeightStep(WeightGradWork& work);
+
 }  // namespace ddpbench

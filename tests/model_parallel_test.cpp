@@ -28,6 +28,7 @@
 #include "harness/training.h"
 #include "strategies/device_workers.h"
 #include "strategies/pipeline_shape.h"
+#include "strategies/rebalance.h"
 #include "strategies/registry.h"
 #include "strategies/schedules.h"
 #include "strategies/split_backward.h"
@@ -465,6 +466,43 @@ TEST(PipelineShape, FastestSplitIsTheBruteForceBest) {
   EXPECT_EQ(FastestSplit(OneFOneBTable(2, 4), even), (std::vector<int>{2, 2}));
 }
 
+// Re-balancing from the warm-up: each unit's set-up time is scaled by its
+// chunk's in-run/set-up ratio and the split searched again; a new split is
+// taken only when predicted at least `margin` faster.
+TEST(Rebalance, ASlowChunkGivesUnitsAway) {
+  // Six units of 10 ms (4 forward), 3 a chunk, 1F1B on 2 devices x 4
+  // micro-batches: predicted even, but chunk 1 ran twice as slow.
+  const PipelineTable table = OneFOneBTable(2, 4);
+  const StagePlan plan{{3, 3}, {30, 30}, {10, 10, 10, 10, 10, 10}, {4, 4, 4, 4, 4, 4}};
+  ChunkTimes slow{{12, 24}, {18, 36}, {0, 0}};
+  RebalancePlan r = RebalanceSplit(table, plan, slow, 0.03);
+  EXPECT_EQ(r.corrected.total_ms, (std::vector<double>{10, 10, 10, 20, 20, 20}));
+  EXPECT_EQ(r.corrected.forward_ms, (std::vector<double>{4, 4, 4, 8, 8, 8}));
+  EXPECT_TRUE(r.changed);
+  EXPECT_EQ(r.counts, (std::vector<int>{4, 2}));  // 40 ms a chunk each
+  auto predict = [&](const std::vector<int>& counts) {
+    return PredictStepMs(table, StagePlan{counts, StageTimes(counts, r.corrected.total_ms), r.corrected.total_ms,
+                                          r.corrected.forward_ms});
+  };
+  EXPECT_DOUBLE_EQ(r.current_ms, predict({3, 3}));
+  EXPECT_DOUBLE_EQ(r.best_ms, predict({4, 2}));
+  EXPECT_LT(r.best_ms, r.current_ms * 0.97);
+  // A gain below the margin keeps the split.
+  RebalancePlan kept = RebalanceSplit(table, plan, slow, 1 - r.best_ms / r.current_ms + 0.01);
+  EXPECT_FALSE(kept.changed);
+  EXPECT_EQ(kept.counts, plan.counts);
+  EXPECT_DOUBLE_EQ(kept.best_ms, kept.current_ms);
+  // Times as predicted: nothing to move.
+  RebalancePlan same = RebalanceSplit(table, plan, ChunkTimes{{12, 12}, {18, 18}, {0, 0}}, 0.03);
+  EXPECT_FALSE(same.changed);
+  EXPECT_EQ(same.corrected.total_ms, plan.unit_ms);
+  // A split backward counts B + W; here chunk 0 is the slow one.
+  RebalancePlan zb = RebalanceSplit(ZeroBubbleH1Table(2, 4), plan, ChunkTimes{{24, 12}, {0.1, 9}, {35.9, 9}}, 0.03);
+  EXPECT_EQ(zb.corrected.total_ms, (std::vector<double>{20, 20, 20, 10, 10, 10}));
+  EXPECT_TRUE(zb.changed);
+  EXPECT_EQ(zb.counts, (std::vector<int>{2, 4}));
+}
+
 TEST(PipelineShape, GivenFlagsAreKeptTheRestChosen) {
   RunConfig config;
   config.strategy = "pmp";
@@ -573,6 +611,60 @@ TEST(SplitBackward, BAndWTogetherAreOneBackward) {
       }
     }
   }
+}
+
+// W in pieces (--fill-waits): the parameter gradients of two micro-batches,
+// each W run a node at a time with the next micro-batch's B in between, are
+// bit for bit those of whole W's in the same order; a finished W does nothing.
+TEST(SplitBackward, WInStepsIsWBitForBit) {
+  ResNetOptions o;
+  o.width = 4;
+  o.small_input = true;
+  o.num_classes = 10;
+  o.norm = NormKind::kBatch;
+  torch::manual_seed(5);
+  ResNet model(o);
+  model->to(torch::kFloat64);
+  std::vector<torch::nn::AnyModule> units(model->units()->begin(), model->units()->end());
+  std::vector<torch::Tensor> params;
+  for (int u = 3; u < 7; ++u)
+    for (auto& p : units[u].ptr()->parameters()) params.push_back(p);
+  torch::manual_seed(8);
+  const std::vector<torch::Tensor> inputs = {torch::randn({2, 4, 16, 16}, torch::kFloat64),  // layer2.0's input
+                                             torch::randn({2, 4, 16, 16}, torch::kFloat64)};
+  auto b_pass = [&](int m) {
+    torch::Tensor in = inputs[m].clone().requires_grad_();
+    torch::Tensor y = in;
+    for (int u = 3; u < 7; ++u) y = units[u].forward(y);
+    return BackwardInput(y, torch::ones_like(y) * (m + 1), in, params).weight;
+  };
+  auto grads = [&] {
+    std::vector<torch::Tensor> g;
+    for (auto& p : params) g.push_back(p.grad().clone());
+    for (auto& p : params) p.mutable_grad() = torch::Tensor();
+    return g;
+  };
+  auto w0 = b_pass(0);
+  auto w1 = b_pass(1);
+  BackwardWeight(*w0);
+  BackwardWeight(*w1);
+  const auto whole = grads();
+
+  w0 = b_pass(0);
+  int pieces = 1;
+  EXPECT_FALSE(BackwardWeightStep(*w0));
+  w1 = b_pass(1);  // the next micro-batch's B between two pieces of W
+  while (!BackwardWeightStep(*w0)) ++pieces;
+  EXPECT_GT(pieces, 2) << "W ran in " << pieces << " pieces";
+  while (!BackwardWeightStep(*w1)) {
+  }
+  const auto before = params.front().grad().clone();
+  EXPECT_TRUE(BackwardWeightStep(*w1));  // finished: nothing more
+  BackwardWeight(*w1);
+  EXPECT_TRUE(torch::equal(before, params.front().grad()));
+  const auto stepped = grads();
+  ASSERT_EQ(whole.size(), stepped.size());
+  for (size_t i = 0; i < whole.size(); ++i) EXPECT_TRUE(torch::equal(whole[i], stepped[i])) << "parameter " << i;
 }
 
 // Counts the calls of the node it is attached to.
@@ -827,6 +919,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"--strategy=dp --gpus=3 --oversubscribe --batch-size=4", "resnet18 norm=group amp=off dtype=float64"},
         Case{"--strategy=pmp --gpus=2 --batch-size=8 --chunks=2 --optimizer=adam --lr=0.001",
              "resnet18 norm=group amp=off dtype=float64"},
+        // Zero-bubble on 3 oversubscribed devices: waits that pending W's fill (--fill-waits=on).
+        Case{"--strategy=pmp --gpus=3 --oversubscribe --batch-size=12 --chunks=6 --schedule=zero-bubble --optimizer=adam "
+             "--lr=0.001", "resnet18 norm=group amp=off dtype=float64"},
         // Half-block units: a stage boundary inside a residual block (layer3.0a | layer3.0b).
         Case{"--strategy=pmp --gpus=2 --units=half-blocks --split=10,8 --batch-size=8 --chunks=4 --schedule=zero-bubble",
              "resnet18 norm=group amp=off dtype=float64"},
@@ -840,6 +935,7 @@ TEST(Row, PmpRecordsSplitScheduleAndBubble) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const Row& row = r.row;
     EXPECT_EQ(row.at("split"), "8,2");
+    EXPECT_EQ(row.at("split_setup"), "8,2");  // --balance=params: nothing re-balanced
     EXPECT_EQ(row.at("units"), "blocks");
     EXPECT_EQ(row.at("chunks"), "4");
     EXPECT_EQ(row.at("schedule"), schedule);
@@ -875,6 +971,37 @@ TEST(Row, ZeroBubbleTheoryIsItsSimulation) {
   EXPECT_LT(std::stod(r.row.at("bubble_simulated")), 1.0);
   const std::string fbw = r.row.at("chunk_fbw_ms");  // F:B:W on each of the 2 chunks
   EXPECT_EQ(std::count(fbw.begin(), fbw.end(), ':'), 4) << fbw;
+  // --fill-waits=on (the default on CPU): each device's W run in waits.
+  const auto fill = Numbers(r.row.at("w_fill_ms"));
+  ASSERT_EQ(fill.size(), 2u) << r.row.at("w_fill_ms");
+  for (double ms : fill) EXPECT_GE(ms, 0);
+  auto off = RunRow("--strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --schedule=zero-bubble --fill-waits=off");
+  ASSERT_EQ(off.exit_code, 0) << off.output;
+  EXPECT_EQ(off.row.at("w_fill_ms"), "");
+}
+
+// A re-cut after the warm-up moves units, and their Adam state, to their new
+// devices: float64 parity with single holds across it (two steps before,
+// two after), and the row keeps both splits. The move is forced: whether
+// the measured times call for one depends on the machine.
+TEST(Rebalance, MovingUnitsKeepsParityAndOptimizerState) {
+  TempDir dir;
+  ::setenv("DDPBENCH_TEST_REBALANCE_SPLIT", "2,8", 1);
+  auto r = RunDdpbench(
+      " --device=cpu --small-input --width=8 --image-size=16 --num-classes=10 --progress=off --steps=2 --warmup=2"
+      " --strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --schedule=zero-bubble --optimizer=adam --lr=0.001"
+      " --rebalance=warmup --verify --verify-steps=4 --verify-tolerance=1e-4 --out=" + dir.File("r.csv"));
+  ::unsetenv("DDPBENCH_TEST_REBALANCE_SPLIT");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto rows = ReadRows(dir.File("r.csv"));
+  ASSERT_EQ(rows.size(), 1u);
+  ExpectParity({r.exit_code, r.output, rows.front()}, "resnet18 norm=group amp=off dtype=float64");
+  EXPECT_EQ(rows.front().at("split"), "2,8");
+  EXPECT_NE(rows.front().at("split_setup"), "2,8");
+  EXPECT_EQ(Numbers(rows.front().at("stage_time_ms")).size(), 2u);
+  ExpectMemoryPerDevice(rows.front(), 2);
+  EXPECT_NE(r.output.find("pmp rebalance: warm-up chunk ms "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(": moving units"), std::string::npos) << r.output;
 }
 
 TEST(Row, PmpWithoutChunksRecordsTheChosenShape) {
@@ -962,7 +1089,19 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"--strategy=pmp --gpus=2 --schedule=zb", "--schedule=zb: not accepted; accepted values: gpipe|1f1b|interleaved|zero-bubble|interleaved-zero-bubble"},
         Case{"--strategy=mp --gpus=2 --balance=flops", "--balance=flops"},
         Case{"--strategy=dp --gpus=1000", "--gpus=1000 x --threads-per-device=1: 1000 threads but this machine has"},
-        Case{"--strategy=pmp --gpus=2 --chunks=3 --verify --batch-size=8", "--chunks=3"}),
+        Case{"--strategy=pmp --gpus=2 --chunks=3 --verify --batch-size=8", "--chunks=3"},
+        Case{"--strategy=pmp --gpus=2 --rebalance=later", "--rebalance=later: not accepted; accepted values: off|warmup"},
+        Case{"--strategy=pmp --gpus=2 --rebalance=warmup",
+             "--rebalance=warmup with --warmup=1: needs at least 2 warm-up steps"},
+        Case{"--strategy=pmp --gpus=2 --rebalance=warmup --split=7,3",
+             "--rebalance=warmup with --split=7,3: a given split is run as given; accepted: --rebalance=off"},
+        Case{"--strategy=pmp --gpus=2 --rebalance=warmup --balance=params",
+             "--rebalance=warmup with --balance=params: re-balancing moves units by measured time"},
+        Case{"--strategy=mp --gpus=2 --rebalance=off", "--rebalance=off: applies only to --strategy=pmp, not to --strategy=mp"},
+        Case{"--strategy=pmp --gpus=2 --fill-waits=maybe", "--fill-waits=maybe: not accepted; accepted values: on|off"},
+        Case{"--strategy=pmp --gpus=2 --schedule=1f1b --fill-waits=on",
+             "--fill-waits=on with --schedule=1f1b: only the zero-bubble schedules have W's to fill waits with"},
+        Case{"--strategy=mp --gpus=2 --fill-waits=off", "--fill-waits=off: applies only to --strategy=pmp, not to --strategy=mp"}),
     CaseName);
 
 }  // namespace
