@@ -6,9 +6,10 @@
 // warm-up steps measure each chunk's F, B and W in the run itself; each
 // unit's set-up time is scaled by its chunk's in-run/set-up ratio, and the
 // split is searched again with the same cost model (FastestSplit). Off by
-// default because on that VM it did not pay: the in-run excess is not a
-// property of the units (a unit moved into a slow chunk did not run at the
-// chunk's ratio), and one unit there is 15-30% of a stage (see README).
+// default because on that VM it did not pay (results/cpu-2core-rebalance-
+// ab.csv): both moves of a whole block left the devices about 36% apart the
+// other way (the in-run excess is not a property of the units moved), and
+// one unit there is 15-30% of a stage.
 // Pure logic; exposed for tests.
 #pragma once
 
