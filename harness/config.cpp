@@ -338,10 +338,13 @@ void ValidateConfig(const RunConfig& c) {
   if (c.given.count("--chunks")) CheckAtLeast("--chunks", c.chunks, int64_t{1});
   const PipelineSchedule schedule = ParsePipelineSchedule(c.schedule);
   CheckMember("--fill-waits", c.fill_waits, {"on", "off"});
-  if (c.given.count("--fill-waits") && c.given.count("--schedule") && !SplitsBackward(schedule))
-    throw ConfigError(fmt::format("--fill-waits={} with --schedule={}: only the zero-bubble schedules have W's to "
+  // The schedule is fixed by --schedule, or by --chunks (then 1f1b unless given).
+  if (c.given.count("--fill-waits") && (c.given.count("--schedule") || c.given.count("--chunks")) &&
+      !SplitsBackward(schedule))
+    throw ConfigError(fmt::format("--fill-waits={} with --schedule={}{}: only the zero-bubble schedules have W's to "
                                   "fill waits with; accepted with --schedule=zero-bubble|interleaved-zero-bubble, or "
-                                  "leave it out", c.fill_waits, c.schedule));
+                                  "leave it out", c.fill_waits, c.schedule,
+                                  c.given.count("--schedule") ? "" : " (the default with --chunks)"));
   CheckAtLeast("--virtual-stages", c.virtual_stages, int64_t{0});
   if (c.virtual_stages > 0 && !IsInterleaved(schedule))
     throw ConfigError(fmt::format("--virtual-stages={}: applies only to --schedule=interleaved|interleaved-zero-bubble, "

@@ -1101,7 +1101,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"--strategy=pmp --gpus=2 --fill-waits=maybe", "--fill-waits=maybe: not accepted; accepted values: on|off"},
         Case{"--strategy=pmp --gpus=2 --schedule=1f1b --fill-waits=on",
              "--fill-waits=on with --schedule=1f1b: only the zero-bubble schedules have W's to fill waits with"},
-        Case{"--strategy=mp --gpus=2 --fill-waits=off", "--fill-waits=off: applies only to --strategy=pmp, not to --strategy=mp"}),
+        Case{"--strategy=mp --gpus=2 --fill-waits=off", "--fill-waits=off: applies only to --strategy=pmp, not to --strategy=mp"},
+        Case{"--strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --fill-waits=off",
+             "--fill-waits=off with --schedule=1f1b (the default with --chunks): only the zero-bubble schedules"}),
     CaseName);
 
 }  // namespace
