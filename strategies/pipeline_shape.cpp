@@ -79,17 +79,14 @@ double PredictStepMs(const PipelineTable& table, const StagePlan& plan) {
 std::vector<int> FastestSplit(const PipelineTable& table, const UnitTimes& measured) {
   const std::vector<double>& unit_ms = measured.total_ms;
   const int units = static_cast<int>(unit_ms.size()), C = table.chunks(), S = table.devices;
-  auto plan_of = [&](const std::vector<int>& counts) {
-    return StagePlan{counts, StageTimes(counts, unit_ms), unit_ms, measured.forward_ms};
-  };
   std::vector<int> best = BalanceSplit(unit_ms, C);
-  double best_ms = PredictStepMs(table, plan_of(best));
+  double best_ms = PredictStepMs(table, PlanOfSplit(best, measured));
   std::vector<int> counts(C, 0);
   std::vector<double> device_ms(S, 0.0);  // one micro-batch through the chunks placed so far
   // Places chunk c, which begins at unit `first`, and the chunks after it.
   std::function<void(int, int)> place = [&](int c, int first) {
     if (c == C) {
-      const double ms = PredictStepMs(table, plan_of(counts));
+      const double ms = PredictStepMs(table, PlanOfSplit(counts, measured));
       if (ms < best_ms - 1e-9) best_ms = ms, best = counts;
       return;
     }
@@ -143,10 +140,8 @@ PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, 
     for (const Candidate& c : candidates) {
       const PipelineTable table = BuildPipelineTable(c.schedule, devices, c.virtual_stages, M);
       StagePlan plan = PlanStages(config, model, devices, c.virtual_stages, measured);
-      if (config.split.empty() && config.balance == "time") {
-        plan.counts = FastestSplit(table, measured);
-        plan.stage_ms = StageTimes(plan.counts, measured.total_ms);
-      }
+      if (config.split.empty() && config.balance == "time")
+        plan = PlanOfSplit(FastestSplit(table, measured), measured);
       const double ms = PredictStepMs(table, plan);
       if (open)
         LogInfo("pmp shape: --chunks={} --schedule={}{} split {}: predicted step {:.1f} ms", M, PipelineScheduleName(c.schedule),

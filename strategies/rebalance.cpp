@@ -1,7 +1,5 @@
 #include "strategies/rebalance.h"
 
-#include <algorithm>
-
 #include "strategies/pipeline_shape.h"
 
 namespace ddpbench {
@@ -10,10 +8,6 @@ namespace {
 // measured / predicted, or 1 when either is not a positive figure.
 double Ratio(double measured, double predicted) {
   return measured > 0 && predicted > 0 ? measured / predicted : 1.0;
-}
-
-StagePlan PlanOf(const std::vector<int>& counts, const UnitTimes& times) {
-  return StagePlan{counts, StageTimes(counts, times.total_ms), times.total_ms, times.forward_ms};
 }
 
 }  // namespace
@@ -40,10 +34,10 @@ RebalancePlan RebalanceSplit(const PipelineTable& table, const StagePlan& plan, 
     }
   }
   out.counts = plan.counts;
-  out.current_ms = PredictStepMs(table, PlanOf(plan.counts, out.corrected));
+  out.current_ms = PredictStepMs(table, PlanOfSplit(plan.counts, out.corrected));
   out.best_ms = out.current_ms;
   const std::vector<int> fastest = FastestSplit(table, out.corrected);
-  const double fastest_ms = PredictStepMs(table, PlanOf(fastest, out.corrected));
+  const double fastest_ms = PredictStepMs(table, PlanOfSplit(fastest, out.corrected));
   if (fastest != plan.counts && fastest_ms < out.current_ms * (1 - margin)) {
     out.counts = fastest;
     out.best_ms = fastest_ms;

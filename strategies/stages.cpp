@@ -288,7 +288,11 @@ StagePlan PlanStages(const RunConfig& config, const ResNet& model, int devices, 
     auto unit_params = model->UnitParameterCounts();
     counts = BalanceSplit(std::vector<double>(unit_params.begin(), unit_params.end()), stages);
   }
-  return {counts, StageTimes(counts, measured.total_ms), measured.total_ms, measured.forward_ms};
+  return PlanOfSplit(counts, measured);
+}
+
+StagePlan PlanOfSplit(const std::vector<int>& counts, const UnitTimes& times) {
+  return {counts, StageTimes(counts, times.total_ms), times.total_ms, times.forward_ms};
 }
 
 void LogStagePlan(const RunConfig& config, const ResNet& model, const StagePlan& plan) {

@@ -73,6 +73,9 @@ struct StagePlan {
   std::vector<double> unit_forward_ms;  // the forward part of unit_ms
 };
 
+// The plan of the split `counts` with unit times `times` (stage_ms: StageTimes).
+StagePlan PlanOfSplit(const std::vector<int>& counts, const UnitTimes& times);
+
 // The split of `measured` units into devices x virtual_stages stages:
 // --split if given, else balanced by --balance (time or parameter count).
 // Pure: no measuring, no logging.

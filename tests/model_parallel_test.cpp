@@ -432,7 +432,7 @@ TEST(PipelineShape, CandidatesAndPrediction) {
 TEST(PipelineShape, FastestSplitIsTheBruteForceBest) {
   std::mt19937 rng(11);
   auto predict = [](const PipelineTable& table, const UnitTimes& t, const std::vector<int>& counts) {
-    return PredictStepMs(table, StagePlan{counts, StageTimes(counts, t.total_ms), t.total_ms, t.forward_ms});
+    return PredictStepMs(table, PlanOfSplit(counts, t));
   };
   for (int trial = 0; trial < 40; ++trial) {
     const int units = 4 + static_cast<int>(rng() % 6);
@@ -481,8 +481,7 @@ TEST(Rebalance, ASlowChunkGivesUnitsAway) {
   EXPECT_TRUE(r.changed);
   EXPECT_EQ(r.counts, (std::vector<int>{4, 2}));  // 40 ms a chunk each
   auto predict = [&](const std::vector<int>& counts) {
-    return PredictStepMs(table, StagePlan{counts, StageTimes(counts, r.corrected.total_ms), r.corrected.total_ms,
-                                          r.corrected.forward_ms});
+    return PredictStepMs(table, PlanOfSplit(counts, r.corrected));
   };
   EXPECT_DOUBLE_EQ(r.current_ms, predict({3, 3}));
   EXPECT_DOUBLE_EQ(r.best_ms, predict({4, 2}));
