@@ -333,7 +333,7 @@ void ValidateConfig(const RunConfig& c) {
   CheckLabel("--entry", c.entry);
   CheckMember("--zero-reduce", c.zero_reduce, {"reduce-scatter", "all-reduce"});
   CheckMember("--balance", c.balance, {"time", "params"});
-  CheckMember("--units", c.units, {"blocks", "half-blocks"});
+  CheckMember("--units", c.units, {"auto", "blocks", "half-blocks"});
   CheckRebalance(c);
   if (c.given.count("--chunks")) CheckAtLeast("--chunks", c.chunks, int64_t{1});
   const PipelineSchedule schedule = ParsePipelineSchedule(c.schedule);
@@ -442,8 +442,9 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--balance", c.balance, "mp/pmp: time (measured forward+backward per unit)|params");
   app.add_option("--split", c.split, "mp/pmp: units per stage, e.g. 4,6");
   app.add_option("--units", c.units,
-                 "mp/pmp: what stages are cut from: blocks (stem, each residual block, head) or half-blocks "
-                 "(each block as two units, so a cut can fall inside it)");
+                 "mp/pmp: what stages are cut from: blocks (stem, each residual block, head), half-blocks "
+                 "(each block as two units, so a cut can fall inside it) or auto (default: pmp measures half "
+                 "blocks and cuts inside a block only where that is predicted clearly faster; otherwise blocks)");
   app.add_option("--chunks", c.chunks, "pmp: micro-batches per batch (default: chosen by predicted step time)");
   app.add_option("--schedule", c.schedule, "pmp: gpipe|1f1b|interleaved|zero-bubble|interleaved-zero-bubble");
   app.add_option("--virtual-stages", c.virtual_stages, "pmp --schedule=interleaved[-zero-bubble]: model chunks per device (default 2)");

@@ -73,6 +73,7 @@ ParityResult RunParityCheck(const StrategyEntry& entry, const RunContext& ctx, c
     RunConfig ref_config = config;
     ref_config.cuda_graphs = false;  // the reference is the eager step
     RunContext ref = run;
+    if (const ResNetOptions* built = strategy->BuiltModel()) ref.model.half_blocks = built->half_blocks;
     ref.config = &ref_config;
     ref.dist = &solo;
     ref.devices = {ctx.devices.front()};

@@ -245,8 +245,8 @@ std::vector<int64_t> Ints(const torch::Tensor& t) {
 // The newest intact snapshot of this configuration (collective), or none. A
 // pipeline's split and shape are measured at set-up (--balance=time, pmp
 // without --chunks) and may come out otherwise on a restart, so the
-// snapshot's become the resumed run's --split, --chunks, --schedule and
-// --virtual-stages.
+// snapshot's become the resumed run's --split, --units, --chunks, --schedule
+// and --virtual-stages.
 std::optional<SnapshotStore::Loaded> FindSnapshot(SnapshotStore* store, DistContext& dist, RunConfig* config) {
   if (!store) return std::nullopt;
   auto loaded = store->LoadNewest(dist);
@@ -254,6 +254,7 @@ std::optional<SnapshotStore::Loaded> FindSnapshot(SnapshotStore* store, DistCont
   if (!loaded) return loaded;
   const auto& t = loaded->tensors;
   if (t.count("meta.split")) config->split = fmt::format("{}", fmt::join(Ints(t.at("meta.split")), ","));
+  if (t.count("meta.units")) config->units = Ints(t.at("meta.units")).at(0) != 0 ? "half-blocks" : "blocks";
   if (t.count("meta.shape")) {
     const auto shape = Ints(t.at("meta.shape"));  // micro-batches, chunks per device, schedule
     config->chunks = shape.at(0);

@@ -141,10 +141,20 @@ class PipelineStrategy final : public Strategy {
     timer_ = ctx.timer;
     const int S = static_cast<int>(ctx.devices.size());
     if (pipelined_ && config_->chunks > 0) CheckPipelineShape(*config_, S);
-    model_ = BuildModel(ctx.model, config_->seed, ctx.devices.front());
+    // --units=auto: measured in half blocks, rebuilt in blocks (the same
+    // weights from the same seed) unless half blocks win. (--units as a
+    // resumed run's snapshot says, which may differ from ctx.model's.)
+    const bool units_open = pipelined_ && UnitsOpen(*config_);
+    ResNetOptions options = ctx.model;
+    options.half_blocks = config_->units == "half-blocks" || units_open;
+    model_ = BuildModel(options, config_->seed, ctx.devices.front());
     PipelineShape shape;  // mp: one micro-batch, the stages take turns
     if (pipelined_) {
       shape = ChoosePipelineShape(*config_, model_, S);
+      if (units_open && !shape.half_blocks) {
+        options.half_blocks = false;
+        model_ = BuildModel(options, config_->seed, ctx.devices.front());
+      }
       LogStagePlan(*config_, model_, shape.plan);
     } else {
       shape.schedule = PipelineSchedule::kGPipe;
@@ -265,18 +275,21 @@ class PipelineStrategy final : public Strategy {
   }
 
   std::vector<torch::Tensor> Parameters() override { return model_->parameters(); }
+  const ResNetOptions* BuiltModel() const override { return &model_->options(); }
 
   // The whole model by its own names (each tensor on its chunk's device),
   // every device's optimizer state by parameter name, the loss scale (the
   // same on every device: each takes the same skip-or-step decision) and
-  // the split as "meta.split" and (pmp) the shape as "meta.shape": a resumed
-  // run must cut and schedule the model the same way.
+  // the split as "meta.split" (with its units, "meta.units") and (pmp) the
+  // shape as "meta.shape": a resumed run must cut and schedule the model the
+  // same way.
   TensorMap SaveState() override {
     TensorMap state;
     SaveModule(state, "model.", *model_);
     for (auto& dev : devices_) SaveOptimizer(state, "optim.", *dev->optimizer, ParameterNames(*dev->optimizer, *model_));
     devices_.front()->scaler->Save(state, "scaler.");
     state["meta.split"] = SplitTensor();
+    state["meta.units"] = UnitsTensor();
     if (pipelined_) state["meta.shape"] = ShapeTensor();
     return state;
   }
@@ -285,7 +298,11 @@ class PipelineStrategy final : public Strategy {
     StateReader reader(state);
     reader.TakeEqual("meta.split", SplitTensor(),
                      "units per stage: --balance=time measures the split at every start; pass the saved "
-                     "split as --split to cut the model as the saved run did");
+                     "split as --split, with the saved row's units as --units, to cut the model as the saved "
+                     "run did");
+    if (reader.Has("meta.units"))  // since --units=auto
+      reader.TakeEqual("meta.units", UnitsTensor(), "half blocks (1) or whole blocks (0): pass the saved row's units "
+                       "as --units");
     if (pipelined_)
       reader.TakeEqual("meta.shape", ShapeTensor(),
                        "micro-batches, chunks per device, schedule: pmp chooses its shape at every start when "
@@ -309,7 +326,7 @@ class PipelineStrategy final : public Strategy {
     std::map<std::string, std::string> extras;
     extras["split"] = SplitCounts(plan_.counts);
     extras["split_setup"] = SplitCounts(setup_counts_);
-    extras["units"] = config_->units;
+    extras["units"] = model_->options().half_blocks ? "half-blocks" : "blocks";
     extras["stage_time_ms"] = Joined(plan_.stage_ms, "{:.2f}");
     extras["chunks"] = std::to_string(M);
     if (pipelined_) {
@@ -413,6 +430,10 @@ class PipelineStrategy final : public Strategy {
 
   torch::Tensor SplitTensor() const {
     return torch::tensor(std::vector<int64_t>(plan_.counts.begin(), plan_.counts.end()), torch::kLong);
+  }
+  // [1]: the split counts half blocks; [0]: whole blocks.
+  torch::Tensor UnitsTensor() const {
+    return torch::tensor({static_cast<int64_t>(model_->options().half_blocks)}, torch::kLong);
   }
   // [micro-batches, chunks per device, schedule] (PipelineSchedule's value).
   torch::Tensor ShapeTensor() const {

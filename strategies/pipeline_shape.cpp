@@ -1,6 +1,8 @@
 #include "strategies/pipeline_shape.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 
@@ -52,16 +54,88 @@ std::vector<Candidate> ScheduleCandidates(const RunConfig& config, int devices, 
 
 // The given flags checked before anything is measured: the stage count and
 // --split against the model (ConfigError otherwise).
-void CheckGivenShape(const RunConfig& config, const ResNet& model, int devices) {
-  const auto candidates = ScheduleCandidates(config, devices, devices, static_cast<int>(model->unit_names().size()));
+void CheckGivenShape(const RunConfig& config, const std::vector<std::string>& names, int devices) {
+  const auto candidates = ScheduleCandidates(config, devices, devices, static_cast<int>(names.size()));
   const int V = candidates.size() == 1 ? candidates.front().virtual_stages : 1;
-  CheckStageCount(config.strategy, devices, model->unit_names(), V);
+  CheckStageCount(config.strategy, devices, names, V);
   if (!config.split.empty() && candidates.size() <= 1)
-    ParseSplit(config.split, devices * V, model->unit_names(),
+    ParseSplit(config.split, devices * V, names,
                V > 1 ? fmt::format("--gpus={} x --virtual-stages={}", devices, V) : "");
 }
 
+// A candidate's plan on the measured units, and with UnitsOpen on whole
+// blocks: the plan with the shorter predicted step, whole blocks unless half
+// blocks are clearly (kMargin) faster. DDPBENCH_TEST_AUTO_UNITS (blocks|
+// half-blocks) forces the choice for tests.
+struct CostedPlan {
+  StagePlan plan;
+  double ms = 0;
+  bool half_blocks = false;
+  std::string other;  // for the log: the units not taken, their split and step
+};
+CostedPlan PlanCandidate(const RunConfig& config, const ResNet& model, const PipelineTable& table,
+                         const UnitTimes& measured, const UnitTimes* blocks) {
+  const int devices = table.devices, V = table.virtual_stages;
+  CostedPlan fine{PlanStages(config, model, devices, V, measured), 0, model->options().half_blocks};
+  if (config.split.empty() && config.balance == "time") fine.plan = PlanOfSplit(FastestSplit(table, measured), measured);
+  fine.ms = PredictStepMs(table, fine.plan);
+  if (blocks == nullptr || table.chunks() > static_cast<int>(blocks->total_ms.size())) return fine;
+  CostedPlan coarse{PlanOfSplit(FastestSplit(table, *blocks), *blocks), 0, false};
+  coarse.ms = PredictStepMs(table, coarse.plan);
+  const char* forced = std::getenv("DDPBENCH_TEST_AUTO_UNITS");
+  const bool take_fine = forced != nullptr ? std::string(forced) == "half-blocks" : fine.ms < coarse.ms * (1 - kMargin);
+  CostedPlan& taken = take_fine ? fine : coarse;
+  const CostedPlan& other = take_fine ? coarse : fine;
+  taken.other = fmt::format("; {} {}: {:.1f} ms", other.half_blocks ? "half blocks" : "whole blocks",
+                            SplitCounts(other.plan.counts), other.ms);
+  return std::move(taken);
+}
+
 }  // namespace
+
+bool UnitsOpen(const RunConfig& config) {
+  return config.units == "auto" && config.split.empty() && config.balance == "time";
+}
+
+std::vector<int> BlockOfUnit(const std::vector<std::string>& unit_names) {
+  std::vector<int> block;
+  std::string previous;
+  for (const std::string& name : unit_names) {
+    const size_t n = name.size();
+    const bool half = n >= 2 && (name[n - 1] == 'a' || name[n - 1] == 'b') && std::isdigit(name[n - 2]);
+    const std::string whole = half ? name.substr(0, n - 1) : name;
+    const bool same = half && name[n - 1] == 'b' && !block.empty() && whole == previous;
+    block.push_back(block.empty() ? 0 : same ? block.back() : block.back() + 1);
+    previous = whole;
+  }
+  return block;
+}
+
+std::vector<std::string> WholeBlockNames(const std::vector<std::string>& unit_names) {
+  const std::vector<int> block = BlockOfUnit(unit_names);
+  std::vector<std::string> names;
+  for (size_t u = 0; u < block.size(); ++u) {
+    if (static_cast<int>(names.size()) > block[u]) continue;  // the second half
+    const std::string& name = unit_names[u];
+    const bool half = u + 1 < block.size() && block[u + 1] == block[u];
+    names.push_back(half ? name.substr(0, name.size() - 1) : name);
+  }
+  return names;
+}
+
+UnitTimes MergeHalfBlocks(const UnitTimes& halves, const std::vector<std::string>& unit_names) {
+  const std::vector<int> block = BlockOfUnit(unit_names);
+  TORCH_CHECK(block.size() == halves.total_ms.size(), "MergeHalfBlocks: ", halves.total_ms.size(), " times for ",
+              block.size(), " units");
+  UnitTimes merged;
+  merged.total_ms.assign(block.empty() ? 0 : block.back() + 1, 0.0);
+  merged.forward_ms = merged.total_ms;
+  for (size_t u = 0; u < block.size(); ++u) {
+    merged.total_ms[block[u]] += halves.total_ms[u];
+    merged.forward_ms[block[u]] += halves.forward_ms[u];
+  }
+  return merged;
+}
 
 double PredictStepMs(const PipelineTable& table, const StagePlan& plan) {
   ChunkTimes times;
@@ -113,8 +187,12 @@ std::vector<int> MicroBatchCandidates(int64_t batch_size, int devices) {
 }
 
 PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, int devices) {
-  CheckGivenShape(config, model, devices);
-  const int units = static_cast<int>(model->unit_names().size());
+  // --units=auto accepts the shapes whole blocks can make (the same checks,
+  // messages and candidates as --units=blocks); half blocks only refine them.
+  const bool choose_units = UnitsOpen(config) && model->options().half_blocks;
+  const std::vector<std::string> names = choose_units ? WholeBlockNames(model->unit_names()) : model->unit_names();
+  CheckGivenShape(config, names, devices);
+  const int units = static_cast<int>(names.size());
   const bool open = config.chunks <= 0 || config.given.count("--schedule") == 0;
   std::vector<int> counts = config.chunks > 0 ? std::vector<int>{static_cast<int>(config.chunks)}
                                               : MicroBatchCandidates(config.batch_size, devices);
@@ -137,22 +215,21 @@ PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, 
   for (size_t i = 0; i < by_count.size(); ++i) {
     const auto& [M, candidates] = by_count[i];
     const UnitTimes& measured = measured_all[i];
+    const UnitTimes blocks = choose_units ? MergeHalfBlocks(measured, model->unit_names()) : UnitTimes{};
     for (const Candidate& c : candidates) {
       const PipelineTable table = BuildPipelineTable(c.schedule, devices, c.virtual_stages, M);
-      StagePlan plan = PlanStages(config, model, devices, c.virtual_stages, measured);
-      if (config.split.empty() && config.balance == "time")
-        plan = PlanOfSplit(FastestSplit(table, measured), measured);
-      const double ms = PredictStepMs(table, plan);
-      if (open)
-        LogInfo("pmp shape: --chunks={} --schedule={}{} split {}: predicted step {:.1f} ms", M, PipelineScheduleName(c.schedule),
+      CostedPlan costed = PlanCandidate(config, model, table, measured, choose_units ? &blocks : nullptr);
+      if (open || choose_units)
+        LogInfo("pmp shape: --chunks={} --schedule={}{} split {}{}: predicted step {:.1f} ms{}", M,
+                PipelineScheduleName(c.schedule),
                 IsInterleaved(c.schedule) ? fmt::format(" --virtual-stages={}", c.virtual_stages) : "",
-                SplitCounts(plan.counts), ms);
+                SplitCounts(costed.plan.counts), costed.half_blocks ? " (half blocks)" : "", costed.ms, costed.other);
       // Candidates come simplest first (fewer micro-batches, fewer chunks);
       // a more complex one must be predicted clearly faster (kMargin), as
       // the times it is costed with are noisy and each extra micro-batch
       // or chunk boundary adds a hand-off the simulation does not count.
-      if (best.plan.counts.empty() || ms < best.predicted_ms * (1 - kMargin))
-        best = {c.schedule, c.virtual_stages, M, std::move(plan), ms};
+      if (best.plan.counts.empty() || costed.ms < best.predicted_ms * (1 - kMargin))
+        best = {c.schedule, c.virtual_stages, M, std::move(costed.plan), costed.ms, costed.half_blocks};
     }
   }
   if (best.plan.counts.empty())

@@ -12,7 +12,12 @@
 // not hinge on which minute each was measured in), the split
 // whose simulated step is shortest (FastestSplit; with --balance=time, the
 // default, for a given shape too), and its schedule table run on ideal
-// devices (SimulatePipeline); the fastest predicted step wins.
+// devices (SimulatePipeline); the fastest predicted step wins. With
+// --units=auto (the default) the units are measured as half blocks and each
+// candidate is also costed with whole blocks (each block's halves summed,
+// cuts between blocks only); half blocks are kept only where they are
+// predicted clearly faster, as a cut inside a block hands on two tensors and
+// its halves cost a concatenation and slices that whole blocks do not.
 #pragma once
 
 #include <string>
@@ -32,7 +37,26 @@ struct PipelineShape {
   int micro_batches = 1;
   StagePlan plan;             // the split, measured at this micro-batch size
   double predicted_ms = 0;    // the simulated step (0: not simulated)
+  bool half_blocks = false;   // the plan counts half blocks (else whole blocks)
 };
+
+// True when pmp chooses the units itself: --units=auto with the split left to
+// measured time (no --split, --balance=time). Setup then builds the model in
+// half blocks for ChoosePipelineShape, and again in blocks if those win.
+bool UnitsOpen(const RunConfig& config);
+
+// Each unit's block, numbered from 0 in order: a half-block model's
+// "layer3.1a" and "layer3.1b" are one block; every other unit (the stem, the
+// head, a whole block) is its own.
+std::vector<int> BlockOfUnit(const std::vector<std::string>& unit_names);
+
+// The names of the blocks of BlockOfUnit ("layer3.1" for "layer3.1a" and
+// "layer3.1b"): a whole-block model's unit names.
+std::vector<std::string> WholeBlockNames(const std::vector<std::string>& unit_names);
+
+// Times of half-block units summed per block (BlockOfUnit): the times of the
+// same model's units built in whole blocks.
+UnitTimes MergeHalfBlocks(const UnitTimes& halves, const std::vector<std::string>& unit_names);
 
 // The step of `table` on ideal devices with chunk times from `plan` (forward
 // measured; backward = the rest; a split backward's B and W as halves, the
@@ -53,7 +77,9 @@ std::vector<int> FastestSplit(const PipelineTable& table, const UnitTimes& measu
 std::vector<int> MicroBatchCandidates(int64_t batch_size, int devices);
 
 // --chunks, --schedule and --virtual-stages as given, the rest chosen by
-// predicted step time (see above); logs each candidate and the choice.
+// predicted step time (see above); logs each candidate and the choice. With
+// UnitsOpen, `model` is built in half blocks and the result says which units
+// its plan counts.
 PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, int devices);
 
 }  // namespace ddpbench

@@ -78,6 +78,11 @@ class Strategy {
   virtual torch::Tensor Predict(const torch::Tensor& images) = 0;
   // All parameters in model order (for the parity check), on any device.
   virtual std::vector<torch::Tensor> Parameters() = 0;
+  // The options of the model the strategy built, where it chose some of
+  // them itself (pmp --units=auto picks half or whole blocks, which order the
+  // parameters differently); nullptr: RunContext::model as given. The parity
+  // check builds its reference alike.
+  virtual const ResNetOptions* BuiltModel() const { return nullptr; }
   // Extra CSV columns this strategy reports (split, bubble, optimizer state...).
   virtual std::map<std::string, std::string> Extras() { return {}; }
   // Optimizer-state bytes held by this process (for optimizer_state_mb).

@@ -146,7 +146,7 @@ TEST(Config, StrategyFlagsOnlyWhereTheyApply) {
             std::string::npos);
   // Stages of half blocks: mp/pmp only, and only these two granularities.
   EXPECT_EQ(ParseError({"--strategy=pmp", "--units=thirds"}),
-            "--units=thirds: not accepted; accepted values: blocks|half-blocks");
+            "--units=thirds: not accepted; accepted values: auto|blocks|half-blocks");
   EXPECT_NE(ParseError({"--strategy=ddp", "--units=half-blocks"}).find("applies only to --strategy=mp|pmp"),
             std::string::npos);
   EXPECT_EQ(ParseError({"--strategy=pmp", "--units=half-blocks", "--split=11,7"}), "");

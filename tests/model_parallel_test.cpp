@@ -244,6 +244,38 @@ TEST(Split, MeasureUnitTimesTimesEverySampleOnAClone) {
   }
 }
 
+// --units=auto costs whole blocks from the half blocks' times: each block's
+// two halves are one block, the stem and the head their own, and a block's
+// times are its halves' sums.
+TEST(Split, HalfBlocksMergeIntoTheWholeBlockModelsUnits) {
+  ResNetOptions o;
+  o.width = 4;
+  const std::vector<std::string> blocks = ResNet(o)->unit_names();
+  o.half_blocks = true;
+  const std::vector<std::string> halves = ResNet(o)->unit_names();
+  ASSERT_EQ(halves.size(), 18u);
+  EXPECT_EQ(WholeBlockNames(halves), blocks);
+  EXPECT_EQ(WholeBlockNames(blocks), blocks);
+  const std::vector<int> block = BlockOfUnit(halves);
+  EXPECT_EQ(block, (std::vector<int>{0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9}));
+  EXPECT_EQ(BlockOfUnit(blocks), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  UnitTimes t;
+  for (int u = 0; u < 18; ++u) {
+    t.total_ms.push_back(u + 1);
+    t.forward_ms.push_back(0.5 * (u + 1));
+  }
+  const UnitTimes merged = MergeHalfBlocks(t, halves);
+  ASSERT_EQ(merged.total_ms.size(), 10u);
+  EXPECT_DOUBLE_EQ(merged.total_ms[0], 1);        // stem
+  EXPECT_DOUBLE_EQ(merged.total_ms[1], 2 + 3);    // layer1.0a + layer1.0b
+  EXPECT_DOUBLE_EQ(merged.total_ms[8], 16 + 17);  // layer4.1
+  EXPECT_DOUBLE_EQ(merged.total_ms[9], 18);       // head
+  EXPECT_DOUBLE_EQ(merged.forward_ms[1], 2.5);
+  // Deeper models' block numbers have two digits ("layer3.10a").
+  EXPECT_EQ(BlockOfUnit({"stem", "layer3.10a", "layer3.10b", "layer3.11a", "layer3.11b", "head"}),
+            (std::vector<int>{0, 1, 1, 2, 2, 3}));
+}
+
 TEST(Split, MoreStagesThanUnitsIsAConfigError) {
   const auto& units = Resnet18Units();
   EXPECT_NO_THROW(CheckStageCount("pmp", 10, units));
@@ -989,7 +1021,8 @@ TEST(Rebalance, MovingUnitsKeepsParityAndOptimizerState) {
   auto r = RunDdpbench(
       " --device=cpu --small-input --width=8 --image-size=16 --num-classes=10 --progress=off --steps=2 --warmup=2"
       " --strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --schedule=zero-bubble --optimizer=adam --lr=0.001"
-      " --rebalance=warmup --verify --verify-steps=4 --verify-tolerance=1e-4 --out=" + dir.File("r.csv"));
+      " --rebalance=warmup --units=blocks --verify --verify-steps=4 --verify-tolerance=1e-4 --out=" +
+      dir.File("r.csv"));
   ::unsetenv("DDPBENCH_TEST_REBALANCE_SPLIT");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto rows = ReadRows(dir.File("r.csv"));
@@ -1001,6 +1034,37 @@ TEST(Rebalance, MovingUnitsKeepsParityAndOptimizerState) {
   ExpectMemoryPerDevice(rows.front(), 2);
   EXPECT_NE(r.output.find("pmp rebalance: warm-up chunk ms "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(": moving units"), std::string::npos) << r.output;
+}
+
+// --units=auto (the default): pmp measures half blocks and runs whichever
+// units its cost model prefers; the row names them, and the parity reference
+// is built in the same units (half blocks order a downsampling block's
+// parameters differently). The choice is forced here: which wins depends on
+// the machine's times.
+TEST(Row, AutoUnitsRunWhicheverWinsWithParity) {
+  for (std::string units : {"half-blocks", "blocks"}) {
+    ::setenv("DDPBENCH_TEST_AUTO_UNITS", units.c_str(), 1);
+    auto r = RunRow("--strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --schedule=zero-bubble --optimizer=adam "
+                    "--lr=0.001 --verify --verify-tolerance=1e-4");
+    ::unsetenv("DDPBENCH_TEST_AUTO_UNITS");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    ExpectParity(r, "resnet18 norm=group amp=off dtype=float64");
+    EXPECT_EQ(r.row.at("units"), units);
+    const std::string split = r.row.at("split");  // "a,b"
+    const size_t comma = split.find(',');
+    ASSERT_NE(comma, std::string::npos) << split;
+    EXPECT_EQ(std::stoi(split.substr(0, comma)) + std::stoi(split.substr(comma + 1)), units == "half-blocks" ? 18 : 10)
+        << split;
+    EXPECT_NE(r.output.find("pmp shape: --chunks=4 --schedule=zero-bubble split"), std::string::npos) << r.output;
+    // The log names the units not taken, with their split and predicted step.
+    EXPECT_NE(r.output.find(units == "blocks" ? " ms; half blocks " : " ms; whole blocks "), std::string::npos)
+        << r.output;
+  }
+  // Shapes are checked against whole blocks, as with --units=blocks.
+  auto bad = RunRow("--strategy=pmp --gpus=2 --batch-size=8 --schedule=interleaved --virtual-stages=6");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--virtual-stages=6: --gpus=2 x 6 = 12 model chunks, but the model has only 10 units"),
+            std::string::npos) << bad.output;
 }
 
 TEST(Row, PmpWithoutChunksRecordsTheChosenShape) {

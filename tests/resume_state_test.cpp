@@ -307,6 +307,7 @@ TEST(ResumeStateErrors, ForeignStrategyAndOtherPipelineSplitAreRefused) {
   pipeline.config.split = "3,7";
   const TensorMap saved = CopyToCpu(pipeline.Fresh()->SaveState());
   EXPECT_TRUE(saved.at("meta.split").equal(torch::tensor({3, 7}, torch::kLong)));
+  EXPECT_TRUE(saved.at("meta.units").equal(torch::tensor({0}, torch::kLong)));  // --split: whole blocks
   pipeline.config.split = "5,5";
   auto other = pipeline.Fresh();
   ExpectRefused(*other, saved, "meta.split");

@@ -66,7 +66,8 @@ shape_flags() {
   "$PY" - "$1" <<'PYEOF'
 import csv, sys
 r = list(csv.DictReader(open(sys.argv[1])))[-1]
-print(f"--split={r['split']}"); print(f"--chunks={r['chunks']}"); print(f"--schedule={r['schedule']}")
+print(f"--split={r['split']}"); print(f"--units={r['units']}"); print(f"--chunks={r['chunks']}")
+print(f"--schedule={r['schedule']}")
 if r["schedule"].startswith("interleaved"): print(f"--virtual-stages={r['virtual_stages']}")
 PYEOF
 }
@@ -105,7 +106,9 @@ kill_and_resume() {
 kill_and_resume single --strategy=single
 kill_and_resume ddp --strategy=ddp --gpus=2
 kill_and_resume zero1 --strategy=zero1 --gpus=2
-kill_and_resume pmp --strategy=pmp --gpus=2 --oversubscribe  # shape (chunks, schedule) chosen at set-up
+# Shape (chunks, schedule) and units chosen at set-up; half blocks forced, so
+# that the resumed run must take its units from the snapshot.
+DDPBENCH_TEST_AUTO_UNITS=half-blocks kill_and_resume pmp --strategy=pmp --gpus=2 --oversubscribe
 
 "$PY" - "$TMP/r.csv" <<'PYEOF'
 import csv, sys
