@@ -34,7 +34,7 @@ const std::vector<std::string>& ResultColumns() {
       "time_budget_s", "target_accuracy", "time_to_target_s", "steps_to_target", "stop_reason", "steps_done",
       "train_time_s", "resumed_from_step", "restarts", "epoch_csv", "snapshot", "scaling_efficiency", "baseline_throughput_img_s", "parity_max_abs_diff",
       "parity_steps", "parity_model", "parity_ok", "units", "split", "split_setup", "stage_time_ms", "chunks", "schedule",
-      "virtual_stages", "bubble_measured", "bubble_theory", "bubble_simulated", "stage_busy_ms", "chunk_fbw_ms", "w_fill_ms", "activation_peak_mb",
+      "virtual_stages", "bubble_measured", "bubble_theory", "bubble_simulated", "stage_busy_ms", "stage_busy_step_ratio", "chunk_fbw_ms", "w_fill_ms", "activation_peak_mb",
       "bucket_cap_mb", "grad_accum",
       "compression", "allreduce_hidden_frac", "zero_reduce", "units_gathered_max", "store_bind", "trace", "torch_version", "cuda_version",
       "nccl_version", "driver_version", "cpu_model", "command"};

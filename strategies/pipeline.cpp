@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <limits>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -237,7 +238,9 @@ class PipelineStrategy final : public Strategy {
       ++timed_steps_;
       wall_ms_ += wall;
     }
+    std::vector<double> busy_before;
     for (auto& dev : devices_) {
+      busy_before.push_back(dev->busy_ms);
       if (timed) dev->busy_ms += dev->optimizer_ms;
       dev->optimizer_ms = 0;
     }
@@ -251,6 +254,7 @@ class PipelineStrategy final : public Strategy {
           chunks_[c]->warmup_ms[k] += ms;
         }
       }
+    if (timed) RecordStepBalance(busy_before);
     if (rebalance_ && step + 1 == config_->warmup) Rebalance(step);
     return {state.loss};
   }
@@ -345,6 +349,11 @@ class PipelineStrategy final : public Strategy {
       }
       extras["bubble_measured"] = fmt::format("{:.4f}", 1.0 - total / (S * wall_ms_));
       extras["stage_busy_ms"] = Joined(busy);
+      if (!step_balance_.empty()) {
+        std::vector<double> sorted = step_balance_;
+        std::sort(sorted.begin(), sorted.end());
+        extras["stage_busy_step_ratio"] = fmt::format("{:.3f}/{:.3f}", sorted[(sorted.size() - 1) / 2], sorted.back());
+      }
       extras["activation_peak_mb"] = Joined(act_mb, "{:.2f}");
       ChunkTimes times;
       std::vector<std::string> fbw;
@@ -441,6 +450,20 @@ class PipelineStrategy final : public Strategy {
                           static_cast<int64_t>(schedule_)}, torch::kLong);
   }
 
+
+  // One timed step's balance: the busiest device's busy ms in that step over
+  // the least busy's (stage_busy_step_ratio). Against stage_busy_ms's
+  // whole-run ratio it tells a split's imbalance (every step alike) from
+  // devices whose relative speed drifts during the run.
+  void RecordStepBalance(const std::vector<double>& busy_before) {
+    double most = 0, least = std::numeric_limits<double>::infinity();
+    for (size_t d = 0; d < devices_.size(); ++d) {
+      const double ms = devices_[d]->busy_ms - busy_before[d];
+      most = std::max(most, ms);
+      least = std::min(least, ms);
+    }
+    if (devices_.size() > 1 && least > 0) step_balance_.push_back(most / least);
+  }
 
   // Hands chunk c the next counts[c] units and moves the weights of each unit
   // whose device changes to its new device (a CPU logical device: a copy made
@@ -660,6 +683,7 @@ class PipelineStrategy final : public Strategy {
   // Timed steps only (the first --warmup steps are excluded).
   int64_t steps_ = 0, timed_steps_ = 0;
   double wall_ms_ = 0;
+  std::vector<double> step_balance_;  // RecordStepBalance, one per timed step
 };
 
 }  // namespace

@@ -19,7 +19,9 @@
 // bubble_simulated (the table simulated with the measured times, any
 // schedule: what unequal stages leave without waits or noise),
 // bubble_measured (1 - sum(device busy)/(S x wall time) over the timed steps),
-// stage_busy_ms (mean busy ms per step of each device), chunk_fbw_ms (mean ms
+// stage_busy_ms (mean busy ms per step of each device), stage_busy_step_ratio
+// (median/largest over timed steps of the busiest device's busy ms in the
+// step over the least busy's), chunk_fbw_ms (mean ms
 // of one micro-batch's F:B[:W] on each chunk) and activation_peak_mb (each
 // device's peak allocation above its level at the start of a step), w_fill_ms
 // (zero-bubble on CPU with --fill-waits=on: each device's mean ms per step of

@@ -983,6 +983,14 @@ TEST(Row, PmpRecordsSplitScheduleAndBubble) {
     auto busy = Numbers(row.at("stage_busy_ms"));
     ASSERT_EQ(busy.size(), 2u);
     for (double b : busy) EXPECT_GT(b, 0);
+    // Each timed step's busiest over least busy device (median/largest): at
+    // least 1, and the whole run's ratio (sums over the steps) no larger than
+    // the largest step's (stage_busy_ms is rounded to 0.1 ms).
+    auto step_ratio = Numbers(row.at("stage_busy_step_ratio"));
+    ASSERT_EQ(step_ratio.size(), 2u) << row.at("stage_busy_step_ratio");
+    EXPECT_GE(step_ratio[0], 1.0);
+    EXPECT_GE(step_ratio[1], step_ratio[0]);
+    EXPECT_LE((std::max(busy[0], busy[1]) - 0.05) / (std::min(busy[0], busy[1]) + 0.05), step_ratio[1] + 1e-3);
     EXPECT_EQ(Numbers(row.at("stage_time_ms")).size(), 2u);
     for (double mb : Numbers(row.at("activation_peak_mb"))) EXPECT_GT(mb, 0);
     EXPECT_EQ(row.at("virtual_stages"), "1");
