@@ -140,7 +140,7 @@ void CheckFlagsApply(const RunConfig& c) {
 // re-balance (no --split, time balance) and a warm-up long enough to measure
 // in (its first step's times include first-touch costs).
 void CheckRebalance(const RunConfig& c) {
-  CheckMember("--rebalance", c.rebalance, {"off", "warmup"});
+  CheckMember("--rebalance", c.rebalance, {"auto", "off", "warmup"});
   if (c.rebalance != "warmup" || c.strategy != "pmp") return;
   if (!c.split.empty())
     throw ConfigError(fmt::format("--rebalance=warmup with --split={}: a given split is run as given; accepted: "
@@ -452,8 +452,9 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
                  "pmp zero-bubble schedules on CPU devices: on (default: a device whose next input has not arrived "
                  "runs its pending W's a weight node at a time until it does)|off (the table's order exactly)");
   app.add_option("--rebalance", c.rebalance,
-                 "pmp: off (default: the set-up split throughout)|warmup (re-split the model once from the chunks' "
-                 "times measured in the warm-up steps; needs --balance=time, no --split, --warmup>=2)");
+                 "pmp: warmup (re-split the model once from the chunks' times measured in the warm-up steps; needs "
+                 "--balance=time, no --split, --warmup>=2)|off (the set-up split throughout)|auto (default: warmup "
+                 "where each device holds one chunk and those needs are met, else off)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

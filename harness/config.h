@@ -107,7 +107,7 @@ struct RunConfig {
   int64_t chunks = 0;                // 0: pmp picks it (strategies/pipeline_shape.h)
   std::string schedule = "1f1b";     // gpipe|1f1b|interleaved|zero-bubble|interleaved-zero-bubble
   int64_t virtual_stages = 0;        // interleaved[-zero-bubble]: chunks per device (0: 2)
-  std::string rebalance = "off";     // off|warmup: pmp re-splits from the warm-up's chunk times (rebalance.h)
+  std::string rebalance = "auto";    // auto|off|warmup: pmp re-splits from the warm-up's chunk times (rebalance.h)
   std::string fill_waits = "on";     // on|off: pmp zero-bubble on CPU: pending W's fill waits (pipeline.cpp)
 
   // The flags given on the command line (name -> value as typed), so that a

@@ -152,7 +152,15 @@ class PipelineStrategy final : public Strategy {
     PipelineShape shape;  // mp: one micro-batch, the stages take turns
     if (pipelined_) {
       shape = ChoosePipelineShape(*config_, model_, S);
-      if (units_open && !shape.half_blocks) {
+      if (units_open && !shape.half_blocks && RebalanceApplies(*config_, shape.virtual_stages)) {
+        // The same cuts, counted in half blocks: the model stays in half
+        // blocks so that the re-split after the warm-up can move half a
+        // block (with ResNet-18 at 64 px no whole-block split evens 2 devices).
+        shape.plan = PlanOfSplit(SplitInUnits(shape.plan.counts, model_->unit_names()), shape.measured);
+        shape.half_blocks = true;
+        LogInfo("pmp units: half blocks kept for --rebalance={} (cut between blocks until it re-splits)",
+                config_->rebalance);
+      } else if (units_open && !shape.half_blocks) {
         options.half_blocks = false;
         model_ = BuildModel(options, config_->seed, ctx.devices.front());
       }
@@ -165,8 +173,7 @@ class PipelineStrategy final : public Strategy {
     table_ = BuildPipelineTable(shape.schedule, S, shape.virtual_stages, shape.micro_batches);
     plan_ = std::move(shape.plan);
     setup_counts_ = plan_.counts;
-    rebalance_ = pipelined_ && config_->rebalance == "warmup" && config_->split.empty() &&
-                 config_->balance == "time" && config_->warmup >= 2;
+    rebalance_ = pipelined_ && RebalanceApplies(*config_, shape.virtual_stages);
     lr_ = ctx.lr;
     // CPU only: a CUDA device's host thread runs ahead of its stream, so an
     // input missing at the host says nothing about the device being idle.
@@ -674,7 +681,7 @@ class PipelineStrategy final : public Strategy {
   StagePlan plan_;
   std::vector<int> setup_counts_;  // the split chosen at set-up (the row's split_setup)
   std::vector<int> unit_device_;   // the device holding each unit's weights (-1: not placed yet)
-  bool rebalance_ = false;         // --rebalance=warmup applies: Rebalance after the warm-up
+  bool rebalance_ = false;         // RebalanceApplies: Rebalance after the warm-up
   bool fill_waits_ = false;        // --fill-waits=on applies (FillWhileWaiting)
   double lr_ = 0;
   std::vector<std::unique_ptr<Chunk>> chunks_;

@@ -97,6 +97,11 @@ bool UnitsOpen(const RunConfig& config) {
   return config.units == "auto" && config.split.empty() && config.balance == "time";
 }
 
+bool RebalanceApplies(const RunConfig& config, int virtual_stages) {
+  if (!config.split.empty() || config.balance != "time" || config.warmup < 2) return false;
+  return config.rebalance == "warmup" || (config.rebalance == "auto" && virtual_stages == 1);
+}
+
 std::vector<int> BlockOfUnit(const std::vector<std::string>& unit_names) {
   std::vector<int> block;
   std::string previous;
@@ -121,6 +126,21 @@ std::vector<std::string> WholeBlockNames(const std::vector<std::string>& unit_na
     names.push_back(half ? name.substr(0, name.size() - 1) : name);
   }
   return names;
+}
+
+std::vector<int> SplitInUnits(const std::vector<int>& block_counts, const std::vector<std::string>& unit_names) {
+  const std::vector<int> block = BlockOfUnit(unit_names);
+  std::vector<int> counts;
+  size_t u = 0;
+  int first_block = 0;
+  for (int n : block_counts) {
+    counts.push_back(0);
+    while (u < block.size() && block[u] < first_block + n) ++counts.back(), ++u;
+    first_block += n;
+  }
+  TORCH_CHECK(u == block.size() && (block.empty() || first_block == block.back() + 1), "SplitInUnits: the split ",
+              SplitCounts(block_counts), " does not cover the ", block.empty() ? 0 : block.back() + 1, " blocks");
+  return counts;
 }
 
 UnitTimes MergeHalfBlocks(const UnitTimes& halves, const std::vector<std::string>& unit_names) {
@@ -229,7 +249,7 @@ PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, 
       // the times it is costed with are noisy and each extra micro-batch
       // or chunk boundary adds a hand-off the simulation does not count.
       if (best.plan.counts.empty() || costed.ms < best.predicted_ms * (1 - kMargin))
-        best = {c.schedule, c.virtual_stages, M, std::move(costed.plan), costed.ms, costed.half_blocks};
+        best = {c.schedule, c.virtual_stages, M, std::move(costed.plan), costed.ms, costed.half_blocks, measured};
     }
   }
   if (best.plan.counts.empty())

@@ -38,12 +38,22 @@ struct PipelineShape {
   StagePlan plan;             // the split, measured at this micro-batch size
   double predicted_ms = 0;    // the simulated step (0: not simulated)
   bool half_blocks = false;   // the plan counts half blocks (else whole blocks)
+  UnitTimes measured;         // the model's units' times at this micro-batch size
 };
 
 // True when pmp chooses the units itself: --units=auto with the split left to
 // measured time (no --split, --balance=time). Setup then builds the model in
 // half blocks for ChoosePipelineShape, and again in blocks if those win.
 bool UnitsOpen(const RunConfig& config);
+
+// Whether pmp re-splits after the warm-up (rebalance.h): --rebalance=warmup,
+// or auto (the default) with one chunk per device (`virtual_stages` 1); and
+// either way a measured split (no --split, --balance=time) and at least 2
+// warm-up steps. With interleaving a device's chunks interfere (on the 2-core
+// VM a device's second chunk ran 0.9-2.1x its set-up sum), so a chunk's
+// in-run time is no measure of its units, and re-splitting did not pay there
+// (results/cpu-2core-rebalance-ab.csv).
+bool RebalanceApplies(const RunConfig& config, int virtual_stages);
 
 // Each unit's block, numbered from 0 in order: a half-block model's
 // "layer3.1a" and "layer3.1b" are one block; every other unit (the stem, the
@@ -53,6 +63,10 @@ std::vector<int> BlockOfUnit(const std::vector<std::string>& unit_names);
 // The names of the blocks of BlockOfUnit ("layer3.1" for "layer3.1a" and
 // "layer3.1b"): a whole-block model's unit names.
 std::vector<std::string> WholeBlockNames(const std::vector<std::string>& unit_names);
+
+// A split counted in whole blocks (BlockOfUnit's blocks) as the same cuts
+// counted in the units of `unit_names` (each half-block block is 2 units).
+std::vector<int> SplitInUnits(const std::vector<int>& block_counts, const std::vector<std::string>& unit_names);
 
 // Times of half-block units summed per block (BlockOfUnit): the times of the
 // same model's units built in whole blocks.

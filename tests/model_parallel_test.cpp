@@ -271,6 +271,11 @@ TEST(Split, HalfBlocksMergeIntoTheWholeBlockModelsUnits) {
   EXPECT_DOUBLE_EQ(merged.total_ms[8], 16 + 17);  // layer4.1
   EXPECT_DOUBLE_EQ(merged.total_ms[9], 18);       // head
   EXPECT_DOUBLE_EQ(merged.forward_ms[1], 2.5);
+  // A whole-block split as the same cuts in half-block units (each block 2).
+  EXPECT_EQ(SplitInUnits({7, 3}, halves), (std::vector<int>{13, 5}));
+  EXPECT_EQ(SplitInUnits({1, 8, 1}, halves), (std::vector<int>{1, 16, 1}));
+  EXPECT_EQ(SplitInUnits({7, 3}, blocks), (std::vector<int>{7, 3}));
+  EXPECT_THROW(SplitInUnits({7, 2}, halves), c10::Error);
   // Deeper models' block numbers have two digits ("layer3.10a").
   EXPECT_EQ(BlockOfUnit({"stem", "layer3.10a", "layer3.10b", "layer3.11a", "layer3.11b", "head"}),
             (std::vector<int>{0, 1, 1, 2, 2, 3}));
@@ -1075,6 +1080,56 @@ TEST(Row, AutoUnitsRunWhicheverWinsWithParity) {
             std::string::npos) << bad.output;
 }
 
+// --rebalance=warmup with --units=auto keeps the model in half blocks where
+// whole blocks win at set-up (forced here), cut between blocks, so that the
+// re-split can move half a block (forced: 4,14 cuts inside layer1.1). Float64
+// parity with Adam holds across the move.
+TEST(Rebalance, AutoUnitsKeepHalfBlocksToMoveHalfABlock) {
+  TempDir dir;
+  ::setenv("DDPBENCH_TEST_AUTO_UNITS", "blocks", 1);
+  ::setenv("DDPBENCH_TEST_REBALANCE_SPLIT", "4,14", 1);
+  auto r = RunDdpbench(
+      " --device=cpu --small-input --width=8 --image-size=16 --num-classes=10 --progress=off --steps=2 --warmup=2"
+      " --strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --schedule=zero-bubble --optimizer=adam --lr=0.001"
+      " --rebalance=warmup --verify --verify-steps=4 --verify-tolerance=1e-4 --out=" + dir.File("r.csv"));
+  ::unsetenv("DDPBENCH_TEST_AUTO_UNITS");
+  ::unsetenv("DDPBENCH_TEST_REBALANCE_SPLIT");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto rows = ReadRows(dir.File("r.csv"));
+  ASSERT_EQ(rows.size(), 1u);
+  ExpectParity({r.exit_code, r.output, rows.front()}, "resnet18 norm=group amp=off dtype=float64");
+  EXPECT_EQ(rows.front().at("units"), "half-blocks");
+  EXPECT_EQ(rows.front().at("split"), "4,14");
+  // The set-up cut falls between blocks: the stem and whole blocks' halves.
+  const int first = std::stoi(rows.front().at("split_setup"));
+  EXPECT_EQ(first % 2, 1) << rows.front().at("split_setup");
+  EXPECT_NE(r.output.find("pmp units: half blocks kept for --rebalance=warmup"), std::string::npos) << r.output;
+}
+
+// --rebalance=auto (the default) re-splits where each device holds one chunk
+// and not with interleaving; never with a given split or too short a warm-up.
+TEST(Rebalance, AutoAppliesWithOneChunkPerDevice) {
+  RunConfig c;
+  c.strategy = "pmp";
+  c.warmup = 5;
+  EXPECT_EQ(c.rebalance, "auto");
+  EXPECT_TRUE(RebalanceApplies(c, 1));
+  EXPECT_FALSE(RebalanceApplies(c, 2));
+  c.rebalance = "warmup";
+  EXPECT_TRUE(RebalanceApplies(c, 2));
+  c.rebalance = "off";
+  EXPECT_FALSE(RebalanceApplies(c, 1));
+  c.rebalance = "auto";
+  c.warmup = 1;
+  EXPECT_FALSE(RebalanceApplies(c, 1));
+  c.warmup = 5;
+  c.split = "7,3";
+  EXPECT_FALSE(RebalanceApplies(c, 1));
+  c.split.clear();
+  c.balance = "params";
+  EXPECT_FALSE(RebalanceApplies(c, 1));
+}
+
 TEST(Row, PmpWithoutChunksRecordsTheChosenShape) {
   auto r = RunRow("--strategy=pmp --gpus=2 --batch-size=8");
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -1161,7 +1216,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"--strategy=mp --gpus=2 --balance=flops", "--balance=flops"},
         Case{"--strategy=dp --gpus=1000", "--gpus=1000 x --threads-per-device=1: 1000 threads but this machine has"},
         Case{"--strategy=pmp --gpus=2 --chunks=3 --verify --batch-size=8", "--chunks=3"},
-        Case{"--strategy=pmp --gpus=2 --rebalance=later", "--rebalance=later: not accepted; accepted values: off|warmup"},
+        Case{"--strategy=pmp --gpus=2 --rebalance=later", "--rebalance=later: not accepted; accepted values: auto|off|warmup"},
         Case{"--strategy=pmp --gpus=2 --rebalance=warmup",
              "--rebalance=warmup with --warmup=1: needs at least 2 warm-up steps"},
         Case{"--strategy=pmp --gpus=2 --rebalance=warmup --split=7,3",
