@@ -1,15 +1,18 @@
-// In-run re-balancing of a pipeline's split (pmp --rebalance=warmup; off by
-// default). The split is chosen at set-up from each unit's forward and
-// backward timed on its own, but inside the pipeline a chunk does not run at
-// the speed its units' separate timings add up to: on the 2-core VM a
-// device's second chunk under interleaving ran 0.9-2.1x its set-up sum. The
-// warm-up steps measure each chunk's F, B and W in the run itself; each
-// unit's set-up time is scaled by its chunk's in-run/set-up ratio, and the
-// split is searched again with the same cost model (FastestSplit). Off by
-// default because on that VM it did not pay (results/cpu-2core-rebalance-
-// ab.csv): both moves of a whole block left the devices about 36% apart the
-// other way (the in-run excess is not a property of the units moved), and
-// one unit there is 15-30% of a stage.
+// In-run re-balancing of a pipeline's split (pmp --rebalance; by default
+// where each device holds one chunk: RebalanceApplies in pipeline_shape.h).
+// The split is chosen at set-up from each unit's forward and backward timed
+// on its own, but inside the pipeline a chunk does not run at the speed its
+// units' separate timings add up to, and on the 2-core VM the set-up could
+// not tell which split would run even. The warm-up steps measure each
+// chunk's F, B and W in the run itself; each unit's set-up time is scaled by
+// its chunk's in-run/set-up ratio, and the split is searched again with the
+// same cost model (FastestSplit). It pays with half-block units (the model
+// stays in half blocks for it under --units=auto): at --chunks=8 zero-bubble's
+// bubble halved (results/cpu-2core-rebalance-halves.csv). Moves of a whole
+// block left the devices about 36% apart the other way (one block there is
+// 15-30% of a stage), and under interleaving a device's second chunk ran
+// 0.9-2.1x its set-up sum (results/cpu-2core-rebalance-ab.csv), so it stays
+// off for interleaved shapes.
 // Pure logic; exposed for tests.
 #pragma once
 
