@@ -152,15 +152,7 @@ class PipelineStrategy final : public Strategy {
     PipelineShape shape;  // mp: one micro-batch, the stages take turns
     if (pipelined_) {
       shape = ChoosePipelineShape(*config_, model_, S);
-      if (units_open && !shape.half_blocks && RebalanceApplies(*config_, shape.virtual_stages)) {
-        // The same cuts, counted in half blocks: the model stays in half
-        // blocks so that the re-split after the warm-up can move half a
-        // block (with ResNet-18 at 64 px no whole-block split evens 2 devices).
-        shape.plan = PlanOfSplit(SplitInUnits(shape.plan.counts, model_->unit_names()), shape.measured);
-        shape.half_blocks = true;
-        LogInfo("pmp units: half blocks kept for --rebalance={} (cut between blocks until it re-splits)",
-                config_->rebalance);
-      } else if (units_open && !shape.half_blocks) {
+      if (units_open && !shape.half_blocks) {
         options.half_blocks = false;
         model_ = BuildModel(options, config_->seed, ctx.devices.front());
       }
@@ -362,17 +354,12 @@ class PipelineStrategy final : public Strategy {
         extras["stage_busy_step_ratio"] = fmt::format("{:.3f}/{:.3f}", sorted[(sorted.size() - 1) / 2], sorted.back());
       }
       extras["activation_peak_mb"] = Joined(act_mb, "{:.2f}");
-      ChunkTimes times;
+      const ChunkTimes times = PerMicroBatch(/*warmup=*/false, static_cast<double>(timed_steps_) * M);
       std::vector<std::string> fbw;
-      const double per = static_cast<double>(timed_steps_) * M;
-      for (auto& ch : chunks_) {
-        times.forward.push_back(ch->op_ms[0] / per);
-        times.backward_input.push_back(ch->op_ms[1] / per);
-        times.backward_weight.push_back(ch->op_ms[2] / per);
-        fbw.push_back(split_backward ? fmt::format("{:.2f}:{:.2f}:{:.2f}", times.forward.back(),
-                                                   times.backward_input.back(), times.backward_weight.back())
-                                     : fmt::format("{:.2f}:{:.2f}", times.forward.back(), times.backward_input.back()));
-      }
+      for (size_t c = 0; c < chunks_.size(); ++c)
+        fbw.push_back(split_backward ? fmt::format("{:.2f}:{:.2f}:{:.2f}", times.forward[c], times.backward_input[c],
+                                                   times.backward_weight[c])
+                                     : fmt::format("{:.2f}:{:.2f}", times.forward[c], times.backward_input[c]));
       extras["chunk_fbw_ms"] = fmt::format("{}", fmt::join(fbw, "/"));
       if (fill_waits_) {
         std::vector<double> fill;
@@ -458,6 +445,20 @@ class PipelineStrategy final : public Strategy {
   }
 
 
+  // Each chunk's mean F, B (or its whole backward) and W ms per micro-batch:
+  // the timed steps' totals (op_ms) or the warm-up's (warmup_ms) over
+  // `micro_batches`.
+  ChunkTimes PerMicroBatch(bool warmup, double micro_batches) const {
+    ChunkTimes times;
+    for (const auto& ch : chunks_) {
+      const double* ms = warmup ? ch->warmup_ms : ch->op_ms;
+      times.forward.push_back(ms[0] / micro_batches);
+      times.backward_input.push_back(ms[1] / micro_batches);
+      times.backward_weight.push_back(ms[2] / micro_batches);
+    }
+    return times;
+  }
+
   // One timed step's balance: the busiest device's busy ms in that step over
   // the least busy's (stage_busy_step_ratio). Against stage_busy_ms's
   // whole-run ratio it tells a split's imbalance (every step alike) from
@@ -518,14 +519,8 @@ class PipelineStrategy final : public Strategy {
   // warm-up's chunk times (rebalance.h), and the units moved, their
   // optimizer state with them, when it changes. The maths is unchanged.
   void Rebalance(int64_t step) {
-    const int M = table_.micro_batches;
-    const double per = static_cast<double>(step) * M;  // warm-up steps 1..step, M micro-batches each
-    ChunkTimes in_run;
-    for (auto& ch : chunks_) {
-      in_run.forward.push_back(ch->warmup_ms[0] / per);
-      in_run.backward_input.push_back(ch->warmup_ms[1] / per);
-      in_run.backward_weight.push_back(ch->warmup_ms[2] / per);
-    }
+    // Warm-up steps 1..step, M micro-batches each.
+    const ChunkTimes in_run = PerMicroBatch(/*warmup=*/true, static_cast<double>(step) * table_.micro_batches);
     RebalancePlan r = RebalanceSplit(table_, plan_, in_run, kRebalanceMargin);
     if (const char* forced = std::getenv("DDPBENCH_TEST_REBALANCE_SPLIT")) {  // tests: a move on demand
       r.counts = ParseSplit(forced, table_.chunks(), model_->unit_names());

@@ -77,7 +77,7 @@ CostedPlan PlanCandidate(const RunConfig& config, const ResNet& model, const Pip
                          const UnitTimes& measured, const UnitTimes* blocks) {
   const int devices = table.devices, V = table.virtual_stages;
   CostedPlan fine{PlanStages(config, model, devices, V, measured), 0, model->options().half_blocks};
-  if (config.split.empty() && config.balance == "time") fine.plan = PlanOfSplit(FastestSplit(table, measured), measured);
+  if (SplitMeasured(config)) fine.plan = PlanOfSplit(FastestSplit(table, measured), measured);
   fine.ms = PredictStepMs(table, fine.plan);
   if (blocks == nullptr || table.chunks() > static_cast<int>(blocks->total_ms.size())) return fine;
   CostedPlan coarse{PlanOfSplit(FastestSplit(table, *blocks), *blocks), 0, false};
@@ -93,12 +93,12 @@ CostedPlan PlanCandidate(const RunConfig& config, const ResNet& model, const Pip
 
 }  // namespace
 
-bool UnitsOpen(const RunConfig& config) {
-  return config.units == "auto" && config.split.empty() && config.balance == "time";
-}
+bool SplitMeasured(const RunConfig& config) { return config.split.empty() && config.balance == "time"; }
+
+bool UnitsOpen(const RunConfig& config) { return config.units == "auto" && SplitMeasured(config); }
 
 bool RebalanceApplies(const RunConfig& config, int virtual_stages) {
-  if (!config.split.empty() || config.balance != "time" || config.warmup < 2) return false;
+  if (!SplitMeasured(config) || config.warmup < 2) return false;
   return config.rebalance == "warmup" || (config.rebalance == "auto" && virtual_stages == 1);
 }
 
@@ -232,6 +232,7 @@ PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, 
       by_count.empty() ? std::vector<UnitTimes>{} : MeasureUnits(config, model, micro_batch_sizes, devices);
   PipelineShape best;
   best.predicted_ms = std::numeric_limits<double>::infinity();
+  size_t best_count = 0;  // by_count's entry of best
   for (size_t i = 0; i < by_count.size(); ++i) {
     const auto& [M, candidates] = by_count[i];
     const UnitTimes& measured = measured_all[i];
@@ -248,14 +249,23 @@ PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, 
       // a more complex one must be predicted clearly faster (kMargin), as
       // the times it is costed with are noisy and each extra micro-batch
       // or chunk boundary adds a hand-off the simulation does not count.
-      if (best.plan.counts.empty() || costed.ms < best.predicted_ms * (1 - kMargin))
-        best = {c.schedule, c.virtual_stages, M, std::move(costed.plan), costed.ms, costed.half_blocks, measured};
+      if (best.plan.counts.empty() || costed.ms < best.predicted_ms * (1 - kMargin)) {
+        best = {c.schedule, c.virtual_stages, M, std::move(costed.plan), costed.ms, costed.half_blocks};
+        best_count = i;
+      }
     }
   }
   if (best.plan.counts.empty())
     throw ConfigError(fmt::format("--schedule={}: needs at least {} micro-batches (one per device, in groups of "
                                   "--gpus={}), but --batch-size={} is too small; accepted: --batch-size>={}",
                                   config.schedule, devices, devices, config.batch_size, devices));
+  if (choose_units && !best.half_blocks && RebalanceApplies(config, best.virtual_stages)) {
+    // With ResNet-18 at 64 px no whole-block split evens 2 devices.
+    best.plan = PlanOfSplit(SplitInUnits(best.plan.counts, model->unit_names()), measured_all[best_count]);
+    best.half_blocks = true;
+    LogInfo("pmp units: half blocks kept for --rebalance={} (cut between blocks until it re-splits)",
+            config.rebalance);
+  }
   return best;
 }
 

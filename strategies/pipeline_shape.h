@@ -38,18 +38,19 @@ struct PipelineShape {
   StagePlan plan;             // the split, measured at this micro-batch size
   double predicted_ms = 0;    // the simulated step (0: not simulated)
   bool half_blocks = false;   // the plan counts half blocks (else whole blocks)
-  UnitTimes measured;         // the model's units' times at this micro-batch size
 };
 
-// True when pmp chooses the units itself: --units=auto with the split left to
-// measured time (no --split, --balance=time). Setup then builds the model in
-// half blocks for ChoosePipelineShape, and again in blocks if those win.
+// The split is the measured one: no --split, --balance=time.
+bool SplitMeasured(const RunConfig& config);
+
+// True when pmp chooses the units itself: --units=auto with SplitMeasured.
+// Setup then builds the model in half blocks for ChoosePipelineShape, and
+// again in blocks if its plan counts whole blocks.
 bool UnitsOpen(const RunConfig& config);
 
 // Whether pmp re-splits after the warm-up (rebalance.h): --rebalance=warmup,
 // or auto (the default) with one chunk per device (`virtual_stages` 1); and
-// either way a measured split (no --split, --balance=time) and at least 2
-// warm-up steps. With interleaving a device's chunks interfere (on the 2-core
+// either way SplitMeasured and at least 2 warm-up steps. With interleaving a device's chunks interfere (on the 2-core
 // VM a device's second chunk ran 0.9-2.1x its set-up sum), so a chunk's
 // in-run time is no measure of its units, and re-splitting did not pay there
 // (results/cpu-2core-rebalance-ab.csv).
@@ -93,7 +94,9 @@ std::vector<int> MicroBatchCandidates(int64_t batch_size, int devices);
 // --chunks, --schedule and --virtual-stages as given, the rest chosen by
 // predicted step time (see above); logs each candidate and the choice. With
 // UnitsOpen, `model` is built in half blocks and the result says which units
-// its plan counts.
+// its plan counts: half blocks also where whole blocks win but the run will
+// re-split (RebalanceApplies), the same cuts counted in half blocks, so that
+// the re-split can move half a block.
 PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, int devices);
 
 }  // namespace ddpbench

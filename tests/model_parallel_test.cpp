@@ -1024,27 +1024,40 @@ TEST(Row, ZeroBubbleTheoryIsItsSimulation) {
   EXPECT_EQ(off.row.at("w_fill_ms"), "");
 }
 
+// pmp zero-bubble with Adam, 2 warm-up steps and --rebalance=warmup, the
+// re-split forced to `split`, `flags` added, and float64 --verify over 4 steps
+// (two before the move, two after); `env`: test hooks set during the run.
+RunResult RunForcedRebalance(const std::string& split, const std::string& flags,
+                             std::vector<std::pair<std::string, std::string>> env = {}) {
+  env.emplace_back("DDPBENCH_TEST_REBALANCE_SPLIT", split);
+  for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
+  TempDir dir;
+  auto r = RunDdpbench(
+      " --device=cpu --small-input --width=8 --image-size=16 --num-classes=10 --progress=off --steps=2 --warmup=2"
+      " --strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --schedule=zero-bubble --optimizer=adam --lr=0.001"
+      " --rebalance=warmup --verify --verify-steps=4 --verify-tolerance=1e-4 " + flags + " --out=" + dir.File("r.csv"));
+  for (const auto& [name, value] : env) ::unsetenv(name.c_str());
+  RunResult result{r.exit_code, r.output, {}};
+  if (r.exit_code == 0) {
+    const auto rows = ReadRows(dir.File("r.csv"));
+    EXPECT_EQ(rows.size(), 1u);
+    if (!rows.empty()) result.row = rows.front();
+  }
+  return result;
+}
+
 // A re-cut after the warm-up moves units, and their Adam state, to their new
 // devices: float64 parity with single holds across it (two steps before,
 // two after), and the row keeps both splits. The move is forced: whether
 // the measured times call for one depends on the machine.
 TEST(Rebalance, MovingUnitsKeepsParityAndOptimizerState) {
-  TempDir dir;
-  ::setenv("DDPBENCH_TEST_REBALANCE_SPLIT", "2,8", 1);
-  auto r = RunDdpbench(
-      " --device=cpu --small-input --width=8 --image-size=16 --num-classes=10 --progress=off --steps=2 --warmup=2"
-      " --strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --schedule=zero-bubble --optimizer=adam --lr=0.001"
-      " --rebalance=warmup --units=blocks --verify --verify-steps=4 --verify-tolerance=1e-4 --out=" +
-      dir.File("r.csv"));
-  ::unsetenv("DDPBENCH_TEST_REBALANCE_SPLIT");
+  auto r = RunForcedRebalance("2,8", "--units=blocks");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto rows = ReadRows(dir.File("r.csv"));
-  ASSERT_EQ(rows.size(), 1u);
-  ExpectParity({r.exit_code, r.output, rows.front()}, "resnet18 norm=group amp=off dtype=float64");
-  EXPECT_EQ(rows.front().at("split"), "2,8");
-  EXPECT_NE(rows.front().at("split_setup"), "2,8");
-  EXPECT_EQ(Numbers(rows.front().at("stage_time_ms")).size(), 2u);
-  ExpectMemoryPerDevice(rows.front(), 2);
+  ExpectParity(r, "resnet18 norm=group amp=off dtype=float64");
+  EXPECT_EQ(r.row.at("split"), "2,8");
+  EXPECT_NE(r.row.at("split_setup"), "2,8");
+  EXPECT_EQ(Numbers(r.row.at("stage_time_ms")).size(), 2u);
+  ExpectMemoryPerDevice(r.row, 2);
   EXPECT_NE(r.output.find("pmp rebalance: warm-up chunk ms "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(": moving units"), std::string::npos) << r.output;
 }
@@ -1085,24 +1098,14 @@ TEST(Row, AutoUnitsRunWhicheverWinsWithParity) {
 // re-split can move half a block (forced: 4,14 cuts inside layer1.1). Float64
 // parity with Adam holds across the move.
 TEST(Rebalance, AutoUnitsKeepHalfBlocksToMoveHalfABlock) {
-  TempDir dir;
-  ::setenv("DDPBENCH_TEST_AUTO_UNITS", "blocks", 1);
-  ::setenv("DDPBENCH_TEST_REBALANCE_SPLIT", "4,14", 1);
-  auto r = RunDdpbench(
-      " --device=cpu --small-input --width=8 --image-size=16 --num-classes=10 --progress=off --steps=2 --warmup=2"
-      " --strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --schedule=zero-bubble --optimizer=adam --lr=0.001"
-      " --rebalance=warmup --verify --verify-steps=4 --verify-tolerance=1e-4 --out=" + dir.File("r.csv"));
-  ::unsetenv("DDPBENCH_TEST_AUTO_UNITS");
-  ::unsetenv("DDPBENCH_TEST_REBALANCE_SPLIT");
+  auto r = RunForcedRebalance("4,14", "", {{"DDPBENCH_TEST_AUTO_UNITS", "blocks"}});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto rows = ReadRows(dir.File("r.csv"));
-  ASSERT_EQ(rows.size(), 1u);
-  ExpectParity({r.exit_code, r.output, rows.front()}, "resnet18 norm=group amp=off dtype=float64");
-  EXPECT_EQ(rows.front().at("units"), "half-blocks");
-  EXPECT_EQ(rows.front().at("split"), "4,14");
+  ExpectParity(r, "resnet18 norm=group amp=off dtype=float64");
+  EXPECT_EQ(r.row.at("units"), "half-blocks");
+  EXPECT_EQ(r.row.at("split"), "4,14");
   // The set-up cut falls between blocks: the stem and whole blocks' halves.
-  const int first = std::stoi(rows.front().at("split_setup"));
-  EXPECT_EQ(first % 2, 1) << rows.front().at("split_setup");
+  const int first = std::stoi(r.row.at("split_setup"));
+  EXPECT_EQ(first % 2, 1) << r.row.at("split_setup");
   EXPECT_NE(r.output.find("pmp units: half blocks kept for --rebalance=warmup"), std::string::npos) << r.output;
 }
 
