@@ -292,6 +292,7 @@ void ValidateConfig(const RunConfig& c) {
   CheckMember("--tf32", c.tf32, {"on", "off", "all"});
   CheckMember("--optimizer-impl", c.optimizer_impl, {"auto", "fused", "foreach", "per-param"});
   CheckMember("--cpu-malloc", c.cpu_malloc, {"reuse", "system"});
+  CheckAtLeast("--cpu-device-memory-mb", c.cpu_device_memory_mb, int64_t{0});
   if (c.cuda_graphs && c.amp == "fp16")
     throw ConfigError("--cuda-graphs with --amp=fp16: the loss scaler decides on the host whether to skip each "
                       "step, which a replayed graph cannot do; use --amp=bf16 or --amp=off");
@@ -409,6 +410,8 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_flag("--cuda-graphs", c.cuda_graphs, "CUDA: capture the whole training step once, then replay it");
   app.add_option("--cpu-malloc", c.cpu_malloc,
                  "reuse (freed host memory stays mapped: no page faults per step)|system (glibc's defaults)");
+  app.add_option("--cpu-device-memory-mb", c.cpu_device_memory_mb,
+                 "capacity of each CPU logical device in MiB, enforced as a GPU's (0: the machine's memory)");
   app.add_option("--out", c.out, "CSV file to append the result row to");
   app.add_option("--baseline", c.baseline, "CSV holding the single-device row for scaling efficiency (default: --out)");
   app.add_option("--trace", c.trace, "Chrome trace (Perfetto) of every rank's phases, micro-batches and collectives");

@@ -45,6 +45,10 @@ CudaMemoryPeaks CudaPeaks(int device) {
           static_cast<double>(stats.allocated_bytes[agg].current)};
 }
 void CudaResetPeak(int device) { c10::cuda::CUDACachingAllocator::resetPeakStats(device); }
+double CudaTotalBytes(int device) {
+  cudaDeviceProp prop{};
+  return cudaGetDeviceProperties(&prop, device) == cudaSuccess ? static_cast<double>(prop.totalGlobalMem) : 0.0;
+}
 void CudaSynchronize(int device) {
   // device_synchronize() waits for the current device only: make `device`
   // current for the call, so a multi-GPU step is timed to its last GPU.
@@ -69,6 +73,7 @@ std::string CudaDeviceName(int) { return ""; }
 std::string CudaRuntimeVersion() { return ""; }
 std::string NcclVersion() { return ""; }
 CudaMemoryPeaks CudaPeaks(int) { return {}; }
+double CudaTotalBytes(int) { return 0; }
 void CudaResetPeak(int) {}
 void CudaSynchronize(int) {}
 struct CudaMark::Impl {};

@@ -21,6 +21,7 @@ struct CudaMemoryPeaks {
   double allocated_now = 0;  // bytes allocated at the call
 };
 CudaMemoryPeaks CudaPeaks(int device);
+double CudaTotalBytes(int device);  // the device's memory (0 without CUDA)
 void CudaResetPeak(int device);
 void CudaSynchronize(int device);
 

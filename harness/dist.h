@@ -31,6 +31,9 @@ struct DistContext {
   // Where the TCPStore listens, as the row reports it (set by Connect on rank
   // 0): the address bound, "*" for every interface, "torchrun-agent".
   std::string store_bind;
+  // NCCL_SOCKET_IFNAME as this rank's NCCL bootstrap sees it, and why
+  // (socket_ifname.h): "lo (loopback)", "eth0 (master_addr)", "ib0 (user)".
+  std::string socket_ifname;
 
   // Joins the other ranks: c10d TCPStore rendezvous, then an NCCL process
   // group (`nccl`) or a Gloo one (CPU tensors, and CUDA tensors too when

@@ -1,7 +1,8 @@
 // ddpbench's entry point: parse and validate, then run this process's part.
 // Every failure ends here as one line on stderr and a non-zero exit code:
 // 2 bad input (flags, data), 3 parity failure, 4 results file, 5 preempted
-// by SIGTERM/SIGUSR1 after a snapshot (run it again to resume), 1 anything else.
+// by SIGTERM/SIGUSR1 after a snapshot (run it again to resume), 6 a device ran
+// out of memory, 1 anything else.
 #include <c10/util/Exception.h>
 
 #include <cstdio>
@@ -13,11 +14,25 @@
 #include "harness/dist.h"
 #include "harness/launcher.h"
 #include "harness/log.h"
+#include "harness/memory.h"
 #include "harness/results.h"
 #include "harness/runner.h"
 #include "strategies/registry.h"
 
 namespace {
+
+constexpr int kExitOutOfMemory = 6;
+
+// CUDA's out-of-memory text up to its first full stop ("CUDA out of memory.
+// Tried to allocate 2.00 GiB. GPU 0 has ...": device, asked and held are in
+// its first two sentences).
+std::string FirstSentence(const std::string& text) {
+  size_t end = text.find(". ");
+  if (end != std::string::npos) end = text.find(". ", end + 2);
+  std::string line = text.substr(0, end == std::string::npos ? text.size() : end);
+  for (char& ch : line) if (ch == '\n') ch = ' ';
+  return line;
+}
 
 int Fail(int code, const std::string& message) {
   fmt::print(stderr, "ddpbench: error: {}\n", message);
@@ -38,6 +53,10 @@ int FailWithCurrentException(const std::string& where) {
     return Fail(2, e.what());
   } catch (const ResultsError& e) {
     return Fail(4, e.what());
+  } catch (const DeviceOutOfMemory& e) {
+    return Fail(kExitOutOfMemory, where + e.what() + kOutOfMemoryAdvice);
+  } catch (const c10::OutOfMemoryError& e) {  // CUDA's caching allocator
+    return Fail(kExitOutOfMemory, where + FirstSentence(e.what_without_backtrace()) + kOutOfMemoryAdvice);
   } catch (const c10::Error& e) {
     return Fail(1, where + e.what_without_backtrace());
   } catch (const std::exception& e) {

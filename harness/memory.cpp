@@ -26,6 +26,11 @@ struct Counters {
   std::atomic<int64_t> peak{0};
 };
 std::array<Counters, kMaxCpuDevices> g_counters;
+std::atomic<int64_t> g_device_limit{0};  // bytes per CPU logical device; 0: the machine's memory
+
+std::string CpuDeviceName(int device) {
+  return device >= 0 ? fmt::format("cpu device {}", device) : std::string("the host (data, set-up)");
+}
 
 void Add(int device, int64_t bytes) {
   if (device < 0 || device >= kMaxCpuDevices) return;
@@ -59,9 +64,19 @@ class TrackingAllocator final : public c10::Allocator {
  public:
   explicit TrackingAllocator(c10::Allocator* base) : base_(base) {}
   c10::DataPtr allocate(size_t n) override {
-    c10::DataPtr inner = base_->allocate(n + kHeader);
+    const int device = t_device;
+    const int64_t held = device >= 0 && device < kMaxCpuDevices ? g_counters[device].current.load() : 0;
+    const int64_t limit = g_device_limit.load();
+    if (device >= 0 && limit > 0 && held + static_cast<int64_t>(n) > limit)
+      throw DeviceOutOfMemory(OutOfMemoryLine(CpuDeviceName(device), static_cast<int64_t>(n), held) +
+                              fmt::format(" of its {} (--cpu-device-memory-mb)", FormatBytes(limit)));
+    c10::DataPtr inner;
+    try {
+      inner = base_->allocate(n + kHeader);
+    } catch (const c10::Error&) {  // the C library refused: the machine is out of memory
+      throw DeviceOutOfMemory(OutOfMemoryLine(CpuDeviceName(device), static_cast<int64_t>(n), held));
+    }
     char* block = static_cast<char*>(inner.get());
-    int device = t_device;
     Add(device, static_cast<int64_t>(n));
     new (block) TrackedHeader{std::move(inner), static_cast<int64_t>(n), device};
     void* data = block + kHeader;
@@ -91,7 +106,23 @@ void ConfigureCpuMalloc(const std::string& mode) {
 #endif
 }
 
-void InstallCpuMemoryTracker() {
+std::string FormatBytes(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
+  return fmt::format("{:.1f} MiB", b / (1024.0 * 1024));
+}
+
+std::string OutOfMemoryLine(const std::string& device, int64_t asked_bytes, int64_t held_bytes) {
+  return fmt::format("out of memory on {}: asked for {}, the run held {} there", device, FormatBytes(asked_bytes),
+                     FormatBytes(held_bytes));
+}
+
+const char* const kOutOfMemoryAdvice =
+    "; try a smaller --batch-size or --width, --amp=bf16, or a strategy that divides the memory "
+    "(zero1|zero2|zero3 shard the model state, pmp cuts the model over devices)";
+
+void InstallCpuMemoryTracker(int64_t device_limit_bytes) {
+  g_device_limit.store(device_limit_bytes);
   static std::once_flag once;
   std::call_once(once, [] {
     static TrackingAllocator tracker(c10::GetCPUAllocator());

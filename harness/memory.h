@@ -7,14 +7,33 @@
 
 #include <torch/types.h>
 
+#include <stdexcept>
+#include <string>
+
 #include "strategies/strategy.h"
 
 namespace ddpbench {
 
 constexpr int kMaxCpuDevices = 1024;
 
-// Installs the tracking allocator (idempotent, thread-safe).
-void InstallCpuMemoryTracker();
+// Installs the tracking allocator (idempotent, thread-safe). `device_limit_bytes`
+// > 0 gives every CPU logical device that capacity (--cpu-device-memory-mb): an
+// allocation that would take a device past it fails as a GPU's would.
+void InstallCpuMemoryTracker(int64_t device_limit_bytes = 0);
+
+// A device ran out of memory. what(): one line naming the device, the bytes
+// asked for and the bytes the run held there (without the advice, which the
+// entry point adds).
+class DeviceOutOfMemory : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+// "out of memory on DEVICE: asked for X, the run held Y there" (sizes in MiB/GiB).
+std::string OutOfMemoryLine(const std::string& device, int64_t asked_bytes, int64_t held_bytes);
+// "12.3 MiB" / "4.56 GiB".
+std::string FormatBytes(int64_t bytes);
+// What to try, appended to every out-of-memory message.
+extern const char* const kOutOfMemoryAdvice;
 
 // How freed CPU tensor memory is reused (--cpu-malloc), set once per process
 // before the worker threads start. "reuse": every thread allocates from

@@ -20,6 +20,7 @@
 
 #include "harness/dist.h"
 #include "harness/log.h"
+#include "harness/socket_ifname.h"
 #include "harness/store_socket.h"
 
 namespace ddpbench {
@@ -74,6 +75,11 @@ void DistContext::Connect(double timeout_s, bool cuda, bool nccl) {
   }
   // A prefix of our own, so a launcher's keys (torchrun's agent) never collide.
   store = c10::make_intrusive<c10d::PrefixStore>("ddpbench/", store);
+
+  // NCCL's bootstrap listens where the store does (socket_ifname.h).
+  const SocketIfname ifname = ChooseSocketIfname(std::getenv("NCCL_SOCKET_IFNAME"), local_world == world, master_addr);
+  if (ifname.source != "user" && !ifname.name.empty()) ::setenv("NCCL_SOCKET_IFNAME", ifname.name.c_str(), 1);
+  socket_ifname = ifname.Describe();
 
   auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, rank, world);
   if (nccl) {

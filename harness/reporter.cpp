@@ -45,6 +45,7 @@ void AddIdentity(const RunResult& r, Row& row) {
   row["world_size"] = std::to_string(r.world);
   row["launcher"] = r.launcher;
   if (!r.store_bind.empty()) row["store_bind"] = r.store_bind;
+  if (!r.socket_ifname.empty()) row["nccl_socket_ifname"] = r.socket_ifname;
   if (!r.trace_file.empty()) row["trace"] = r.trace_file;
   row["device"] = c.device;
   row["device_name"] = r.device_name;
@@ -123,6 +124,7 @@ void AddMemoryAndQuality(const RunResult& r, Row& row) {
     }), 2);
   if (r.accuracy >= 0) row["accuracy"] = Num(r.accuracy, 4);
   if (r.test_loss >= 0) row["test_loss"] = Num(r.test_loss, 4);
+  if (r.eval_images > 0) row["eval_images"] = std::to_string(r.eval_images);
   row["final_loss"] = Num(loss, 4);
   if (r.parity) {
     row["parity_max_abs_diff"] = fmt::format("{:.3e}", r.parity->max_abs_diff);

@@ -68,6 +68,7 @@ struct RunResult {
   int world = 1;
   int nodes = 1;
   std::string launcher;
+  std::string socket_ifname;  // NCCL_SOCKET_IFNAME and its source ("" : one process)
   std::string store_bind;  // where the rendezvous store listened ("" : no store)
   std::string device_name;
   int64_t image_size = 0, global_batch = 0, timed_steps = 0;
@@ -80,6 +81,7 @@ struct RunResult {
   std::vector<RankFigures> ranks;
   double accuracy = -1;                         // test top-1; -1: not evaluated
   double test_loss = -1;
+  int64_t eval_images = 0;                      // test images evaluated, over every rank
   std::optional<GoalFigures> goal;
   std::optional<ParityFigures> parity;
   std::map<std::string, std::string> extras;    // the strategy's own columns

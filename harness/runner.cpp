@@ -25,6 +25,7 @@
 #include "harness/cuda_support.h"
 #include "harness/dist.h"
 #include "harness/memory.h"
+#include "harness/memory_fit.h"
 #include "harness/parity.h"
 #include "harness/log.h"
 #include "harness/mfu.h"
@@ -107,6 +108,32 @@ RunSettings ResolveSettings(RunConfig& config, const std::vector<torch::Device>&
   return s;
 }
 
+// Preflight: refuses a run whose model state and activations surely exceed
+// one device (memory_fit.h), before anything is allocated.
+void CheckRunFitsDevices(const PreparedRun& run, const StrategyInfo& info, const DistContext& dist) {
+  const RunConfig& config = run.config;
+  const std::string& s = config.strategy;
+  const int zero_stage = s == "zero1" ? 1 : s == "zero2" ? 2 : s == "zero3" ? 3 : 0;
+  const bool model_cut = info.parallelism == Parallelism::kModel;
+  const int world = info.parallelism == Parallelism::kDataMultiProcess ? dist.world : 1;
+  const DeviceDemand demand =
+      EstimateDeviceDemand(run.model, run.info.height, run.info.width, config.batch_size, config.optimizer,
+                           config.momentum, zero_stage, world, model_cut ? config.gpus : 1);
+  const torch::Device& device = run.devices.front();
+  if (device.is_cuda()) {
+    CheckDemandFits(config, demand, CudaTotalBytes(device.index()), fmt::format("cuda device {}", device.index()));
+  } else if (config.cpu_device_memory_mb > 0) {
+    CheckDemandFits(config, demand, static_cast<double>(config.cpu_device_memory_mb) * 1024 * 1024,
+                    "a cpu device (--cpu-device-memory-mb)");
+  } else {  // the devices on this host share its memory
+    const int sharing = info.parallelism == Parallelism::kDataMultiProcess ? dist.local_world
+                        : info.parallelism == Parallelism::kNone         ? 1
+                                                                         : config.gpus;
+    CheckDemandFits(config, demand, AvailableHostBytes() / std::max(1, sharing),
+                    fmt::format("a cpu device (this machine's available memory shared by {} device(s))", sharing));
+  }
+}
+
 PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, const DistContext& dist) {
   if (dist.is_root()) CheckPaths(PathOptions(config_in));  // every output, before anything is built
   PreparedRun run;
@@ -150,6 +177,7 @@ PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, c
   model.channels_last = spec.channels_last = run.settings.memory_format == "channels_last";
   model.half_blocks = config.units == "half-blocks";
   ValidateResNetOptions(model);
+  CheckRunFitsDevices(run, entry.info, dist);
   if (dist.is_root()) CheckResumable(config, dist.world);
   return run;
 }
@@ -186,7 +214,7 @@ void ConfigureProcess(const PreparedRun& run, const StrategyEntry& entry, DistCo
     if (entry.info.parallelism == Parallelism::kDataMultiProcess && dist.world > 1 && !run.oversubscribed)
       PinRankToCores(dist.local_rank, config.threads_per_device);
     at::set_num_threads(config.threads_per_device);
-    InstallCpuMemoryTracker();
+    InstallCpuMemoryTracker(config.cpu_device_memory_mb * (int64_t{1} << 20));
   }
   // Oversubscribed GPUs cannot host one NCCL rank each: such ranks use Gloo.
   if (entry.info.parallelism == Parallelism::kDataMultiProcess)
@@ -352,6 +380,7 @@ RunResult DescribeRun(const PreparedRun& run, const DistContext& dist, double lr
   r.nodes = (dist.world + dist.local_world - 1) / dist.local_world;
   r.launcher = dist.launcher;
   r.store_bind = dist.store_bind;
+  r.socket_ifname = dist.socket_ifname;
   r.device_name = r.cuda ? CudaDeviceName(run.devices.front().index()) : r.env.cpu_model;
   r.image_size = run.info.height;
   r.global_batch = run.global_batch;
@@ -393,6 +422,7 @@ void EvaluateTestSet(const PreparedRun& run, Strategy& strategy, DistContext& di
   const EvalResult tested = Evaluate(strategy, test.get(), dist, run.config.eval_batches);
   result->accuracy = tested.accuracy;
   result->test_loss = tested.loss;
+  result->eval_images = tested.images;
 }
 
 // The loop's figures into the result: steps, phases, the strategy's

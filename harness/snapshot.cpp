@@ -182,9 +182,13 @@ std::string SnapshotStore::WhyNothing() const {
   for (const auto& m : manifests) {
     if (!why.empty()) break;
     if (!m.error.empty()) continue;
-    if (m.body.value("identity_hash", "") == hash_) return fmt::format("{}: no intact snapshot of this configuration", dir_);
-    why = fmt::format("{}/{} belongs to another configuration ({})", dir_, m.name,
-                      FirstDifference(identity_, m.body.at("identity")));
+    try {  // a manifest whose fields are missing or of another type counts as unreadable
+      if (m.body.value("identity_hash", "") == hash_) return fmt::format("{}: no intact snapshot of this configuration", dir_);
+      why = fmt::format("{}/{} belongs to another configuration ({})", dir_, m.name,
+                        FirstDifference(identity_, m.body.at("identity")));
+    } catch (const json::exception&) {
+      continue;
+    }
   }
   return why.empty() ? fmt::format("{} holds only unreadable snapshot manifests", dir_) : why;
 }
@@ -203,7 +207,9 @@ std::optional<SnapshotStore::Loaded> SnapshotStore::LoadNewest(DistContext& dist
   for (const auto& m : ours) {
     std::string why;
     std::string bytes;
+    LoopState loop;
     try {
+      loop = FromJson(m.body.at("loop"));  // every field present and of its type, or the snapshot is skipped
       if (m.body.at("identity").dump() != identity_json_) throw std::runtime_error("its flags differ from this run's");
       const json& files = m.body.at("files");
       if (static_cast<int>(files.size()) != dist.world)
@@ -227,7 +233,7 @@ std::optional<SnapshotStore::Loaded> SnapshotStore::LoadNewest(DistContext& dist
     if (dist.AllReduceMax(why.empty() ? 0.0 : 1.0) > 0) continue;
     Loaded loaded;
     loaded.name = dir_ + "/" + m.name;
-    loaded.loop = FromJson(m.body.at("loop"));
+    loaded.loop = loop;
     const auto dict = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict();
     for (const auto& item : dict) loaded.tensors[item.key().toStringRef()] = item.value().toTensor();
     return loaded;

@@ -173,13 +173,54 @@ LoopTimes RunSteps(Strategy& strategy, BatchSource& train, PhaseTimer& timer, Di
   return out;
 }
 
+namespace {
+
+// One evaluation round's agreement between ranks: whether any rank still has
+// a batch, and the image shape [C, H, W] of one that has (so that a rank
+// whose share of the test set ran out can stand in with a placeholder).
+// World 1 makes no collective.
+struct EvalRound {
+  bool any = false;
+  std::vector<int64_t> shape;
+};
+
+EvalRound AgreeOnRound(const Batch& batch, DistContext& dist) {
+  std::vector<double> mine(4, 0.0);
+  if (batch.size() > 0) {
+    mine[0] = 1;
+    for (int d = 1; d < 4; ++d) mine[d] = static_cast<double>(batch.images.size(d));
+  }
+  const std::vector<double> all = dist.world > 1 ? dist.AllGather(mine) : mine;
+  EvalRound round;
+  for (size_t r = 0; r + 3 < all.size(); r += 4) {
+    if (all[r] == 0 || round.any) continue;
+    round.any = true;
+    round.shape = {static_cast<int64_t>(all[r + 1]), static_cast<int64_t>(all[r + 2]), static_cast<int64_t>(all[r + 3])};
+  }
+  return round;
+}
+
+}  // namespace
+
 EvalResult Evaluate(Strategy& strategy, BatchSource* source, DistContext& dist, int64_t max_batches) {
   int64_t correct = 0, total = 0;
   double loss_sum = 0;
   torch::NoGradGuard no_grad;
-  for (int64_t b = 0; source && (max_batches == 0 || b < max_batches); ++b) {
-    Batch batch = source->Next();
-    if (batch.size() == 0) break;
+  // Ranks run the same number of Predict calls: a strategy's Predict may be
+  // collective (zero3 gathers parameters), so a rank whose share of the test
+  // set is shorter (none, one batch, fewer batches) predicts a one-image
+  // placeholder whose result is dropped until every rank has run out.
+  for (int64_t b = 0;; ++b) {
+    Batch batch;
+    if (source && (max_batches == 0 || b < max_batches)) batch = source->Next();
+    const EvalRound round = AgreeOnRound(batch, dist);
+    if (!round.any) break;
+    if (batch.size() == 0) {
+      std::vector<int64_t> shape{1};
+      shape.insert(shape.end(), round.shape.begin(), round.shape.end());
+      (void)strategy.Predict(torch::zeros(shape));
+      continue;
+    }
     auto logits = strategy.Predict(batch.images).to(torch::kCPU);
     const auto labels = batch.labels.to(torch::kCPU);
     correct += logits.argmax(1).eq(labels).sum().item<int64_t>();
@@ -194,7 +235,7 @@ EvalResult Evaluate(Strategy& strategy, BatchSource* source, DistContext& dist, 
     all_loss += sums[r + 2];
   }
   if (all_total == 0) return {};
-  return {all_correct / all_total, all_loss / all_total};
+  return {all_correct / all_total, all_loss / all_total, static_cast<int64_t>(all_total)};
 }
 
 }  // namespace ddpbench

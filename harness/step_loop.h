@@ -82,9 +82,11 @@ void SynchronizeDevices(const std::vector<torch::Device>& devices);
 struct EvalResult {
   double accuracy = -1;  // top-1 fraction over every rank's batches; -1: no data
   double loss = -1;      // mean cross-entropy per image; -1: no data
+  int64_t images = 0;    // images evaluated, over every rank
 };
 // Every rank's evaluation batches of `source` (at most max_batches each, 0:
-// all) in eval mode, summed over ranks. Collective.
+// all) in eval mode, summed over ranks. Collective, and ranks stay in step
+// whatever batches each has: one with fewer (or none) predicts placeholders.
 EvalResult Evaluate(Strategy& strategy, BatchSource* source, DistContext& dist, int64_t max_batches);
 
 }  // namespace ddpbench

@@ -519,7 +519,7 @@ namespace {
 
 // A convolution's output side and its multiply-accumulates, accumulated.
 struct MacCounter {
-  double macs = 0;
+  double macs = 0, weights = 0, outputs = 0;
   int64_t ConvSide(int64_t side, int64_t kernel, int64_t stride, int64_t pad) const {
     return (side + 2 * pad - kernel) / stride + 1;
   }
@@ -528,17 +528,21 @@ struct MacCounter {
                                    std::pair<int64_t, int64_t> hw) {
     const int64_t h = ConvSide(hw.first, kernel, stride, pad), w = ConvSide(hw.second, kernel, stride, pad);
     macs += static_cast<double>(in) * out * kernel * kernel * h * w;
+    weights += static_cast<double>(in) * out * kernel * kernel;
+    outputs += static_cast<double>(out) * h * w;
     return {h, w};
   }
 };
 
 }  // namespace
 
-double ResNetForwardMacs(const ResNetOptions& options, int64_t height, int64_t width) {
+namespace {
+
+// Walks the convolutions of the depth table; returns the head's input channels.
+int64_t CountConvolutions(const ResNetOptions& options, int64_t height, int64_t width, MacCounter& count) {
   ValidateResNetOptions(options);
   const DepthSpec& spec = *FindDepth(options.depth);
   const int64_t expansion = spec.bottleneck ? BottleneckImpl::kExpansion : BasicBlockImpl::kExpansion;
-  MacCounter count;
   std::pair<int64_t, int64_t> hw{height, width};
   if (options.small_input) {
     hw = count.Conv(options.in_channels, options.width, 3, 1, 1, hw);
@@ -564,7 +568,21 @@ double ResNetForwardMacs(const ResNetOptions& options, int64_t height, int64_t w
       channels = planes * expansion;
     }
   }
+  return channels;
+}
+
+}  // namespace
+
+double ResNetForwardMacs(const ResNetOptions& options, int64_t height, int64_t width) {
+  MacCounter count;
+  const int64_t channels = CountConvolutions(options, height, width, count);
   return count.macs + static_cast<double>(channels) * options.num_classes;
+}
+
+ResNetFootprint ResNetFootprintOf(const ResNetOptions& options, int64_t height, int64_t width) {
+  MacCounter count;
+  const int64_t channels = CountConvolutions(options, height, width, count);
+  return {count.weights + static_cast<double>(channels + 1) * options.num_classes, count.outputs};
 }
 
 }  // namespace ddpbench

@@ -85,4 +85,14 @@ int64_t CountParameters(const torch::nn::Module& module);
 // forward passes (backward: gradient of the input and of the weights).
 double ResNetForwardMacs(const ResNetOptions& options, int64_t height, int64_t width);
 
+// Lower bounds of a model's memory, from the same depth table without building
+// it (so that a run too large for its device is refused before it allocates):
+// convolution and head weights (norms left out) and the elements of every
+// convolution's output for one image (what backward must keep at least).
+struct ResNetFootprint {
+  double weights = 0;
+  double activations_per_image = 0;
+};
+ResNetFootprint ResNetFootprintOf(const ResNetOptions& options, int64_t height, int64_t width);
+
 }  // namespace ddpbench

@@ -92,6 +92,36 @@ TEST_F(ResNetModel, ParameterCountsMatchTorchvision) {
   }
 }
 
+// The preflight's lower bound (memory_fit.h): every weight but the norms',
+// counted from the depth table without building the model, and one conv output
+// per convolution, checked against the built model run on one image.
+TEST_F(ResNetModel, FootprintCountsEveryConvolutionAndTheHead) {
+  for (int depth : {18, 50}) {
+    ResNetOptions options;
+    options.depth = depth;
+    options.width = 8;
+    options.num_classes = 10;
+    options.small_input = depth == 18;
+    ResNet model(options);
+    int64_t norms = 0;
+    for (const auto& p : model->named_parameters())
+      if (p.value().dim() == 1 && p.key().find("fc") == std::string::npos) norms += p.value().numel();
+    const int64_t side = options.small_input ? 28 : 64;
+    const ResNetFootprint fp = ResNetFootprintOf(options, side, side);
+    EXPECT_EQ(static_cast<int64_t>(fp.weights), CountParameters(*model) - norms) << "resnet" << depth;
+    if (depth == 18) {
+      // By hand, 28 px, width w: stem w*28^2; layer1 4 convs of w*28^2;
+      // layer2 5 (with the shortcut) of 2w*14^2; layer3 5 of 4w*7^2;
+      // layer4 5 of 8w*4^2: w * (784 + 3136 + 1960 + 980 + 640) = 7500 w.
+      EXPECT_DOUBLE_EQ(fp.activations_per_image, 7500.0 * options.width);
+    }
+    ResNetOptions twice = options;
+    twice.width = 16;
+    // Conv outputs scale with the width; weights with its square.
+    EXPECT_DOUBLE_EQ(ResNetFootprintOf(twice, side, side).activations_per_image, 2 * fp.activations_per_image);
+  }
+}
+
 TEST_F(ResNetModel, OutputShapeImageNet224) {
   ResNetOptions options;  // resnet18, 1000 classes, full 224 px stem
   ResNet model(options);

@@ -20,26 +20,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 # 600 training and 200 test images, 28x28, whose class is a bright square's
 # position: a tiny ResNet learns it within a few epochs.
-"$PY" - "$TMP/data" <<'PYEOF'
-import gzip, os, random, struct, sys
-d = sys.argv[1]; os.makedirs(d)
-def write(prefix, n, seed):
-    rng = random.Random(seed)
-    labels = [rng.randrange(10) for _ in range(n)]
-    pixels = bytearray()
-    for y in labels:
-        img = [[rng.randrange(60) for _ in range(28)] for _ in range(28)]
-        r0, c0 = 2 + (y // 5) * 13, 2 + (y % 5) * 5
-        for r in range(r0, r0 + 10):
-            for c in range(c0, c0 + 4):
-                img[r][c] = 200 + rng.randrange(56)
-        pixels += bytes(v for row in img for v in row)
-    with gzip.open(f"{d}/{prefix}-images-idx3-ubyte.gz", "wb") as f:
-        f.write(struct.pack(">IIII", 2051, n, 28, 28) + bytes(pixels))
-    with gzip.open(f"{d}/{prefix}-labels-idx1-ubyte.gz", "wb") as f:
-        f.write(struct.pack(">II", 2049, n) + bytes(labels))
-write("train", 600, 1); write("t10k", 200, 2)
-PYEOF
+"$PY" "$SRC/tests/e2e/lib/make_idx.py" "$TMP/data" 600 200 1
 
 COMMON=(--device=cpu --dataset=mnist --data-dir="$TMP/data" --small-input --width=4 --batch-size=8
         --warmup=1 --progress=off --optimizer=adam --lr=0.003)
