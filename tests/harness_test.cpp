@@ -432,6 +432,32 @@ TEST(Runner, BaselineMatchesOnlyTheSameWorkload) {
   EXPECT_FALSE(FindBaselineThroughput({base, newer, other}, ddp, &t));
 }
 
+// The end-of-run block: one aligned line per figure the row has, the
+// strategy's own figures only where the row carries them.
+TEST(Runner, SummaryBlockShowsWhatTheRowHas) {
+  Row pmp{{"strategy", "pmp"}, {"gpus", "2"}, {"device", "cpu"}, {"device_name", "AMD EPYC"},
+          {"threads_per_device", "1"}, {"throughput_img_s", "61.68"}, {"step_ms_p50", "520.950"},
+          {"step_ms_p90", "560.100"}, {"mem_per_device_mb", "40.6/21.4"}, {"bubble_measured", "0.3924"},
+          {"bubble_theory", "0.1111"}, {"split", "5,5"}, {"schedule", "1f1b"}, {"chunks", "8"}};
+  const std::string block = SummaryBlock(pmp);
+  EXPECT_NE(block.find("  throughput      61.68 img/s\n"), std::string::npos) << block;
+  EXPECT_NE(block.find("  step            p50 520.950 ms, p90 560.100 ms\n"), std::string::npos) << block;
+  EXPECT_NE(block.find("  memory/device   40.6/21.4 MB\n"), std::string::npos) << block;
+  EXPECT_NE(block.find("  bubble          measured 0.3924\n    theory        0.1111\n"), std::string::npos)
+      << block;
+  EXPECT_NE(block.find("  schedule        1f1b, 8 micro-batches\n"), std::string::npos) << block;
+  EXPECT_EQ(block.find("parity"), std::string::npos) << block;         // no --verify: no line
+  EXPECT_EQ(block.find("communication"), std::string::npos) << block;  // not ddp
+  Row ddp{{"strategy", "ddp"}, {"parity_max_abs_diff", "3.747e-16"}, {"parity_ok", "true"},
+          {"parity_model", "resnet18 dtype=float64"}, {"communication_ms", "12.5"},
+          {"allreduce_hidden_frac", "0.375"}, {"accuracy", "0.8258"}, {"test_loss", "0.4315"}};
+  const std::string d = SummaryBlock(ddp);
+  EXPECT_NE(d.find("  parity          3.747e-16 (ok: true; resnet18 dtype=float64)\n"), std::string::npos) << d;
+  EXPECT_NE(d.find("    hidden        0.375 of it behind backward\n"), std::string::npos) << d;
+  EXPECT_NE(d.find("  accuracy        0.8258 (test loss 0.4315)\n"), std::string::npos) << d;
+  EXPECT_EQ(d.find("bubble"), std::string::npos) << d;
+}
+
 TEST(Memory, CpuAllocationsAreChargedToTheThreadsDevice) {
   InstallCpuMemoryTracker();
   int64_t before0 = CpuAllocatedBytes(7), before1 = CpuAllocatedBytes(8);
