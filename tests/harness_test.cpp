@@ -14,10 +14,12 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <sstream>
 #include <cctype>
 #include <thread>
 
 #include "harness/context.h"
+#include "harness/help.h"
 #include "harness/config.h"
 #include "harness/memory.h"
 #include "harness/results.h"
@@ -198,6 +200,33 @@ TEST(Config, DurationsAndAnswerFlags) {
   EXPECT_NE(ParseError({"--dataset=mnist", "--epochs=1", "--repeat=2"}).find("--repeat=2"), std::string::npos);
   EXPECT_NE(ParseError({"--dataset=mnist", "--target-accuracy=0.9", "--val-fraction=0"}).find("validation set"),
             std::string::npos);
+}
+
+// --help: every flag under its topic, topics in order, one line per flag.
+TEST(Config, HelpGroupsEveryFlagByTopicOneLineEach) {
+  ::testing::internal::CaptureStdout();
+  Parse({"--help"});
+  const std::string help = ::testing::internal::GetCapturedStdout();
+  size_t last = 0;
+  for (const char* topic : {"\nRun:", "\nModel and data:", "\nStrategy-specific:", "\nOutputs:",
+                            "\nTraining to an answer:", "\nGPU:"}) {
+    const size_t at = help.find(topic);
+    ASSERT_NE(at, std::string::npos) << topic << "\n" << help;
+    EXPECT_GT(at, last) << topic;
+    last = at;
+  }
+  EXPECT_EQ(help.find("\nOther:"), std::string::npos) << "a flag without a topic in harness/help.cpp:\n" << help;
+  std::istringstream lines(help);
+  int flags = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("  ", 0) != 0) continue;  // a heading or the description
+    EXPECT_LE(line.size(), 120u) << line;
+    EXPECT_NE(line.rfind("                                      ", 0), 0u) << "wrapped: " << line;
+    flags += line.rfind("  --", 0) == 0;
+  }
+  EXPECT_GE(flags, 60);
+  EXPECT_EQ(HelpGroup("--rebalance"), "Strategy-specific");
+  EXPECT_EQ(HelpGroup("--no-such-flag"), "");
 }
 
 TEST(Config, ShellQuote) {
