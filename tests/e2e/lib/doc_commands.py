@@ -6,7 +6,7 @@ from the program (ctest's e2e.docs). The rule, documented in docs/testing.md:
   - each block runs with bash -e in a scratch directory holding links to the
     checkout's scripts/, plots/, tests/ and .venv, so relative output paths
     (results/..., r.csv) land in the scratch directory;
-  - a leading ``scripts/setup.sh &&`` is dropped (the binary under test is the
+  - a leading ``scripts/setup.sh [TARGET...] &&`` is dropped (the binary under test is the
     set-up's build), and ``ctest`` only lists the tests (-N): it would run this
     test again;
   - every ``build/ddpbench`` runs at small size on CPU: SMALL below replaces
@@ -77,7 +77,7 @@ def exec_tool(tool, real, args):
 
 
 def prepare(text):
-    return "\n".join(re.sub(r"^scripts/setup\.sh && ", "", line) for line in text.split("\n"))
+    return "\n".join(re.sub(r"^scripts/setup\.sh( [\w-]+)* && ", "", line) for line in text.split("\n"))
 
 
 def run_all(binary, src, build_dir):
