@@ -12,6 +12,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "harness/help.h"
 #include "strategies/registry.h"
 #include "strategies/schedules.h"
 
@@ -458,6 +459,7 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
                  "pmp: warmup (re-split the model once from the chunks' times measured in the warm-up steps; needs "
                  "--balance=time, no --split, --warmup>=2)|off (the set-up split throughout)|auto (default: warmup "
                  "where each device holds one chunk and those needs are met, else off)");
+  GroupHelp(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -247,4 +247,94 @@ std::string SummaryLine(const RunResult& r, const Row& row) {
                      r.parity ? ", parity " + row.at("parity_max_abs_diff") : "");
 }
 
+namespace {
+
+// One line of the summary block: a label and text with {column} holes filled
+// from the row; shown only when the row has `needs` (every column named).
+struct SummaryItem {
+  const char* label;
+  std::vector<const char*> needs;
+  const char* text;
+};
+
+std::string Cell(const Row& row, const std::string& k) {
+  auto it = row.find(k);
+  return it == row.end() ? std::string() : it->second;
+}
+
+std::string Fill(const Row& row, const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const size_t end = text[i] == '{' ? text.find('}', i) : std::string::npos;
+    if (end == std::string::npos) {
+      out += text[i];
+      continue;
+    }
+    out += Cell(row, text.substr(i + 1, end - i - 1));
+    i = end;
+  }
+  return out;
+}
+
+bool Has(const Row& row, const std::vector<const char*>& columns) {
+  for (const char* c : columns)
+    if (Cell(row, c).empty()) return false;
+  return true;
+}
+
+// Every line a row can fill, in the order a reader asks: what ran, how fast,
+// how much memory, how good, and the strategy's own figures.
+const std::vector<SummaryItem>& SummaryItems() {
+  static const std::vector<SummaryItem> items = {
+      {"strategy", {"strategy"}, "{strategy}"},
+      {"devices", {"threads_per_device"}, "{gpus} x {device} ({device_name}), {threads_per_device} thread(s) each"},
+      {"devices", {"mem_reserved_per_device_mb"}, "{gpus} x {device} ({device_name})"},
+      {"ranks", {"launcher"}, "{world_size} (launcher: {launcher})"},
+      {"workload", {"model"}, "{model} width {width}, {dataset} {image_size} px, batch {per_device_batch}/device, "
+                              "{steps} timed steps after {warmup}"},
+      {"throughput", {"throughput_img_s"}, "{throughput_img_s} img/s"},
+      {"  spread", {"throughput_mad_img_s"},
+       "min {throughput_min_img_s}, max {throughput_max_img_s}, MAD {throughput_mad_img_s} over {repeats} repeats"},
+      {"  per rank", {"throughput_per_rank_img_s"}, "{throughput_per_rank_img_s} img/s"},
+      {"step", {"step_ms_p50"}, "p50 {step_ms_p50} ms, p90 {step_ms_p90} ms"},
+      {"memory/device", {"mem_per_device_mb"}, "{mem_per_device_mb} MB"},
+      {"  reserved", {"mem_reserved_per_device_mb"}, "{mem_reserved_per_device_mb} MB"},
+      {"peak RSS", {"peak_rss_mb"}, "{peak_rss_mb} MB"},
+      {"accuracy", {"accuracy", "test_loss"}, "{accuracy} (test loss {test_loss})"},
+      {"final loss", {"final_loss"}, "{final_loss}"},
+      {"scaling eff.", {"scaling_efficiency"}, "{scaling_efficiency} (single: {baseline_throughput_img_s} img/s)"},
+      {"parity", {"parity_max_abs_diff"}, "{parity_max_abs_diff} (ok: {parity_ok}; {parity_model})"},
+      {"split", {"split"}, "{split}"},
+      {"  units", {"units"}, "{units}"},
+      {"  at set-up", {"split_setup"}, "{split_setup}"},
+      {"schedule", {"schedule"}, "{schedule}, {chunks} micro-batches"},
+      {"  chunks/device", {"virtual_stages"}, "{virtual_stages}"},
+      {"bubble", {"bubble_measured"}, "measured {bubble_measured}"},
+      {"  theory", {"bubble_theory"}, "{bubble_theory}"},
+      {"  simulated", {"bubble_simulated"}, "{bubble_simulated}"},
+      {"stage busy", {"stage_busy_ms"}, "{stage_busy_ms} ms/step"},
+      {"  step ratio", {"stage_busy_step_ratio"}, "{stage_busy_step_ratio} (median/max)"},
+      {"communication", {"communication_ms"}, "{communication_ms} ms/step"},
+      {"  hidden", {"allreduce_hidden_frac"}, "{allreduce_hidden_frac} of it behind backward"},
+      {"model state", {"zero_expected_mb"}, "param {param_mb} + grad {grad_mb} + optimizer {optimizer_state_mb} MB; "
+                                            "expected {zero_expected_mb} MB"},
+      {"stopped by", {"stop_reason"}, "{stop_reason} after {steps_done} steps"},
+      {"validation", {"val_accuracy"}, "accuracy {val_accuracy}"},
+      {"target", {"time_to_target_s"}, "reached in {time_to_target_s} s"},
+  };
+  return items;
+}
+
+}  // namespace
+
+std::string SummaryBlock(const Row& row) {
+  std::string out;
+  for (const auto& item : SummaryItems()) {
+    if (!Has(row, item.needs)) continue;
+    const std::string text = Fill(row, item.text);
+    out += fmt::format("  {:<15} {}\n", item.label, text);
+  }
+  return out;
+}
+
 }  // namespace ddpbench

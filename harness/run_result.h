@@ -115,5 +115,8 @@ double MedianAbsoluteDeviation(const std::vector<double>& values);
 
 // The one console line a run ends with.
 std::string SummaryLine(const RunResult& result, const Row& row);
+// The aligned block a person reads at the end of a run (label, value; one line
+// per figure the row has), built from the row's own cells.
+std::string SummaryBlock(const Row& row);
 
 }  // namespace ddpbench

@@ -245,7 +245,8 @@ LoopPlan PlanSteps(const RunConfig& config, const PreparedRun& run, BatchSource&
   plan.warmup = std::min(config.warmup, std::max<int64_t>(remaining - 1, 0));
   plan.timed = remaining - plan.warmup;
   plan.process_batch = run.process_batch;
-  plan.progress = dist.is_root() && (config.progress == "on" || (config.progress == "auto" && isatty(STDERR_FILENO)));
+  plan.progress_live = isatty(STDERR_FILENO);
+  plan.progress = dist.is_root() && (config.progress == "on" || (config.progress == "auto" && plan.progress_live));
   plan.check_every = config.device == "cuda" ? 25 : 1;
   plan.reset_peak_at_timed = !config.cuda_graphs;
   return plan;
@@ -402,6 +403,7 @@ int Report(const RunResult& result) {
       LogWarn("--baseline={}: no matching single-device row; scaling_efficiency left empty", config.baseline);
   }
   LogInfo("{}", SummaryLine(result, row));
+  fmt::print(stderr, "{}", SummaryBlock(row));
   if (!config.out.empty()) AppendRowOrSave(config.out, row);
   if (result.parity && result.parity->max_abs_diff > config.verify_tolerance) {
     LogError("--verify: parameters differ from the single-device run by {:.3e} > --verify-tolerance={}",

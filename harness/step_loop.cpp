@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -65,13 +66,21 @@ class StepClock {
   std::vector<double> host_ms_;
 };
 
+// --progress: on a terminal one line rewritten in place (step, img/s, ETA);
+// elsewhere (a log file) one line every tenth of the phase's steps.
 struct Progress {
   bool on;
-  void Update(int64_t step, int64_t total, bool warmup, double img_s, double loss) const {
+  bool live;
+  void Update(int64_t step, int64_t total, bool warmup, double img_s, double loss, double eta_s) const {
     if (!on) return;
-    fmt::print(stderr, "\r{} {:>5}/{:<5} {:>9.1f} img/s  loss {:.4f}   ", warmup ? "warm-up" : "step   ",
-               step, total, img_s, loss);
-    if (step == total) fmt::print(stderr, "\n");
+    const std::string line = fmt::format("{} {:>5}/{:<5} {:>9.1f} img/s  loss {:.4f}  ETA {:>4.0f} s",
+                                         warmup ? "warm-up" : "step   ", step, total, img_s, loss, eta_s);
+    if (live) {
+      fmt::print(stderr, "\r{}   ", line);
+      if (step == total) fmt::print(stderr, "\n");
+    } else if (step == total || step % std::max<int64_t>(1, total / 10) == 0) {
+      fmt::print(stderr, "{}\n", line);
+    }
   }
 };
 
@@ -118,7 +127,7 @@ LoopTimes RunSteps(Strategy& strategy, BatchSource& train, PhaseTimer& timer, Di
   LoopTimes out;
   StepClock clock(devices);
   LossLog losses;
-  const Progress progress{plan.progress};
+  const Progress progress{plan.progress, plan.progress_live};
   const int64_t total = plan.warmup + plan.timed;
   Clock::time_point timed_start = Clock::now(), since_check = Clock::now();
   int64_t steps_since_check = 0;
@@ -152,8 +161,9 @@ LoopTimes RunSteps(Strategy& strategy, BatchSource& train, PhaseTimer& timer, Di
     const bool last_of_phase = s + 1 == plan.warmup || s + 1 == total;
     if (last_of_phase || (s + 1) % plan.check_every == 0) {
       const double loss = losses.Read();
+      const double step_ms = MsSince(since_check) / static_cast<double>(steps_since_check);
       progress.Update(warm ? s + 1 : s + 1 - plan.warmup, warm ? plan.warmup : plan.timed, warm,
-                      steps_since_check * plan.process_batch * 1000.0 / MsSince(since_check), loss);
+                      plan.process_batch * 1000.0 / step_ms, loss, step_ms * static_cast<double>(total - s - 1) / 1000.0);
       since_check = Clock::now();
       steps_since_check = 0;
     }

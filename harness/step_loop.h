@@ -28,7 +28,8 @@ struct LoopPlan {
   int64_t warmup = 0;
   int64_t timed = 1;       // at most; after_step may stop the loop earlier
   int64_t process_batch = 1;  // images per step in this process (progress only)
-  bool progress = false;      // a live line on stderr
+  bool progress = false;      // progress lines on stderr
+  bool progress_live = false;  // stderr is a terminal: one line rewritten in place
   // Losses are read (and checked for divergence) every this many steps; 1 on
   // CPU, where reading costs nothing.
   int64_t check_every = 1;

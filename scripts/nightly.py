@@ -36,10 +36,12 @@ import subprocess
 import sys
 import tomllib
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import entries  # noqa: E402
+
 ENTRY_KEYS = {"name", "strategy", "gpus", "nodes", "flags", "timeout_s"}
 MULTI_PROCESS = {"ddp", "zero1"}  # the strategies whose ranks can sit on several nodes
 LABEL = re.compile(r"^[A-Za-z0-9_.:+-]{1,64}$")
-FAILURE_COLUMNS = ["run_id", "entry", "strategy", "gpus", "nodes", "exit_code", "reason", "command"]
 
 
 class MatrixError(Exception):
@@ -104,9 +106,8 @@ def load_matrix(path):
 def command(binary, defaults, entry, out, run_id):
     """The argv of one entry: direct, or srun across nodes."""
     gpus, nodes = entry.get("gpus", 1), entry.get("nodes", 1)
-    args = [f"--strategy={entry['strategy']}", *as_flags(defaults), *defaults.get("flags", []),
-            *as_flags(entry), *entry.get("flags", []), f"--out={out}", f"--run-id={run_id}",
-            f"--entry={entry['name']}", "--progress=off"]
+    flags = [*as_flags(defaults), *defaults.get("flags", []), *as_flags(entry), *entry.get("flags", [])]
+    args = entries.ddpbench_args(entry["strategy"], flags, out, run_id, entry["name"])
     if nodes == 1:
         return [binary, f"--gpus={gpus}", *args]
     return ["srun", f"--nodes={nodes}", f"--ntasks={nodes * gpus}", f"--ntasks-per-node={gpus}",
@@ -126,12 +127,6 @@ def cannot_run(entry):
     return ""
 
 
-def last_line(path):
-    with open(path, errors="replace") as f:
-        lines = [line.strip() for line in f if line.strip()]
-    return lines[-1] if lines else "(no output)"
-
-
 def run_entry(argv, entry, log_path):
     """-> (exit code, reason); the entry's output goes to log_path."""
     reason = cannot_run(entry)
@@ -139,28 +134,7 @@ def run_entry(argv, entry, log_path):
         with open(log_path, "w") as log:
             log.write(reason + "\n")
         return None, reason
-    with open(log_path, "w") as log:
-        log.write("$ " + shlex.join(argv) + "\n")
-        log.flush()
-        try:
-            rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT,
-                                timeout=entry.get("timeout_s", 7200)).returncode
-        except subprocess.TimeoutExpired:
-            return None, f"timed out after {entry.get('timeout_s', 7200)} s"
-        except OSError as e:
-            return None, f"cannot start {argv[0]}: {e.strerror}"
-    return rc, "" if rc == 0 else last_line(log_path)
-
-
-def record_failure(path, run_id, entry, rc, reason, argv):
-    new = not os.path.exists(path)
-    with open(path, "a", newline="") as f:
-        w = csv.DictWriter(f, FAILURE_COLUMNS)
-        if new:
-            w.writeheader()
-        w.writerow({"run_id": run_id, "entry": entry["name"], "strategy": entry["strategy"],
-                    "gpus": entry.get("gpus", 1), "nodes": entry.get("nodes", 1),
-                    "exit_code": "" if rc is None else rc, "reason": reason, "command": shlex.join(argv)})
+    return entries.run_logged(argv, log_path, entry.get("timeout_s", 7200))
 
 
 def default_run_id(out_dir):
@@ -222,7 +196,7 @@ def run_matrix(args):
         if rc != 0:
             failed += 1
             print(f"!! {entry['name']} failed (exit {rc}): {reason}", flush=True)
-            record_failure(night + ".failures.csv", args.run_id, entry, rc, reason, argv)
+            entries.record_failure(night + ".failures.csv", args.run_id, entry, rc, reason, argv)
     return night, failed
 
 

@@ -20,6 +20,7 @@ import argparse
 import csv
 import math
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -67,8 +68,44 @@ STRATEGY_COLUMNS = [
 ]
 
 
-def strategy_table(rows):
-    return [t for t, _ in STRATEGY_COLUMNS], [[f(r) for _, f in STRATEGY_COLUMNS] for r in rows]
+def strategy_table(rows, columns=STRATEGY_COLUMNS):
+    return [t for t, _ in columns], [[f(r) for _, f in columns] for r in rows]
+
+
+def rounds_summary(rows):
+    """One row per entry measured in several rounds (scripts/compare.py): the
+    row of its median round, with throughput_img_s and step_ms_p50 the medians
+    over the rounds, throughput_spread their min-max and rounds their count."""
+    out = []
+    for group in group_rows(rows, ("entry", "strategy", "gpus")):
+        tputs = sorted(R.num(r, "throughput_img_s") for r in group if R.num(r, "throughput_img_s"))
+        steps = [R.num(r, "step_ms_p50") for r in group if R.num(r, "step_ms_p50")]
+        if not tputs:
+            continue
+        mid = statistics.median(tputs)
+        row = dict(min(group, key=lambda r: abs((R.num(r, "throughput_img_s") or 0) - mid)))
+        row["throughput_img_s"] = f"{mid:.2f}"
+        row["step_ms_p50"] = f"{statistics.median(steps):.1f}" if steps else ""
+        row["throughput_spread"] = f"{tputs[0]:.2f}-{tputs[-1]:.2f} (+-{50 * (tputs[-1] - tputs[0]) / mid:.0f}%)"
+        row["rounds"] = str(len(tputs))
+        out.append(row)
+    return out
+
+
+def _with_rounds(columns):
+    out = []
+    for title, f in columns:
+        if title == "img/s":
+            out += [("img/s median", f), ("spread min-max", lambda r: r.get("throughput_spread", "")),
+                    ("rounds", lambda r: r.get("rounds", ""))]
+        elif title == "step p50 ms":
+            out.append(("step p50 ms median", f))
+        else:
+            out.append((title, f))
+    return out
+
+
+ROUNDS_COLUMNS = _with_rounds(STRATEGY_COLUMNS)
 
 
 # A scaling table's rows agree on the workload and the strategy's options; its
@@ -221,11 +258,12 @@ def environment(rows):
     return " ".join(parts)
 
 
-def markdown(rows, failures, images=(), gate_lines=()):
+def markdown(rows, failures, images=(), gate_lines=(), tables=None):
+    """The report as markdown; images are named by file name (they sit beside it)."""
     text = [f"Environment: {environment(rows)}", ""]
     if gate_lines:
         text += ["### Regression gate", "", "```", *gate_lines, "```", ""]
-    for title, header, body in sections(rows, failures):
+    for title, header, body in sections(rows, failures) if tables is None else tables:
         text += [f"### {title}", "", markdown_table(header, body), ""]
     text += [f"![{os.path.basename(p)}]({os.path.basename(p)})" for p in images]
     return "\n".join(text).rstrip() + "\n"
@@ -243,23 +281,30 @@ def run_gate(args, rows, failures):
     return 1 if regressions else 0
 
 
-def write_outputs(args, rows, failures):
+def write_reports(rows, failures, title, tables, markdown_path=None, html_path=None, figures=None,
+                  history_dir=None, gate_lines=()):
+    """The markdown file, figures (<figures>_*.png) and self-contained HTML page
+    of a set of rows; `tables` is sections()'s list. The nightly job and
+    scripts/compare.py both write theirs through here."""
     images = []
-    if args.figures:
+    if figures:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots"))
         import plot_results
-        history = R.load_history(args.history, rows) if args.history else []
-        images = plot_results.night_figures(rows, history, args.figures)
-    gate_lines = open(args.gate_log).read().splitlines() if args.gate_log else []
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(markdown(rows, failures, [os.path.relpath(p, os.path.dirname(os.path.abspath(args.markdown)))
-                                              for p in images], gate_lines))
-    if args.html:
+        history = R.load_history(history_dir, rows) if history_dir else []
+        images = plot_results.night_figures(rows, history, figures)
+    if markdown_path:
+        with open(markdown_path, "w") as f:
+            f.write(markdown(rows, failures, images, gate_lines, tables))
+    if html_path:
         import report_html
-        with open(args.html, "w") as f:
-            f.write(report_html.page(f"ddpbench night {rows[0].get('run_id') or ''}", environment(rows),
-                                     sections(rows, failures), images, gate_lines))
+        with open(html_path, "w") as f:
+            f.write(report_html.page(title, environment(rows), tables, images, gate_lines))
+
+
+def write_outputs(args, rows, failures):
+    gate_lines = open(args.gate_log).read().splitlines() if args.gate_log else []
+    write_reports(rows, failures, f"ddpbench night {rows[0].get('run_id') or ''}", sections(rows, failures),
+                  args.markdown, args.html, args.figures, args.history, gate_lines)
 
 
 def parse_args():

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what ddpbench needs on a fresh Debian 12 machine, then configures and
 # builds into build/. Idempotent: every step is skipped when already done.
-#   scripts/setup.sh            install + build (Release-with-debug-info)
+#   scripts/setup.sh            install + build everything (Release-with-debug-info)
+#   scripts/setup.sh ddpbench   install + build only these targets (the README's
+#                               first command: the binary, not the tests)
 #   DDPBENCH_SKIP_BUILD=1 ...   install only
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -47,4 +49,6 @@ if [[ ! -f build/build.ninja ]]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
     -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DPython3_EXECUTABLE="$ROOT/.venv/bin/python"
 fi
-cmake --build build -j"$(nproc)"
+# Targets given as arguments build alone (ninja builds what they need);
+# without any, everything (.ci/run, the README's test command).
+cmake --build build -j"$(nproc)" ${1:+--target "$@"}

@@ -14,10 +14,12 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <sstream>
 #include <cctype>
 #include <thread>
 
 #include "harness/context.h"
+#include "harness/help.h"
 #include "harness/config.h"
 #include "harness/memory.h"
 #include "harness/results.h"
@@ -198,6 +200,33 @@ TEST(Config, DurationsAndAnswerFlags) {
   EXPECT_NE(ParseError({"--dataset=mnist", "--epochs=1", "--repeat=2"}).find("--repeat=2"), std::string::npos);
   EXPECT_NE(ParseError({"--dataset=mnist", "--target-accuracy=0.9", "--val-fraction=0"}).find("validation set"),
             std::string::npos);
+}
+
+// --help: every flag under its topic, topics in order, one line per flag.
+TEST(Config, HelpGroupsEveryFlagByTopicOneLineEach) {
+  ::testing::internal::CaptureStdout();
+  Parse({"--help"});
+  const std::string help = ::testing::internal::GetCapturedStdout();
+  size_t last = 0;
+  for (const char* topic : {"\nRun:", "\nModel and data:", "\nStrategy-specific:", "\nOutputs:",
+                            "\nTraining to an answer:", "\nGPU:"}) {
+    const size_t at = help.find(topic);
+    ASSERT_NE(at, std::string::npos) << topic << "\n" << help;
+    EXPECT_GT(at, last) << topic;
+    last = at;
+  }
+  EXPECT_EQ(help.find("\nOther:"), std::string::npos) << "a flag without a topic in harness/help.cpp:\n" << help;
+  std::istringstream lines(help);
+  int flags = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("  ", 0) != 0) continue;  // a heading or the description
+    EXPECT_LE(line.size(), 120u) << line;
+    EXPECT_NE(line.rfind("                                      ", 0), 0u) << "wrapped: " << line;
+    flags += line.rfind("  --", 0) == 0;
+  }
+  EXPECT_GE(flags, 60);
+  EXPECT_EQ(HelpGroup("--rebalance"), "Strategy-specific");
+  EXPECT_EQ(HelpGroup("--no-such-flag"), "");
 }
 
 TEST(Config, ShellQuote) {
@@ -430,6 +459,32 @@ TEST(Runner, BaselineMatchesOnlyTheSameWorkload) {
   EXPECT_DOUBLE_EQ(t, 120);  // the newest matching row
   ddp["threads_per_device"] = "2";
   EXPECT_FALSE(FindBaselineThroughput({base, newer, other}, ddp, &t));
+}
+
+// The end-of-run block: one aligned line per figure the row has, the
+// strategy's own figures only where the row carries them.
+TEST(Runner, SummaryBlockShowsWhatTheRowHas) {
+  Row pmp{{"strategy", "pmp"}, {"gpus", "2"}, {"device", "cpu"}, {"device_name", "AMD EPYC"},
+          {"threads_per_device", "1"}, {"throughput_img_s", "61.68"}, {"step_ms_p50", "520.950"},
+          {"step_ms_p90", "560.100"}, {"mem_per_device_mb", "40.6/21.4"}, {"bubble_measured", "0.3924"},
+          {"bubble_theory", "0.1111"}, {"split", "5,5"}, {"schedule", "1f1b"}, {"chunks", "8"}};
+  const std::string block = SummaryBlock(pmp);
+  EXPECT_NE(block.find("  throughput      61.68 img/s\n"), std::string::npos) << block;
+  EXPECT_NE(block.find("  step            p50 520.950 ms, p90 560.100 ms\n"), std::string::npos) << block;
+  EXPECT_NE(block.find("  memory/device   40.6/21.4 MB\n"), std::string::npos) << block;
+  EXPECT_NE(block.find("  bubble          measured 0.3924\n    theory        0.1111\n"), std::string::npos)
+      << block;
+  EXPECT_NE(block.find("  schedule        1f1b, 8 micro-batches\n"), std::string::npos) << block;
+  EXPECT_EQ(block.find("parity"), std::string::npos) << block;         // no --verify: no line
+  EXPECT_EQ(block.find("communication"), std::string::npos) << block;  // not ddp
+  Row ddp{{"strategy", "ddp"}, {"parity_max_abs_diff", "3.747e-16"}, {"parity_ok", "true"},
+          {"parity_model", "resnet18 dtype=float64"}, {"communication_ms", "12.5"},
+          {"allreduce_hidden_frac", "0.375"}, {"accuracy", "0.8258"}, {"test_loss", "0.4315"}};
+  const std::string d = SummaryBlock(ddp);
+  EXPECT_NE(d.find("  parity          3.747e-16 (ok: true; resnet18 dtype=float64)\n"), std::string::npos) << d;
+  EXPECT_NE(d.find("    hidden        0.375 of it behind backward\n"), std::string::npos) << d;
+  EXPECT_NE(d.find("  accuracy        0.8258 (test loss 0.4315)\n"), std::string::npos) << d;
+  EXPECT_EQ(d.find("bubble"), std::string::npos) << d;
 }
 
 TEST(Memory, CpuAllocationsAreChargedToTheThreadsDevice) {
