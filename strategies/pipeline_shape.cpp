@@ -188,7 +188,7 @@ std::vector<int> FastestSplit(const PipelineTable& table, const UnitTimes& measu
     for (int k = c + 1 == C ? most : 1; k <= most; ++k) {
       double chunk_ms = 0;
       for (int u = first; u < first + k; ++u) chunk_ms += unit_ms[u];
-      double& device = device_ms[c % S];
+      double& device = device_ms[table.DeviceOf(c)];
       device += chunk_ms;
       counts[c] = k;
       if (table.micro_batches * device < best_ms) place(c + 1, first + k);

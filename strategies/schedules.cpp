@@ -24,12 +24,25 @@ PipelineTable EmptyTable(int devices, int virtual_stages, int micro_batches) {
   t.virtual_stages = virtual_stages;
   t.micro_batches = micro_batches;
   t.actions.resize(devices);
+  t.chunk_device = RoundRobinPlacement(devices, virtual_stages);
   return t;
 }
 
 PipelineAction Forward(int m, int chunk) { return {PipelineOp::kForward, m, chunk}; }
 
 }  // namespace
+
+std::vector<int> RoundRobinPlacement(int devices, int virtual_stages) {
+  std::vector<int> map(devices * virtual_stages);
+  for (size_t c = 0; c < map.size(); ++c) map[c] = static_cast<int>(c) % devices;
+  return map;
+}
+
+std::vector<int> VPlacement(int devices) {
+  std::vector<int> map(2 * devices);
+  for (int d = 0; d < devices; ++d) map[d] = map[2 * devices - 1 - d] = d;
+  return map;
+}
 
 PipelineSchedule ParsePipelineSchedule(const std::string& name) {
   // Every schedule, in enum order: the names come from PipelineScheduleName only.

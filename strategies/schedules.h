@@ -5,8 +5,10 @@
 // and the pipeline engine (pipeline.cpp) runs any of them, as Megatron's
 // schedule tables and torch.distributed.pipelining's runtime do.
 //
-// Model chunk c of C = devices x V lives on device c % devices (round-robin,
-// Megatron's interleaved placement); V = 1 is one contiguous stage a device.
+// Where each model chunk lives is data of the table (chunk_device): chunk c
+// of C = devices x V on device c % devices (round-robin, Megatron's
+// interleaved placement) unless a schedule sets another map, such as the V
+// placement of ZB-V and DualPipeV; V = 1 is one contiguous stage a device.
 // Pure logic; exposed for tests.
 #pragma once
 
@@ -34,9 +36,16 @@ struct PipelineAction {
 struct PipelineTable {
   int devices = 1, virtual_stages = 1, micro_batches = 1;
   std::vector<std::vector<PipelineAction>> actions;  // per device, in order
+  std::vector<int> chunk_device;                     // per chunk: the device it lives on
   int chunks() const { return devices * virtual_stages; }
-  int DeviceOf(int chunk) const { return chunk % devices; }
+  int DeviceOf(int chunk) const { return chunk_device.at(chunk); }
 };
+
+// Chunk -> device maps for PipelineTable::chunk_device. Round-robin: chunk c
+// on device c % devices. V (two chunks a device): chunks 0..S-1 down the
+// devices, chunks S..2S-1 back up, so device 0 holds the first and the last.
+std::vector<int> RoundRobinPlacement(int devices, int virtual_stages);
+std::vector<int> VPlacement(int devices);
 
 // Values are kept in snapshots (meta.shape): new ones go at the end.
 enum class PipelineSchedule { kGPipe, k1F1B, kInterleaved, kZeroBubble, kInterleavedZeroBubble };

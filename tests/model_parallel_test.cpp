@@ -432,6 +432,34 @@ TEST(Schedule, TheSimulatorFindsADeadlock) {
   EXPECT_TRUE(SimulatePipeline(t, UniformChunkTimes(2)).deadlock);
 }
 
+// Placement is data of the table: round-robin by default, V on request
+// (chunk 0 and the last chunk on device 0), and the checks and the simulator
+// follow the map rather than c % devices.
+TEST(Schedule, PlacementIsTheTablesChunkToDeviceMap) {
+  EXPECT_EQ(InterleavedTable(2, 2, 4).chunk_device, (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_EQ(VPlacement(3), (std::vector<int>{0, 1, 2, 2, 1, 0}));
+  const int S = 2, M = 2;
+  PipelineTable t = GPipeTable(S, M);  // rebuilt below as GPipe through a V of 2S chunks
+  t.virtual_stages = 2;
+  t.chunk_device = VPlacement(S);
+  for (int d = 0; d < S; ++d) {
+    const int down = d, up = 2 * S - 1 - d;
+    auto& a = t.actions[d];
+    a.clear();
+    for (int c : {down, up})
+      for (int m = 0; m < M; ++m) a.push_back({PipelineOp::kForward, m, c});
+    for (int c : {up, down})
+      for (int m = M - 1; m >= 0; --m) a.push_back({PipelineOp::kBackward, m, c});
+  }
+  ExpectCompleteAndOrdered(t, false);
+  const PipelineSimulation sim = SimulatePipeline(t, UniformChunkTimes(2 * S));
+  ASSERT_FALSE(sim.deadlock);
+  for (int d = 0; d < S; ++d) {
+    EXPECT_DOUBLE_EQ(sim.busy[d], 2.0 * M * 3);  // two chunks: F 1 + backward 2 each
+    EXPECT_EQ(sim.peak_in_flight[d], 2 * M);     // both chunks' activations held
+  }
+}
+
 TEST(Schedule, TheoreticalBubble) {
   EXPECT_DOUBLE_EQ(TheoreticalBubble(2, 1, 4), 0.2);
   EXPECT_DOUBLE_EQ(TheoreticalBubble(4, 1, 8), 3.0 / 11);
