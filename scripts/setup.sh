@@ -37,9 +37,9 @@ fi
 if ! .venv/bin/python -c "import torch,sys; sys.exit(0 if torch.__version__.split('+')[0]=='$TORCH_VERSION' else 1)" 2>/dev/null; then
   echo "setup: installing torch==$TORCH_VERSION into .venv (large download)"
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q "torch==$TORCH_VERSION" numpy matplotlib
+  .venv/bin/pip install -q "torch==$TORCH_VERSION" numpy matplotlib pillow
 fi
-.venv/bin/python -c "import numpy, matplotlib" 2>/dev/null || .venv/bin/pip install -q numpy matplotlib
+.venv/bin/python -c "import numpy, matplotlib, PIL" 2>/dev/null || .venv/bin/pip install -q numpy matplotlib pillow
 
 [[ "${DDPBENCH_SKIP_BUILD:-0}" == 1 ]] && exit 0
 
