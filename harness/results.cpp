@@ -1,3 +1,4 @@
+#include "harness/crash_point.h"
 #include "harness/results.h"
 
 #include <csv.h>
@@ -257,10 +258,15 @@ void ReplaceFile(const std::string& path, const std::string& data, unsigned mode
   FdGuard guard{tfd};
   try {
     ::fchmod(tfd, mode);
-    WriteAll(tfd, data, tmp);
+    const size_t half = data.size() / 2;  // two writes, so a crash point can fall between them
+    WriteAll(tfd, data.substr(0, half), tmp);
+    CrashPoint("replace: half written");
+    WriteAll(tfd, data.substr(half), tmp);
     Sync(tfd, tmp);
+    CrashPoint("replace: written, before the rename");
     if (::rename(tmp.c_str(), path.c_str()) != 0)
       throw ResultsError(fmt::format("{}: cannot rename {} over it: {}", path, tmp, std::strerror(errno)));
+    CrashPoint("replace: renamed");
   } catch (...) {
     ::unlink(tmp.c_str());
     throw;

@@ -5,6 +5,7 @@
 // rank has finished writing, and only then is the manifest written. Loading
 // walks the manifests newest first and takes the first one that every rank
 // finds intact (an all-reduce per candidate), so all ranks resume together.
+#include "harness/crash_point.h"
 #include "harness/snapshot.h"
 
 #include <ATen/Context.h>
@@ -251,10 +252,13 @@ std::string SnapshotStore::Write(const LoopState& loop, const std::map<std::stri
     dict.insert(key, value.detach().to(torch::kCPU).clone(at::MemoryFormat::Contiguous));
   const std::vector<char> bytes = torch::pickle_save(dict);
   const std::string data(bytes.begin(), bytes.end());
+  CrashPoint("snapshot: before the rank file");
   ReplaceFile(dir_ + "/" + file, data);
+  CrashPoint("snapshot: rank file written");
   std::vector<double> mine = DigestWords(Sha1(data));
   mine.push_back(static_cast<double>(data.size()));
   const std::vector<double> all = dist.AllGather(mine);  // every rank's file is complete past this point
+  CrashPoint("snapshot: every rank's file written, before the manifest");
   const std::string manifest = dir_ + "/" + base + ".json";
   if (dist.is_root()) {
     json files = json::array();
@@ -265,8 +269,10 @@ std::string SnapshotStore::Write(const LoopState& loop, const std::map<std::stri
                        {"identity", json::parse(identity_json_)}, {"loop", ToJson(loop)}, {"files", files}};
     ReplaceFile(manifest, body.dump(1) + "\n");
   }
+  CrashPoint("snapshot: manifest written");
   dist.Barrier();  // the manifest exists before anything older is pruned
   Prune(dist.rank, loop.step);
+  CrashPoint("snapshot: pruned");
   return manifest;
 }
 

@@ -1,0 +1,13 @@
+// Named points in the writing of snapshots and results files where a test
+// can kill the process (SIGKILL, as a node failure would), to prove that a
+// later run resumes from a complete snapshot, never a mixture. Test-only:
+// DDPBENCH_TEST_CRASH_AT=N kills this process at the N-th point it reaches
+// (counting from 1; on rank DDPBENCH_TEST_CRASH_RANK only, default every
+// rank). Unset (always, outside tests) it costs one cached getenv.
+#pragma once
+
+namespace ddpbench {
+
+void CrashPoint(const char* name);
+
+}  // namespace ddpbench
