@@ -8,7 +8,9 @@ import os
 import shlex
 import subprocess
 
-FAILURE_COLUMNS = ["run_id", "entry", "strategy", "gpus", "nodes", "exit_code", "reason", "command"]
+import rows
+
+FAILURE_COLUMNS = rows.FAILURE_COLUMNS
 
 
 def ddpbench_args(strategy, flags, out, run_id, entry):

@@ -91,6 +91,8 @@ def load_matrix(path):
         raise MatrixError(f"{path}: {e.strerror}")
     except tomllib.TOMLDecodeError as e:
         raise MatrixError(f"{path}: not valid TOML: {e}")
+    except UnicodeDecodeError as e:
+        raise MatrixError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason}); a TOML file is UTF-8")
     runs = matrix.get("run", [])
     if not runs:
         raise MatrixError(f"{path}: no [[run]] entries")

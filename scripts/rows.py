@@ -12,17 +12,64 @@ class RowsError(Exception):
     pass
 
 
+# The columns scripts/entries.py writes to a night's failures file.
+FAILURE_COLUMNS = ["run_id", "entry", "strategy", "gpus", "nodes", "exit_code", "reason", "command"]
+
+
+def read_csv(path):
+    """(header, rows) of a CSV file; a file that is not UTF-8 text or not CSV
+    (a NUL byte, a runaway quote) is a RowsError naming it."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            body = []
+            for row in reader:
+                if None in row or None in row.values():  # DictReader's marks of a short or long line
+                    raise RowsError(f"{path}:{reader.line_num}: the cells of this line do not match the "
+                                    f"header's {len(reader.fieldnames)} columns")
+                body.append(row)
+            return reader.fieldnames or [], body
+    except OSError as e:
+        raise RowsError(f"{path}: {e.strerror}")
+    except UnicodeDecodeError as e:
+        raise RowsError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})")
+    except csv.Error as e:
+        raise RowsError(f"{path}: not a readable CSV file ({e})")
+
+
+# Cells the reports take apart as numbers: whole numbers >= 1, numbers, and
+# per-device lists of numbers ("12.5/13.0"). Empty cells are allowed.
+COUNT_COLUMNS = ("gpus", "nodes")
+NUMBER_COLUMNS = ("lr", "time_budget_s")
+PER_DEVICE_COLUMNS = ("mem_per_device_mb",)
+
+
+def check_cells(path, line, row):
+    """A RowsError naming the file, line, column and value of the first cell
+    the reports could not read."""
+    def bad(key, accepted):
+        return RowsError(f"{path}:{line}: {key}={row[key]!r}: not {accepted}")
+    for key in COUNT_COLUMNS:
+        if row.get(key) and not (row[key].isdigit() and int(row[key]) >= 1):
+            raise bad(key, "a whole number >= 1")
+    for key in NUMBER_COLUMNS + PER_DEVICE_COLUMNS:
+        try:
+            [float(x) for x in (row.get(key) or "").split("/") if x]
+        except ValueError:
+            raise bad(key, "a number" if key in NUMBER_COLUMNS else "numbers joined by /")
+        if key in NUMBER_COLUMNS and "/" in (row.get(key) or ""):
+            raise bad(key, "a number")
+
+
 def load(paths):
     rows = []
     for path in paths:
-        try:
-            with open(path, newline="") as f:
-                reader = csv.DictReader(f)
-                if not reader.fieldnames or "throughput_img_s" not in reader.fieldnames:
-                    raise RowsError(f"{path}: not a ddpbench results file (no throughput_img_s column)")
-                rows.extend(reader)
-        except OSError as e:
-            raise RowsError(f"{path}: {e.strerror}")
+        header, body = read_csv(path)
+        if "throughput_img_s" not in header:
+            raise RowsError(f"{path}: not a ddpbench results file (no throughput_img_s column)")
+        for i, row in enumerate(body):
+            check_cells(path, i + 2, row)
+        rows.extend(body)
     return rows
 
 
@@ -31,8 +78,12 @@ def load_failures(night_csv):
     path = night_csv[:-4] + ".failures.csv" if night_csv.endswith(".csv") else night_csv + ".failures.csv"
     if not os.path.exists(path):
         return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    header, body = read_csv(path)
+    missing = [c for c in FAILURE_COLUMNS if c not in header]
+    if missing:
+        raise RowsError(f"{path}: not a nightly failures file (no {', '.join(missing)} column); "
+                        f"its columns are {', '.join(FAILURE_COLUMNS)}")
+    return body
 
 
 def load_history(directory, tonight):

@@ -50,6 +50,19 @@ def matrix_toml(directory):
                 '[[run]]\nname = "single-1x1"\nstrategy = "single"\n\n[[run]]\nname = "ddp-2x1"\nstrategy = "ddp"\ngpus = 2\nflags = ["--verify"]\n')
 
 
+def report_inputs(directory):
+    """Real rows (the first 6 of results/cpu-2core-compare.csv, every column
+    ddpbench writes) and a night's failures file, for the report's fuzzing."""
+    with open(os.path.join(HERE, "..", "..", "results", "cpu-2core-compare.csv")) as f:
+        lines = f.read().splitlines()
+    with open(f"{directory}/report_rows.csv", "w") as f:
+        f.write("\n".join(lines[:7]) + "\n")
+    with open(f"{directory}/failures.csv", "w") as f:
+        f.write("run_id,entry,strategy,gpus,nodes,exit_code,reason,command\n"
+                "r1,zero3-2x1,zero3,2,1,2,exit 2: bad flag,build/ddpbench --strategy=zero3 --gpus=2\n"
+                "r1,ddp-2x2,ddp,2,2,,needs 2 nodes: not inside a Slurm allocation,srun --nodes=2 build/ddpbench\n")
+
+
 def main():
     directory = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "corpus")
     os.makedirs(directory, exist_ok=True)
@@ -58,6 +71,7 @@ def main():
     cifar(directory, rng)
     results_csv(directory)
     matrix_toml(directory)
+    report_inputs(directory)
 
 
 if __name__ == "__main__":
