@@ -35,7 +35,7 @@ struct ImageSet {
 };
 
 struct DataSpec {
-  std::string name = "synthetic";  // synthetic|mnist|fashion-mnist|cifar10|cifar100
+  std::string name = "synthetic";  // synthetic|mnist|fashion-mnist|cifar10|cifar100|imagefolder
   std::string data_dir;            // empty: the dataset's default (if any)
   int64_t image_size = 0;          // 0: the dataset's native size; else resized square
   int64_t batch_size = 32;         // per rank (per source)
@@ -49,6 +49,11 @@ struct DataSpec {
   double val_fraction = 0;
   // The training batch the source starts at (a resumed run's next step).
   int64_t start_batch = 0;
+  // ImageFolder only: decode threads per source (each builds whole batches,
+  // up to two per thread ahead), and whether an undecodable image is counted
+  // and replaced by the next readable one instead of stopping the run.
+  int data_workers = 1;
+  bool skip_bad_images = false;
   // Synthetic only:
   int64_t synthetic_classes = 1000;
   int64_t synthetic_channels = 3;
@@ -61,6 +66,7 @@ struct DatasetInfo {
   int64_t channels = 0, height = 0, width = 0, num_classes = 0;
   int64_t train_size = 0, test_size = 0;  // train_size: after the validation hold-out
   int64_t val_size = 0;
+  int64_t skipped_files = 0;  // imagefolder: files that are not images, left out
 };
 
 // Names accepted by --dataset, for messages and --help.
@@ -69,11 +75,28 @@ const std::vector<std::string>& DatasetNames();
 // Reads the dataset's metadata (and checks its files); throws DataError.
 DatasetInfo DescribeDataset(const DataSpec& spec);
 
+// What a source's builders did so far: the rate they sustain when never kept
+// waiting is images / busy_s x workers.
+struct LoaderStats {
+  int workers = 0;           // builder threads (0: built on the consumer's thread)
+  int64_t images = 0;        // images built
+  double busy_s = 0;         // seconds spent building, summed over the threads
+  int64_t bad_images = 0;    // undecodable images skipped (--skip-bad-images)
+  int64_t taken = 0;         // batches the consumer took
+  double wait_s = 0;         // seconds the consumer waited for them
+  // The figures between two readings of the same source.
+  LoaderStats Since(const LoaderStats& before) const {
+    return {workers, images - before.images, busy_s - before.busy_s, bad_images - before.bad_images,
+            taken - before.taken, wait_s - before.wait_s};
+  }
+};
+
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
   virtual Batch Next() = 0;                  // blocks until the next batch is ready
   virtual int64_t BatchesPerEpoch() const = 0;
+  virtual LoaderStats Stats() const { return {}; }
 };
 
 // Training batches for `rank` of `world`: a DistributedSampler share of every

@@ -28,6 +28,40 @@ inline uint64_t SplitMix64(uint64_t x) {
 }
 inline uint64_t HashCombine(uint64_t h, uint64_t v) { return SplitMix64(h ^ SplitMix64(v)); }
 
+// Turns dataset rows into a batch on the host, a pure function of (rows,
+// epoch, train) that prefetch threads may call at once; OnDevice finishes a
+// batch once it is on the source's device (a uint8 batch is normalised there).
+class BatchMaker {
+ public:
+  virtual ~BatchMaker() = default;
+  virtual Batch Make(const std::vector<int64_t>& rows, int64_t epoch, bool train) const = 0;
+  virtual Batch OnDevice(Batch batch) const { return batch; }
+  virtual int64_t BadImages() const { return 0; }
+};
+
+// The sources of datasets/sources.cpp over any maker: training batches of
+// `rows` (sampled, shuffled per epoch, endless) and one pass over `rows`.
+// `threads` builders, `ahead` batches ahead (0: spec.prefetch for both).
+std::unique_ptr<BatchSource> MakeTrainSourceWith(const DataSpec& spec, int rank, int world,
+                                                 std::shared_ptr<const BatchMaker> maker, std::vector<int64_t> rows,
+                                                 int threads, int ahead);
+std::unique_ptr<BatchSource> MakeEvalSourceWith(const DataSpec& spec, int rank, int world,
+                                                std::shared_ptr<const BatchMaker> maker,
+                                                const std::vector<int64_t>& rows, int threads, int ahead);
+
+// ImageFolder (datasets/imagefolder.cpp): train/<class>/, val/<class>/.
+struct FolderIndex {
+  std::vector<std::string> classes;  // label i is classes[i]
+  std::vector<std::string> files;    // paths, in torchvision's order
+  std::vector<int64_t> labels;
+  int64_t skipped = 0;               // files that are not .jpg, .jpeg or .png
+};
+// The classes and files of one split's folder (known_classes: train's, for
+// val/; empty: the sorted subfolders). Throws DataError naming the folder.
+FolderIndex ScanImageFolder(const std::string& root, const std::vector<std::string>& known_classes);
+DatasetInfo DescribeImageFolder(const DataSpec& spec);
+std::unique_ptr<BatchSource> MakeImageFolderSource(const DataSpec& spec, int rank, int world, const std::string& split);
+
 // Synthetic data (datasets/synthetic.cpp).
 DatasetInfo DescribeSynthetic(const DataSpec& spec);
 std::unique_ptr<BatchSource> MakeSyntheticTrainSource(const DataSpec& spec, int rank, int world);

@@ -7,10 +7,12 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
+
 namespace ddpbench::detail {
 
-PrefetchQueue::PrefetchQueue(BuildFn build, int64_t limit, int threads, int64_t first)
-    : build_(std::move(build)), limit_(limit), capacity_(threads > 0 ? threads : 0), next_claim_(first),
+PrefetchQueue::PrefetchQueue(BuildFn build, int64_t limit, int threads, int64_t first, int ahead)
+    : build_(std::move(build)), limit_(limit), capacity_(threads <= 0 ? 0 : ahead > 0 ? ahead : threads), next_claim_(first),
       next_take_(first) {
   if (threads < 0) throw std::invalid_argument("prefetch must be >= 0, got " + std::to_string(threads));
   threads_.reserve(static_cast<size_t>(threads));
@@ -46,11 +48,14 @@ void PrefetchQueue::Work() {
     const int64_t k = next_claim_++;
     lock.unlock();
     Slot slot;
+    const auto start = std::chrono::steady_clock::now();
     try {
       slot.batch = build_(k);
     } catch (...) {
       slot.error = std::current_exception();
     }
+    busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+    ++built_;
     lock.lock();
     done_.emplace(k, std::move(slot));
     ready_.notify_all();
@@ -60,7 +65,11 @@ void PrefetchQueue::Work() {
 Batch PrefetchQueue::Next() {
   if (threads_.empty()) {
     if (limit_ >= 0 && next_take_ >= limit_) return {};
-    return build_(next_take_++);
+    const auto start = std::chrono::steady_clock::now();
+    Batch batch = build_(next_take_++);
+    busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+    ++built_;
+    return batch;
   }
   std::unique_lock<std::mutex> lock(mu_);
   if (limit_ >= 0 && next_take_ >= limit_) return {};

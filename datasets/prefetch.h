@@ -8,6 +8,7 @@
 
 #include "datasets/dataset.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -24,8 +25,9 @@ class PrefetchQueue {
   using BuildFn = std::function<Batch(int64_t)>;
   // limit < 0: endless; else Next() returns an empty Batch once batch `limit`
   // is reached. threads == 0: build(k) runs inside Next(). The first batch
-  // is number `first`.
-  PrefetchQueue(BuildFn build, int64_t limit, int threads, int64_t first = 0);
+  // is number `first`. At most `ahead` batches (0: `threads`) are built or
+  // waiting beyond the one the consumer takes next.
+  PrefetchQueue(BuildFn build, int64_t limit, int threads, int64_t first = 0, int ahead = 0);
   ~PrefetchQueue();  // stops and joins the workers; never waits for the consumer
   PrefetchQueue(const PrefetchQueue&) = delete;
   PrefetchQueue& operator=(const PrefetchQueue&) = delete;
@@ -33,6 +35,12 @@ class PrefetchQueue {
   // The next batch in order; rethrows (on the consumer's thread) an error that
   // building that batch raised.
   Batch Next();
+
+  // Batches built so far and the seconds the builders spent on them (summed
+  // over threads): the rate the builders sustain when never kept waiting.
+  int64_t Built() const { return built_.load(); }
+  double BusySeconds() const { return static_cast<double>(busy_ns_.load()) * 1e-9; }
+  int Threads() const { return static_cast<int>(threads_.size()); }
 
  private:
   struct Slot {
@@ -52,6 +60,7 @@ class PrefetchQueue {
   std::map<int64_t, Slot> done_;   // built, not yet taken
   bool stop_ = false;
   std::vector<std::thread> threads_;
+  std::atomic<int64_t> built_{0}, busy_ns_{0};
 };
 
 }  // namespace ddpbench::detail

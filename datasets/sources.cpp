@@ -8,12 +8,14 @@
 // cannot change what a rank sees.
 #include "datasets/internal.h"
 #include "datasets/prefetch.h"
+#include "harness/cuda_support.h"
 
 #include <torch/torch.h>
 
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -22,7 +24,7 @@
 namespace ddpbench {
 namespace {
 
-enum class Format { kSynthetic, kIdx, kCifar10, kCifar100 };
+enum class Format { kSynthetic, kIdx, kCifar10, kCifar100, kImageFolder };
 
 struct Traits {
   std::string name;
@@ -39,6 +41,7 @@ const std::vector<Traits>& AllTraits() {
       {"fashion-mnist", Format::kIdx, "/usr/share/datasets/fashion-mnist", 1, 28, 10, {0.2860}, {0.3530}},
       {"cifar10", Format::kCifar10, "", 3, 32, 10, {0.4914, 0.4822, 0.4465}, {0.2470, 0.2435, 0.2616}},
       {"cifar100", Format::kCifar100, "", 3, 32, 100, {0.5071, 0.4865, 0.4409}, {0.2673, 0.2564, 0.2762}},
+      {"imagefolder", Format::kImageFolder, "", 3, 224, 0, {}, {}},  // datasets/imagefolder.cpp
   };
   return traits;
 }
@@ -81,6 +84,8 @@ std::vector<std::string> ExpectedNames(const Traits& t) {
               "data_batch_5.bin", "test_batch.bin"};
     case Format::kCifar100:
       return {"train.bin", "test.bin"};
+    case Format::kImageFolder:
+      return {"train/<class>/*.jpg|jpeg|png", "val/<class>/... (or --val-fraction)"};
     case Format::kSynthetic:
       break;
   }
@@ -175,7 +180,7 @@ constexpr int64_t kPad = 4;
 
 // What turns dataset rows into a batch. Immutable once made, so the prefetch
 // threads share it freely.
-struct Transform {
+struct Transform final : detail::BatchMaker {
   std::shared_ptr<const ImageSet> set;
   torch::Tensor mean, std;  // float [1, C, 1, 1]
   int64_t image_size = 0;   // 0: native
@@ -203,7 +208,7 @@ struct Transform {
     return out;
   }
 
-  Batch Make(const std::vector<int64_t>& rows, int64_t epoch, bool train) const {
+  Batch Make(const std::vector<int64_t>& rows, int64_t epoch, bool train) const override {
     const torch::Tensor index =
         torch::from_blob(const_cast<int64_t*>(rows.data()), {static_cast<int64_t>(rows.size())}, torch::kLong);
     torch::Tensor images = set->images.index_select(0, index);
@@ -229,8 +234,10 @@ struct Transform {
   }
 };
 
-Transform MakeTransform(const DataSpec& spec, const Traits& t, std::shared_ptr<const ImageSet> set) {
-  Transform tr;
+std::shared_ptr<const detail::BatchMaker> MakeTransform(const DataSpec& spec, const Traits& t,
+                                                        std::shared_ptr<const ImageSet> set) {
+  auto made = std::make_shared<Transform>();
+  Transform& tr = *made;
   tr.set = std::move(set);
   const auto c = static_cast<int64_t>(t.mean.size());
   tr.mean = torch::tensor(t.mean, torch::kFloat).view({1, c, 1, 1});
@@ -240,22 +247,30 @@ Transform MakeTransform(const DataSpec& spec, const Traits& t, std::shared_ptr<c
   tr.seed = spec.seed;
   tr.pin = spec.device.is_cuda();
   tr.channels_last = spec.channels_last;
-  return tr;
+  return made;
 }
 
+// CUDA: the pinned batch is copied on a side stream that the training
+// stream waits for through an event, so the copy overlaps the GPU work
+// queued before it and the host never waits.
 Batch ToDevice(Batch batch, const torch::Device& device) {
   if (!batch.labels.defined() || device.is_cpu()) return batch;
-  const bool non_blocking = device.is_cuda();  // the host side is pinned
-  batch.images = batch.images.to(device, non_blocking);
-  batch.labels = batch.labels.to(device, non_blocking);
+  if (device.is_cuda()) {
+    batch.images = CopyToDeviceOnSideStream(batch.images, device.index());
+    batch.labels = CopyToDeviceOnSideStream(batch.labels, device.index());
+    return batch;
+  }
+  batch.images = batch.images.to(device);
+  batch.labels = batch.labels.to(device);
   return batch;
 }
 
 class TrainSource final : public BatchSource {
  public:
   // rows: the dataset rows trained on (all but the validation hold-out).
-  TrainSource(const DataSpec& spec, int rank, int world, Transform transform, std::vector<int64_t> rows)
-      : transform_(std::move(transform)),
+  TrainSource(const DataSpec& spec, int rank, int world, std::shared_ptr<const detail::BatchMaker> maker,
+              std::vector<int64_t> rows, int threads, int ahead)
+      : maker_(std::move(maker)),
         rows_(std::move(rows)),
         sampler_(static_cast<int64_t>(rows_.size()), rank, world, /*shuffle=*/true, spec.seed, /*drop_last=*/false),
         batch_size_(spec.batch_size),
@@ -267,12 +282,22 @@ class TrainSource final : public BatchSource {
                       std::to_string(sampler_.NumSamples()) + " samples of " + std::to_string(rows_.size()) +
                       " over " + std::to_string(world) + " ranks): no full batch per epoch");
     }
-    queue_ = std::make_unique<detail::PrefetchQueue>([this](int64_t k) { return Build(k); }, -1, spec.prefetch,
-                                                     spec.start_batch);
+    queue_ = std::make_unique<detail::PrefetchQueue>([this](int64_t k) { return Build(k); }, -1, threads,
+                                                     spec.start_batch, ahead);
   }
 
-  Batch Next() override { return ToDevice(queue_->Next(), device_); }
+  Batch Next() override {
+    const auto start = std::chrono::steady_clock::now();
+    Batch batch = queue_->Next();
+    wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++taken_;
+    return maker_->OnDevice(ToDevice(std::move(batch), device_));
+  }
   int64_t BatchesPerEpoch() const override { return batches_per_epoch_; }
+  LoaderStats Stats() const override {
+    return {queue_->Threads(), queue_->Built() * batch_size_, queue_->BusySeconds(), maker_->BadImages(), taken_,
+            wait_s_};
+  }
 
  private:
   std::shared_ptr<const std::vector<int64_t>> EpochIndices(int64_t epoch) {
@@ -294,15 +319,17 @@ class TrainSource final : public BatchSource {
     const auto indices = EpochIndices(epoch);
     std::vector<int64_t> batch_rows(static_cast<size_t>(batch_size_));
     for (int64_t i = 0; i < batch_size_; ++i) batch_rows[i] = rows_[(*indices)[b * batch_size_ + i]];
-    return transform_.Make(batch_rows, epoch, /*train=*/true);
+    return maker_->Make(batch_rows, epoch, /*train=*/true);
   }
 
-  const Transform transform_;
+  const std::shared_ptr<const detail::BatchMaker> maker_;
   const std::vector<int64_t> rows_;
   const DistributedSampler sampler_;
   const int64_t batch_size_;
   const torch::Device device_;
   int64_t batches_per_epoch_ = 0;
+  int64_t taken_ = 0;   // consumer thread only
+  double wait_s_ = 0;   // consumer thread only
   std::mutex mu_;
   std::map<int64_t, std::shared_ptr<const std::vector<int64_t>>> epochs_;
   std::unique_ptr<detail::PrefetchQueue> queue_;  // last: stopped before the rest goes
@@ -312,27 +339,31 @@ class TrainSource final : public BatchSource {
 // takes rows r, r + world, ... in order.
 class EvalSource final : public BatchSource {
  public:
-  EvalSource(const DataSpec& spec, int rank, int world, Transform transform, const std::vector<int64_t>& rows)
-      : transform_(std::move(transform)), batch_size_(spec.batch_size), device_(spec.device) {
+  EvalSource(const DataSpec& spec, int rank, int world, std::shared_ptr<const detail::BatchMaker> maker,
+             const std::vector<int64_t>& rows, int threads, int ahead)
+      : maker_(std::move(maker)), batch_size_(spec.batch_size), device_(spec.device) {
     for (size_t i = static_cast<size_t>(rank); i < rows.size(); i += static_cast<size_t>(world))
       share_.push_back(rows[i]);
     const auto share = static_cast<int64_t>(share_.size());
     batches_per_epoch_ = (share + batch_size_ - 1) / batch_size_;
     queue_ = std::make_unique<detail::PrefetchQueue>([this](int64_t k) { return Build(k); },
-                                                     batches_per_epoch_, spec.prefetch);
+                                                     batches_per_epoch_, threads, 0, ahead);
   }
 
-  Batch Next() override { return ToDevice(queue_->Next(), device_); }
+  Batch Next() override {
+    Batch batch = queue_->Next();
+    return batch.size() ? maker_->OnDevice(ToDevice(std::move(batch), device_)) : batch;
+  }
   int64_t BatchesPerEpoch() const override { return batches_per_epoch_; }
 
  private:
   Batch Build(int64_t k) const {
     const auto begin = share_.begin() + k * batch_size_;
     const auto end = share_.begin() + std::min<int64_t>((k + 1) * batch_size_, static_cast<int64_t>(share_.size()));
-    return transform_.Make(std::vector<int64_t>(begin, end), /*epoch=*/0, /*train=*/false);
+    return maker_->Make(std::vector<int64_t>(begin, end), /*epoch=*/0, /*train=*/false);
   }
 
-  const Transform transform_;
+  const std::shared_ptr<const detail::BatchMaker> maker_;
   const int64_t batch_size_;
   const torch::Device device_;
   std::vector<int64_t> share_;
@@ -343,6 +374,18 @@ class EvalSource final : public BatchSource {
 }  // namespace
 
 namespace detail {
+
+std::unique_ptr<BatchSource> MakeTrainSourceWith(const DataSpec& spec, int rank, int world,
+                                                 std::shared_ptr<const BatchMaker> maker, std::vector<int64_t> rows,
+                                                 int threads, int ahead) {
+  return std::make_unique<TrainSource>(spec, rank, world, std::move(maker), std::move(rows), threads, ahead);
+}
+
+std::unique_ptr<BatchSource> MakeEvalSourceWith(const DataSpec& spec, int rank, int world,
+                                                std::shared_ptr<const BatchMaker> maker,
+                                                const std::vector<int64_t>& rows, int threads, int ahead) {
+  return std::make_unique<EvalSource>(spec, rank, world, std::move(maker), rows, threads, ahead);
+}
 
 void ValidateSpec(const DataSpec& spec) {
   if (spec.batch_size < 1) {
@@ -428,6 +471,7 @@ DatasetInfo DescribeDataset(const DataSpec& spec) {
   const Traits& t = Lookup(spec.name);
   detail::ValidateSpec(spec);
   if (t.format == Format::kSynthetic) return detail::DescribeSynthetic(spec);
+  if (t.format == Format::kImageFolder) return detail::DescribeImageFolder(spec);
   const auto train = LoadSet(spec, t, true);
   const auto test = LoadSet(spec, t, false);
   DatasetInfo info;
@@ -448,9 +492,11 @@ std::unique_ptr<BatchSource> MakeTrainSource(const DataSpec& spec, int rank, int
   detail::ValidateSpec(spec);
   detail::ValidateRankWorld(rank, world);
   if (t.format == Format::kSynthetic) return detail::MakeSyntheticTrainSource(spec, rank, world);
+  if (t.format == Format::kImageFolder) return detail::MakeImageFolderSource(spec, rank, world, "train");
   auto set = LoadSet(spec, t, true);
   std::vector<int64_t> rows = TrainRows(spec, set->labels.size(0));
-  return std::make_unique<TrainSource>(spec, rank, world, MakeTransform(spec, t, std::move(set)), std::move(rows));
+  return std::make_unique<TrainSource>(spec, rank, world, MakeTransform(spec, t, std::move(set)), std::move(rows),
+                                       spec.prefetch, 0);
 }
 
 std::unique_ptr<BatchSource> MakeTestSource(const DataSpec& spec, int rank, int world) {
@@ -458,9 +504,10 @@ std::unique_ptr<BatchSource> MakeTestSource(const DataSpec& spec, int rank, int 
   detail::ValidateSpec(spec);
   detail::ValidateRankWorld(rank, world);
   if (t.format == Format::kSynthetic) return nullptr;
+  if (t.format == Format::kImageFolder) return detail::MakeImageFolderSource(spec, rank, world, "test");
   auto set = LoadSet(spec, t, false);
   const std::vector<int64_t> rows = AllRows(set->labels.size(0));
-  return std::make_unique<EvalSource>(spec, rank, world, MakeTransform(spec, t, std::move(set)), rows);
+  return std::make_unique<EvalSource>(spec, rank, world, MakeTransform(spec, t, std::move(set)), rows, spec.prefetch, 0);
 }
 
 std::unique_ptr<BatchSource> MakeValSource(const DataSpec& spec, int rank, int world) {
@@ -468,10 +515,11 @@ std::unique_ptr<BatchSource> MakeValSource(const DataSpec& spec, int rank, int w
   detail::ValidateSpec(spec);
   detail::ValidateRankWorld(rank, world);
   if (t.format == Format::kSynthetic || spec.val_fraction <= 0) return nullptr;
+  if (t.format == Format::kImageFolder) return detail::MakeImageFolderSource(spec, rank, world, "val");
   auto set = LoadSet(spec, t, true);
   const std::vector<int64_t> rows = ValidationRows(set->labels.size(0), spec.val_fraction, spec.seed);
   if (rows.empty()) return nullptr;
-  return std::make_unique<EvalSource>(spec, rank, world, MakeTransform(spec, t, std::move(set)), rows);
+  return std::make_unique<EvalSource>(spec, rank, world, MakeTransform(spec, t, std::move(set)), rows, spec.prefetch, 0);
 }
 
 }  // namespace ddpbench

@@ -271,11 +271,18 @@ void ValidateConfig(const RunConfig& c) {
   c.Depth();
   CheckAtLeast("--width", c.width, int64_t{1});
   CheckMember("--norm", c.norm, {"batch", "group", "frozen-bn"});
-  CheckMember("--dataset", c.dataset, {"synthetic", "mnist", "fashion-mnist", "cifar10", "cifar100"});
+  CheckMember("--dataset", c.dataset, {"synthetic", "mnist", "fashion-mnist", "cifar10", "cifar100", "imagefolder"});
   if (c.image_size != 0 && (c.image_size < 8 || c.image_size > 1024))
     throw ConfigError(fmt::format("--image-size={}: must be 0 (native) or 8..1024", c.image_size));
   CheckAtLeast("--batch-size", c.batch_size, int64_t{1});
   CheckAtLeast("--prefetch", c.prefetch, 0);
+  CheckAtLeast("--data-workers", c.data_workers, 0);
+  if (c.data_only && (c.verify || !c.snapshot_dir.empty() || c.TrainsToAnswer()))
+    throw ConfigError("--data-only times the data source without a model: it takes none of --verify, "
+                      "--snapshot-dir, --epochs, --time-budget, --target-accuracy");
+  if ((c.data_workers > 0 || c.skip_bad_images) && c.dataset != "imagefolder")
+    throw ConfigError(fmt::format("--data-workers/--skip-bad-images: only --dataset=imagefolder decodes images "
+                                  "(got --dataset={}); leave them out", c.dataset));
   if (c.num_classes < 0) throw ConfigError(fmt::format("--num-classes={}: must be at least 1", c.num_classes));
   if (c.steps != -1 && c.epochs != -1)
     throw ConfigError(fmt::format("--steps={} and --epochs={}: give one of them, not both", c.steps, c.epochs));
@@ -384,12 +391,18 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--width", c.width, "channels of the first ResNet stage");
   app.add_flag("--small-input", c.small_input, "3x3 stride-1 stem without max-pool (28/32 px)");
   app.add_option("--norm", c.norm, "batch|group|frozen-bn");
-  app.add_option("--dataset", c.dataset, "synthetic|mnist|fashion-mnist|cifar10|cifar100");
+  app.add_option("--dataset", c.dataset, "synthetic|mnist|fashion-mnist|cifar10|cifar100|imagefolder");
   app.add_option("--data-dir", c.data_dir, "dataset directory (fashion-mnist defaults to /usr/share/datasets/fashion-mnist)");
   app.add_option("--image-size", c.image_size, "square image size; 0 = native (synthetic: 224)");
   app.add_option("--batch-size", c.batch_size, "batch per device");
   app.add_flag("--augment", c.augment, "random crop (pad 4) and horizontal flip on training data");
   app.add_option("--prefetch", c.prefetch, "batches prepared ahead on background threads");
+  app.add_option("--data-workers", c.data_workers, "imagefolder: JPEG/PNG decode threads per rank "
+                 "(default 0: the cores the devices' threads leave, at least 1)");
+  app.add_flag("--skip-bad-images", c.skip_bad_images, "imagefolder: count and skip an undecodable image "
+               "(the row says how many) instead of stopping with exit 2");
+  app.add_flag("--data-only", c.data_only, "time the training data source alone over --steps batches "
+               "(no model): loader_img_s for --data-workers");
   app.add_option("--num-classes", c.num_classes, "synthetic data: number of classes (default 1000)");
   app.add_option("--steps", c.steps, "timed training steps (default 50)");
   app.add_option("--epochs", c.epochs, "train for this many epochs instead of --steps");

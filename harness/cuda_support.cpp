@@ -56,6 +56,25 @@ void CudaSynchronize(int device) {
   c10::cuda::device_synchronize();
 }
 
+at::Tensor CopyToDeviceOnSideStream(const at::Tensor& host, int device) {
+  const auto index = device < 0 ? c10::cuda::current_device() : static_cast<c10::DeviceIndex>(device);
+  c10::cuda::CUDAGuard on_device(index);
+  const c10::cuda::CUDAStream consumer = c10::cuda::getCurrentCUDAStream(index);
+  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index);
+  at::Tensor out;
+  {
+    c10::cuda::CUDAStreamGuard on_side(side);
+    out = host.to(c10::Device(c10::DeviceType::CUDA, index), /*non_blocking=*/true);
+  }
+  at::cuda::CUDAEvent copied;
+  copied.record(side);
+  copied.block(consumer);
+  // Allocated on the side stream, used on the consumer's: the caching
+  // allocator must not hand the block out again before the consumer is done.
+  c10::cuda::CUDACachingAllocator::recordStream(out.storage().data_ptr(), consumer);
+  return out;
+}
+
 struct CudaMark::Impl {
   at::cuda::CUDAEvent event{cudaEventDefault};
   int device;
@@ -76,6 +95,7 @@ CudaMemoryPeaks CudaPeaks(int) { return {}; }
 double CudaTotalBytes(int) { return 0; }
 void CudaResetPeak(int) {}
 void CudaSynchronize(int) {}
+at::Tensor CopyToDeviceOnSideStream(const at::Tensor& host, int) { return host; }
 struct CudaMark::Impl {};
 CudaMark::CudaMark(int) {}
 CudaMark::~CudaMark() = default;

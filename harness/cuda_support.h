@@ -7,6 +7,10 @@
 #include <memory>
 #include <string>
 
+namespace at {
+class Tensor;
+}
+
 namespace ddpbench {
 
 bool CudaAvailable();
@@ -24,6 +28,12 @@ CudaMemoryPeaks CudaPeaks(int device);
 double CudaTotalBytes(int device);  // the device's memory (0 without CUDA)
 void CudaResetPeak(int device);
 void CudaSynchronize(int device);
+
+// A pinned host tensor copied to CUDA `device` (-1: the current one) on a side stream of the pool;
+// the device's current stream waits for the copy through an event (the host
+// never does), and the copy's memory is recorded as used by that stream.
+// Without CUDA: host.to(device).
+at::Tensor CopyToDeviceOnSideStream(const at::Tensor& host, int device);
 
 // One timing event recorded on the current stream of `device`: marks when the
 // work enqueued before it on that stream is done, without waiting for it.

@@ -37,7 +37,7 @@ void AddIdentity(const RunResult& r, Row& row) {
   row["timestamp"] = r.env.timestamp;
   row["git_sha"] = kGitSha;
   row["host"] = r.env.host;
-  row["strategy"] = c.strategy;
+  row["strategy"] = c.data_only ? "data-only" : c.strategy;
   row["gpus"] = std::to_string(c.gpus);
   row["nodes"] = std::to_string(r.nodes);
   if (!c.run_id.empty()) row["run_id"] = c.run_id;
@@ -98,6 +98,13 @@ void AddSpeed(const RunResult& r, Row& row) {
     if (r.config->cuda_graphs && (p == Phase::kForward || p == Phase::kBackward || p == Phase::kOptimizer)) continue;
     const double ms = r.phase_ms[static_cast<int>(p)];
     if (p != Phase::kCommunication || ms > 0) row[std::string(PhaseName(p)) + "_ms"] = Num(ms);
+  }
+  if (r.data) {
+    row["data_wait_ms"] = Num(r.data->wait_ms);
+    row["data_bound_frac"] = Num(r.data->bound_frac, 4);
+    if (r.data->loader_img_s > 0) row["loader_img_s"] = Num(r.data->loader_img_s, 1);
+    row["data_workers"] = std::to_string(r.data->workers);
+    if (r.config->skip_bad_images) row["bad_images_skipped"] = std::to_string(r.data->bad_images);
   }
   if (r.model_flops_per_img > 0) {
     row["model_tflops_per_img"] = fmt::format("{:.6g}", r.model_flops_per_img / 1e12);

@@ -35,6 +35,16 @@ struct ParityFigures {
   std::string model;
 };
 
+// The training data source over the timed steps (rank 0).
+struct DataFigures {
+  int workers = 0;            // builder threads (imagefolder: --data-workers)
+  double wait_ms = 0;         // the loop's wait for its batch, per step
+  double bound_frac = 0;      // share of the timed wall time spent waiting
+  double loader_img_s = 0;    // what the builders sustain: images / busy time x threads
+  double consumed_img_s = 0;  // what the loop took when not waiting: images / (wall - wait)
+  int64_t bad_images = 0;     // undecodable images skipped (--skip-bad-images)
+};
+
 // How the step ran: resolved settings that are not plain flags.
 struct RunSettings {
   std::string memory_format;   // channels_last|contiguous
@@ -84,6 +94,7 @@ struct RunResult {
   int64_t eval_images = 0;                      // test images evaluated, over every rank
   std::optional<GoalFigures> goal;
   std::optional<ParityFigures> parity;
+  std::optional<DataFigures> data;              // real data only
   std::map<std::string, std::string> extras;    // the strategy's own columns
   std::string trace_file;                       // --trace's file, once written
 

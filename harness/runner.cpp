@@ -23,6 +23,7 @@
 
 #include "harness/context.h"
 #include "harness/cuda_support.h"
+#include "harness/data_only.h"
 #include "harness/dist.h"
 #include "harness/memory.h"
 #include "harness/memory_fit.h"
@@ -108,6 +109,19 @@ RunSettings ResolveSettings(RunConfig& config, const std::vector<torch::Device>&
   return s;
 }
 
+// ImageFolder decode threads per rank when --data-workers is not given: the
+// host's cores that the devices' threads leave, shared by the ranks on it
+// (a CUDA device keeps one host thread busy), at least 1.
+int DefaultDataWorkers(const RunConfig& c, const StrategyInfo& info, const DistContext& dist) {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  const int processes = info.parallelism == Parallelism::kDataMultiProcess ? dist.local_world : 1;
+  const int devices = info.parallelism == Parallelism::kDataMultiProcess ? dist.local_world
+                      : info.parallelism == Parallelism::kNone         ? 1
+                                                                       : c.gpus;
+  const int busy = devices * (c.device == "cuda" ? 1 : c.threads_per_device);
+  return std::max(1, (cores - busy) / std::max(1, processes));
+}
+
 // Preflight: refuses a run whose model state and activations surely exceed
 // one device (memory_fit.h), before anything is allocated.
 void CheckRunFitsDevices(const PreparedRun& run, const StrategyInfo& info, const DistContext& dist) {
@@ -154,6 +168,8 @@ PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, c
   spec.device = run.devices.front();
   spec.synthetic_classes = config.num_classes > 0 ? config.num_classes : 1000;
   spec.val_fraction = config.val_fraction;
+  spec.data_workers = config.data_workers > 0 ? config.data_workers : DefaultDataWorkers(config, entry.info, dist);
+  spec.skip_bad_images = config.skip_bad_images;
   run.replicas = entry.info.parallelism == Parallelism::kDataInProcess      ? config.gpus
                  : entry.info.parallelism == Parallelism::kDataMultiProcess ? dist.world
                                                                             : 1;
@@ -177,7 +193,7 @@ PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, c
   model.channels_last = spec.channels_last = run.settings.memory_format == "channels_last";
   model.half_blocks = config.units == "half-blocks";
   ValidateResNetOptions(model);
-  CheckRunFitsDevices(run, entry.info, dist);
+  if (!config.data_only) CheckRunFitsDevices(run, entry.info, dist);
   if (dist.is_root()) CheckResumable(config, dist.world);
   return run;
 }
@@ -427,6 +443,35 @@ void EvaluateTestSet(const PreparedRun& run, Strategy& strategy, DistContext& di
   result->eval_images = tested.images;
 }
 
+// The training source's figures over the last timed section; none for
+// synthetic data (made on the device, never waited for).
+std::optional<DataFigures> DescribeData(const LoopTimes& t, int64_t process_batch) {
+  const LoaderStats& s = t.loader;
+  if (s.taken == 0) return std::nullopt;
+  DataFigures d;
+  d.workers = s.workers;
+  d.wait_ms = s.wait_s * 1000 / static_cast<double>(s.taken);
+  d.bound_frac = t.wall_ms > 0 ? std::min(1.0, s.wait_s * 1000 / t.wall_ms) : 0;
+  if (s.busy_s > 0) d.loader_img_s = static_cast<double>(s.images) / s.busy_s * std::max(1, s.workers);
+  const double working_s = t.wall_ms / 1000 - s.wait_s;
+  if (working_s > 0) d.consumed_img_s = static_cast<double>(s.taken * process_batch) / working_s;
+  d.bad_images = s.bad_images;
+  return d;
+}
+
+// One line when the loop waited for data more than a tenth of its time: how
+// many decode threads would have kept up.
+void ReportDataBound(const DataFigures& d, const RunConfig& config) {
+  if (d.bound_frac < 0.1 || d.loader_img_s <= 0 || d.workers < 1) return;
+  const double per_worker = d.loader_img_s / d.workers;
+  const int needed = static_cast<int>(std::ceil(d.consumed_img_s / per_worker));
+  if (needed <= d.workers) return;  // the pool keeps up: the waits were its start or jitter
+  LogWarn("data-bound: the loop waited for data {:.0f}% of the time; {} worker(s) sustain {:.0f} img/s, the step "
+          "takes {:.0f} img/s: about {} worker(s) would feed it ({}){}", 100 * d.bound_frac, d.workers, d.loader_img_s,
+          d.consumed_img_s, needed, config.dataset == "imagefolder" ? "--data-workers" : "--prefetch",
+          config.dataset == "imagefolder" ? "" : " (the in-memory datasets build batches on --prefetch threads)");
+}
+
 // The loop's figures into the result: steps, phases, the strategy's
 // columns, and every rank's own figures (collective).
 void CollectFigures(const PreparedRun& run, const std::vector<LoopTimes>& sections, Strategy& strategy,
@@ -435,6 +480,7 @@ void CollectFigures(const PreparedRun& run, const std::vector<LoopTimes>& sectio
   result->timed_steps = static_cast<int64_t>(sections.back().step_ms.size());
   const double counted = std::max<double>(1, static_cast<double>(result->step_ms.size()));  // phase totals span every section
   for (int p = 0; p < kNumPhases; ++p) result->phase_ms[p] = sections.back().phase_ms[p] / counted;
+  result->data = DescribeData(sections.back(), run.process_batch);
   result->extras = strategy.Extras();
   result->ranks = GatherRanks(MeasureRank(run, sections, strategy), dist);
 }
@@ -470,6 +516,8 @@ void PreflightCheck(const RunConfig& config, int world) {
 int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   const StrategyEntry& entry = FindStrategy(config_in.strategy);
   PreparedRun run = PrepareRun(config_in, entry, dist);
+  if (run.info.skipped_files > 0 && dist.is_root())  // here, not in PrepareRun: the pre-spawn check runs that too
+    LogInfo("{}: {} file(s) that are not .jpg, .jpeg or .png left out", run.config.data_dir, run.info.skipped_files);
   const RunConfig& config = run.config;
   if (!config.snapshot_dir.empty()) ArmStopSignals();  // finish the step, snapshot, exit kExitPreempted
   ConfigureProcess(run, entry, dist);
@@ -492,7 +540,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   if (!config.snapshot_dir.empty())
     store = std::make_unique<SnapshotStore>(config.snapshot_dir, RunIdentity(config, dist.world), config.snapshot_keep);
   const auto snapshot = FindSnapshot(store.get(), dist, &run.config);
-  auto strategy = entry.make();
+  auto strategy = config.data_only ? MakeDataOnlyStrategy() : entry.make();
   strategy->Setup(ctx);
   const LoopState start = ResumeOrStart(config, dist, *strategy, snapshot);
 
@@ -529,8 +577,9 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
     goal->Finish();
     result.goal = DescribeGoal(*goal, start);
   }
-  if (run.info.real && config.eval) EvaluateTestSet(run, *strategy, dist, &result);
+  if (run.info.real && config.eval && !config.data_only) EvaluateTestSet(run, *strategy, dist, &result);
   CollectFigures(run, sections, *strategy, dist, &result);
+  if (dist.is_root() && result.data && !config.data_only) ReportDataBound(*result.data, config);
   result.trace_file = trace::Finish(config.trace, dist, config.command);
   dist.Shutdown();
   return dist.is_root() ? Report(result) : 0;

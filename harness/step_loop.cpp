@@ -132,6 +132,7 @@ LoopTimes RunSteps(Strategy& strategy, BatchSource& train, PhaseTimer& timer, Di
   Clock::time_point timed_start = Clock::now(), since_check = Clock::now();
   int64_t steps_since_check = 0;
   double paused_ms = 0;  // after_step's time inside the timed section
+  LoaderStats loader_start = train.Stats();
   for (int64_t s = 0; s < total; ++s) {
     const bool warm = s < plan.warmup;
     if (s == plan.warmup) {  // the timed section starts on idle, aligned devices
@@ -139,6 +140,7 @@ LoopTimes RunSteps(Strategy& strategy, BatchSource& train, PhaseTimer& timer, Di
       dist.Barrier();
       if (plan.reset_peak_at_timed) ResetPeakMemory(devices);
       timed_start = since_check = Clock::now();
+      loader_start = train.Stats();
       steps_since_check = 0;
       paused_ms = 0;
     }
@@ -180,6 +182,9 @@ LoopTimes RunSteps(Strategy& strategy, BatchSource& train, PhaseTimer& timer, Di
   out.wall_ms = MsSince(timed_start) - paused_ms;
   out.step_ms = clock.StepMs();
   out.phase_ms = timer.Totals();
+  const LoaderStats loader_end = train.Stats();
+  out.loader = loader_end.Since(loader_start);
+  out.loader.bad_images = loader_end.bad_images;  // the whole run's, warm-up included
   return out;
 }
 

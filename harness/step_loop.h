@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "datasets/dataset.h"
 #include "harness/phase.h"
 
 namespace ddpbench {
@@ -70,6 +71,7 @@ struct LoopTimes {
   std::array<double, kNumPhases> phase_ms{};  // the timer's totals: every counted step so far
   double wall_ms = 0;              // first timed step's start to the last one's end, less after_step's time
   bool stopped = false;            // after_step ended the loop early
+  LoaderStats loader;              // the training source's figures over the timed steps (bad_images: the whole run's)
 };
 
 // Runs plan.warmup + plan.timed steps (fewer when after_step stops it);

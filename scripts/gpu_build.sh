@@ -11,7 +11,8 @@ case "${1:-}" in
   pack)
     mkdir -p .deb/pkgs && cd .deb/pkgs
     apt-get download libcli11-dev libcsv-dev libcsv3 nlohmann-json3-dev libgtest-dev libgmock-dev \
-      libbenchmark-dev libbenchmark1debian libgloo-dev zlib1g-dev
+      libbenchmark-dev libbenchmark1debian libgloo-dev zlib1g-dev \
+      libjpeg62-turbo-dev libjpeg62-turbo libpng-dev libpng16-16
     for d in *.deb; do dpkg-deb -x "$d" ../root; done
     # libcsv's .so link points at an absolute path; make it relative.
     ln -sf libcsv.so.3 ../root/usr/lib/x86_64-linux-gnu/libcsv.so

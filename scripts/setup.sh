@@ -11,7 +11,7 @@ cd "$ROOT"
 
 DEB_PACKAGES=(
   build-essential cmake ninja-build ccache git pkg-config python3-venv
-  libcli11-dev nlohmann-json3-dev libcsv-dev zlib1g-dev libgloo-dev
+  libcli11-dev nlohmann-json3-dev libcsv-dev zlib1g-dev libgloo-dev libjpeg62-turbo-dev libpng-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist
   slurm-wlm munge openmpi-bin libopenmpi-dev iproute2 procps util-linux
@@ -30,6 +30,7 @@ fi
 # LibTorch 2.11 comes from PyPI's torch wheel (headers, cmake config, c10d with
 # Gloo and NCCL) in a git-ignored virtual environment.
 TORCH_VERSION=2.11.0
+TORCHVISION_VERSION=0.26.0   # the torchvision release built against torch 2.11
 PY="${PYTHON:-python3}"
 if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
@@ -37,9 +38,11 @@ fi
 if ! .venv/bin/python -c "import torch,sys; sys.exit(0 if torch.__version__.split('+')[0]=='$TORCH_VERSION' else 1)" 2>/dev/null; then
   echo "setup: installing torch==$TORCH_VERSION into .venv (large download)"
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q "torch==$TORCH_VERSION" numpy matplotlib pillow
+  .venv/bin/pip install -q "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" numpy matplotlib pillow
 fi
-.venv/bin/python -c "import numpy, matplotlib, PIL" 2>/dev/null || .venv/bin/pip install -q numpy matplotlib pillow
+# torchvision: the reference ImageFolder order test and the loader benchmark.
+.venv/bin/python -c "import numpy, matplotlib, PIL, torchvision" 2>/dev/null ||
+  .venv/bin/pip install -q "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" numpy matplotlib pillow
 
 [[ "${DDPBENCH_SKIP_BUILD:-0}" == 1 ]] && exit 0
 

@@ -339,11 +339,11 @@ TEST(CifarTest, DescribeFindsArchiveSubdirAndNamesMissingFiles) {
 }
 
 TEST(DatasetTest, NamesAndUnknownName) {
-  EXPECT_EQ(DatasetNames(), (std::vector<std::string>{"synthetic", "mnist", "fashion-mnist", "cifar10", "cifar100"}));
+  EXPECT_EQ(DatasetNames(), (std::vector<std::string>{"synthetic", "mnist", "fashion-mnist", "cifar10", "cifar100", "imagefolder"}));
   DataSpec spec;
   spec.name = "imagenet";
   ExpectDataError([&] { DescribeDataset(spec); },
-                  {"imagenet", "synthetic, mnist, fashion-mnist, cifar10, cifar100"});
+                  {"imagenet", "synthetic, mnist, fashion-mnist, cifar10, cifar100, imagefolder"});
   ExpectDataError([&] { MakeTrainSource(spec, 0, 1); }, {"imagenet"});
 }
 

@@ -21,6 +21,8 @@
 #include <string>
 
 #include "datasets/dataset.h"
+#include "datasets/image_decode.h"
+#include "datasets/image_transforms.h"
 #include "harness/dist.h"
 #include "harness/memory.h"
 #include "harness/results.h"
@@ -148,6 +150,23 @@ TEST_F(Fuzz, CifarBinary) {
     const std::string name = hundred ? "cifar100.bin" : "cifar10.bin";
     const Tally t = FuzzReader(hundred ? "cifar-100 binary" : "cifar-10 binary", Slurp(Corpus(name)), Path(name),
                                hundred ? 5 : 4, [&](const std::string&) { ReadCifarFiles({Path(name)}, hundred); });
+    EXPECT_GT(t.clear_error, 0);
+  }
+}
+
+// The ImageFolder source's decoder (issue 24): baseline and progressive JPEG
+// and PNG fixtures, through the header, the full decode and the training
+// sample (crop, DCT-scaled decode, resize) as a worker runs them.
+TEST_F(Fuzz, JpegAndPngImages) {
+  const std::string images = std::string(DDPBENCH_SOURCE_DIR) + "/tests/data/images/";
+  uint64_t rng_seed = 20;
+  for (const char* name : {"baseline.jpg", "progressive.jpg", "rgb.png"}) {
+    const Tally t = FuzzReader(std::string("image ") + name, Slurp(images + name), Path(name), rng_seed++,
+                               [&](const std::string& input) {
+                                 ReadImageHeader(name, input);
+                                 DecodeImage(name, input);
+                                 TrainSample(name, input, 16, 7);
+                               });
     EXPECT_GT(t.clear_error, 0);
   }
 }

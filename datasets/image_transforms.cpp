@@ -1,0 +1,108 @@
+// See image_transforms.h. The crop geometry follows torchvision's
+// RandomResizedCrop and Resize + CenterCrop; the resize is LibTorch's
+// antialiased bilinear interpolation, which has a uint8 channels-last fast
+// path, so a sample never goes through float on the host.
+#include "datasets/image_transforms.h"
+
+#include "datasets/dataset.h"
+
+#include <torch/nn/functional/upsampling.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+namespace ddpbench {
+namespace {
+
+constexpr double kScaleMin = 0.08, kScaleMax = 1.0;
+constexpr double kRatioMin = 3.0 / 4.0, kRatioMax = 4.0 / 3.0;
+constexpr double kEvalCropFraction = 0.875;
+
+double Uniform(std::mt19937_64& gen, double lo, double hi) {
+  return lo + (hi - lo) * static_cast<double>(gen() >> 11) * 0x1.0p-53;
+}
+int64_t UniformInt(std::mt19937_64& gen, int64_t lo, int64_t hi) {  // inclusive
+  return lo + static_cast<int64_t>(gen() % static_cast<uint64_t>(hi - lo + 1));
+}
+int64_t Round(double x) { return static_cast<int64_t>(std::nearbyint(x)); }  // Python's round: half to even
+
+}  // namespace
+
+CropBox RandomResizedCropBox(int64_t height, int64_t width, uint64_t key) {
+  std::mt19937_64 gen(key);
+  const double area = static_cast<double>(height * width);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target = area * Uniform(gen, kScaleMin, kScaleMax);
+    const double ratio = std::exp(Uniform(gen, std::log(kRatioMin), std::log(kRatioMax)));
+    const int64_t w = Round(std::sqrt(target * ratio)), h = Round(std::sqrt(target / ratio));
+    if (w > 0 && w <= width && h > 0 && h <= height) {
+      const int64_t top = UniformInt(gen, 0, height - h);
+      return {top, UniformInt(gen, 0, width - w), h, w};
+    }
+  }
+  // The central fallback: the largest box within the ratio limits.
+  const double in_ratio = static_cast<double>(width) / static_cast<double>(height);
+  int64_t w = width, h = height;
+  if (in_ratio < kRatioMin) {
+    h = Round(static_cast<double>(w) / kRatioMin);
+  } else if (in_ratio > kRatioMax) {
+    w = Round(static_cast<double>(h) * kRatioMax);
+  }
+  return {(height - h) / 2, (width - w) / 2, h, w};
+}
+
+bool FlipOf(uint64_t key) { return (key >> 63) & 1; }
+
+CropBox EvalCropBox(int64_t height, int64_t width, int64_t size) {
+  const auto resized_short = static_cast<int64_t>(static_cast<double>(size) / kEvalCropFraction);
+  const int64_t shorter = std::min(height, width), longer = std::max(height, width);
+  const auto resized_long = static_cast<int64_t>(static_cast<double>(resized_short * longer) / shorter);
+  const int64_t rh = height <= width ? resized_short : resized_long;
+  const int64_t rw = height <= width ? resized_long : resized_short;
+  // The centre crop in the resized image, then back to full-size pixels.
+  const double sy = static_cast<double>(height) / rh, sx = static_cast<double>(width) / rw;
+  const int64_t top = Round((rh - std::min(size, rh)) / 2.0), left = Round((rw - std::min(size, rw)) / 2.0);
+  CropBox box{Round(top * sy), Round(left * sx), Round(std::min(size, rh) * sy), Round(std::min(size, rw) * sx)};
+  box.height = std::clamp<int64_t>(box.height, 1, height - box.top);
+  box.width = std::clamp<int64_t>(box.width, 1, width - box.left);
+  return box;
+}
+
+torch::Tensor CropResize(const RgbImage& image, CropBox box, int64_t size, bool flip) {
+  // The box in the decoded image's pixels (1/scale_denom of full size).
+  const double d = image.scale_denom;
+  const int64_t top = std::min<int64_t>(static_cast<int64_t>(std::floor(box.top / d)), image.height - 1);
+  const int64_t left = std::min<int64_t>(static_cast<int64_t>(std::floor(box.left / d)), image.width - 1);
+  const int64_t bottom = std::clamp<int64_t>(static_cast<int64_t>(std::ceil((box.top + box.height) / d)), top + 1, image.height);
+  const int64_t right = std::clamp<int64_t>(static_cast<int64_t>(std::ceil((box.left + box.width) / d)), left + 1, image.width);
+  const torch::Tensor hwc = torch::from_blob(const_cast<uint8_t*>(image.pixels.data()), {image.height, image.width, 3},
+                                             torch::kUInt8);
+  // [1, 3, h, w] with channels-last strides: a view of the crop, no copy yet.
+  torch::Tensor crop = hwc.narrow(0, top, bottom - top).narrow(1, left, right - left).permute({2, 0, 1}).unsqueeze(0);
+  crop = crop.contiguous(at::MemoryFormat::ChannelsLast);
+  namespace F = torch::nn::functional;
+  torch::Tensor out = F::interpolate(crop, F::InterpolateFuncOptions()
+                                               .size(std::vector<int64_t>{size, size})
+                                               .mode(torch::kBilinear)
+                                               .align_corners(false)
+                                               .antialias(true));
+  if (flip) out = out.flip({3});
+  return out.squeeze(0);
+}
+
+torch::Tensor TrainSample(const std::string& path, const std::string& bytes, int64_t size, uint64_t key) {
+  const ImageHeader header = ReadImageHeader(path, bytes);
+  const CropBox box = RandomResizedCropBox(header.height, header.width, key);
+  const RgbImage image = DecodeImage(path, bytes, ScaleDenomFor(box.height, box.width, size, size));
+  return CropResize(image, box, size, FlipOf(key));
+}
+
+torch::Tensor EvalSample(const std::string& path, const std::string& bytes, int64_t size) {
+  const ImageHeader header = ReadImageHeader(path, bytes);
+  const CropBox box = EvalCropBox(header.height, header.width, size);
+  const RgbImage image = DecodeImage(path, bytes, ScaleDenomFor(box.height, box.width, size, size));
+  return CropResize(image, box, size, /*flip=*/false);
+}
+
+}  // namespace ddpbench

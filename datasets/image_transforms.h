@@ -1,0 +1,48 @@
+// The standard ImageNet transforms of the ImageFolder source, as torchvision
+// defines them: for training RandomResizedCrop (scale 0.08-1, ratio 3/4-4/3)
+// and a horizontal flip; for evaluation a resize of the shorter side to
+// size / 0.875 and a centre crop. Every random choice is drawn from one key,
+// a hash of (seed, epoch, sample index), so a sample's crop is the same on
+// every run, on whichever rank it lands, and after a resume. Output is uint8
+// [3, size, size] (normalisation happens on the device).
+#pragma once
+
+#include "datasets/image_decode.h"
+
+#include <torch/types.h>
+
+#include <cstdint>
+
+namespace ddpbench {
+
+// A crop of the full-size image: rows [top, top + height), columns [left, left + width).
+struct CropBox {
+  int64_t top = 0, left = 0, height = 0, width = 0;
+  bool operator==(const CropBox& o) const {
+    return top == o.top && left == o.left && height == o.height && width == o.width;
+  }
+};
+
+// torchvision's RandomResizedCrop.get_params on an image of height x width
+// (ten tries of a random area and log-uniform aspect ratio, then the central
+// fallback), with its uniform draws taken from `key`.
+CropBox RandomResizedCropBox(int64_t height, int64_t width, uint64_t key);
+// Whether the training crop drawn from `key` is flipped.
+bool FlipOf(uint64_t key);
+
+// What torchvision's Resize(int(size / 0.875)) then CenterCrop(size) keep of
+// a height x width image, as a box of the full-size image.
+CropBox EvalCropBox(int64_t height, int64_t width, int64_t size);
+
+// The box of `image` (decoded at 1/image.scale_denom of full_h x full_w)
+// resized to size x size by antialiased bilinear interpolation (what
+// torchvision's tensor and PIL paths do), mirrored when `flip`: uint8
+// [3, size, size] (a view of the resized channels-last image).
+torch::Tensor CropResize(const RgbImage& image, CropBox box, int64_t size, bool flip);
+
+// One training (random crop + flip) or evaluation (resize + centre crop)
+// sample from a file's bytes, decoded at the coarsest DCT scale the crop allows.
+torch::Tensor TrainSample(const std::string& path, const std::string& bytes, int64_t size, uint64_t key);
+torch::Tensor EvalSample(const std::string& path, const std::string& bytes, int64_t size);
+
+}  // namespace ddpbench

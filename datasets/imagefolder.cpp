@@ -1,0 +1,268 @@
+// The ImageFolder dataset (issue 24): DIR/train/<class>/... and
+// DIR/val/<class>/... read by torchvision's rules (classes are the sorted
+// subfolder names; files are found by walking each class folder, sorted by
+// folder path and then by name; extensions .jpg, .jpeg and .png in any case,
+// other files skipped and counted). Samples are decoded and transformed by a
+// pool of threads (the prefetching sources of sources.cpp, data_workers
+// threads, two batches per thread ahead), travel as uint8 and are normalised
+// on the device. Every sample is a pure function of (seed, epoch, index).
+#include "datasets/image_transforms.h"
+#include "datasets/internal.h"
+
+#include <torch/torch.h>
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <iterator>
+#include <map>
+#include <mutex>
+
+namespace ddpbench {
+namespace detail {
+namespace {
+
+constexpr int64_t kDefaultImageSize = 224;
+const std::vector<double> kMean = {0.485, 0.456, 0.406}, kStd = {0.229, 0.224, 0.225};  // ImageNet's
+
+bool IsDir(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// The entries of a directory (not . and ..), sorted; symbolic links followed.
+void ListDir(const std::string& dir, std::vector<std::string>* dirs, std::vector<std::string>* files) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) throw DataError(dir + ": cannot open the folder");
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    (IsDir(dir + "/" + name) ? dirs : files)->push_back(name);
+  }
+  ::closedir(d);
+  std::sort(dirs->begin(), dirs->end());
+  std::sort(files->begin(), files->end());
+}
+
+bool IsImageName(const std::string& name) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const char* ext : {".jpg", ".jpeg", ".png"}) {
+    const std::string e = ext;
+    if (lower.size() > e.size() && lower.compare(lower.size() - e.size(), e.size(), e) == 0) return true;
+  }
+  return false;
+}
+
+// Every folder under `dir` (itself included) with its files, ordered as
+// torchvision's sorted(os.walk(dir)) orders them: by folder path.
+void Walk(const std::string& dir, std::vector<std::pair<std::string, std::vector<std::string>>>* out, int depth = 0) {
+  if (depth > 32) throw DataError(dir + ": folders nested more than 32 deep (a symbolic link loop?)");
+  std::vector<std::string> dirs, files;
+  ListDir(dir, &dirs, &files);
+  out->emplace_back(dir, std::move(files));
+  for (const auto& sub : dirs) Walk(dir + "/" + sub, out, depth + 1);
+}
+
+std::string Joined(const std::vector<std::string>& names, size_t most = 8) {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < most; ++i) out += (i ? ", " : "") + names[i];
+  return names.size() > most ? out + ", ..." : out;
+}
+
+}  // namespace
+
+FolderIndex ScanImageFolder(const std::string& root, const std::vector<std::string>& known_classes) {
+  FolderIndex index;
+  std::vector<std::string> class_dirs, loose;
+  ListDir(root, &class_dirs, &loose);
+  if (class_dirs.empty())
+    throw DataError(root + ": no class folders (expected " + root + "/<class>/ holding .jpg, .jpeg or .png files)");
+  index.classes = known_classes.empty() ? class_dirs : known_classes;
+  std::map<std::string, int64_t> label_of;
+  for (size_t i = 0; i < index.classes.size(); ++i) label_of[index.classes[i]] = static_cast<int64_t>(i);
+  index.skipped = static_cast<int64_t>(loose.size());
+  for (const auto& name : class_dirs) {
+    const auto label = label_of.find(name);
+    if (label == label_of.end())
+      throw DataError(root + "/" + name + ": class '" + name + "' is not one of train/'s " +
+                      std::to_string(index.classes.size()) + " classes (" + Joined(index.classes) + ")");
+    std::vector<std::pair<std::string, std::vector<std::string>>> folders;
+    Walk(root + "/" + name, &folders);
+    std::sort(folders.begin(), folders.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    int64_t found = 0, other = 0;
+    for (const auto& [folder, files] : folders) {
+      for (const auto& f : files) {
+        if (!IsImageName(f)) {
+          ++other;
+          continue;
+        }
+        index.files.push_back(folder + "/" + f);
+        index.labels.push_back(label->second);
+        ++found;
+      }
+    }
+    index.skipped += other;
+    if (found == 0)
+      throw DataError(root + "/" + name + ": class folder with no .jpg, .jpeg or .png files (" + std::to_string(other) +
+                      " other files)");
+  }
+  return index;
+}
+
+namespace {
+
+struct Folders {
+  std::string root;
+  std::shared_ptr<const FolderIndex> train, val;  // val: null without DIR/val
+};
+
+// Scanned once per process and root (train, test and every rank's sources share it).
+Folders ScanRoot(const DataSpec& spec) {
+  if (spec.data_dir.empty())
+    throw DataError("dataset 'imagefolder' needs --data-dir=DIR, a folder holding train/<class>/ and val/<class>/");
+  const std::string& root = spec.data_dir;
+  if (!IsDir(root + "/train"))
+    throw DataError(root + "/train: no such folder (an ImageFolder dataset is DIR/train/<class>/ image files, "
+                    "with DIR/val/<class>/ or --val-fraction for evaluation)");
+  static std::mutex mu;
+  static std::map<std::string, Folders> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(root);
+  if (it != cache.end()) return it->second;
+  Folders f{root, std::make_shared<const FolderIndex>(ScanImageFolder(root + "/train", {})), nullptr};
+  if (IsDir(root + "/val")) f.val = std::make_shared<const FolderIndex>(ScanImageFolder(root + "/val", f.train->classes));
+  cache.emplace(root, f);
+  return f;
+}
+
+// Decodes and transforms the samples of one folder index into uint8 batches.
+class ImageFolderMaker final : public BatchMaker {
+ public:
+  ImageFolderMaker(const DataSpec& spec, std::shared_ptr<const FolderIndex> index)
+      : index_(std::move(index)),
+        size_(spec.image_size > 0 ? spec.image_size : kDefaultImageSize),
+        seed_(spec.seed),
+        skip_bad_(spec.skip_bad_images),
+        pin_(spec.device.is_cuda()),
+        channels_last_(spec.channels_last),
+        mean_(torch::tensor(kMean, torch::kFloat).view({1, 3, 1, 1}).to(spec.device)),
+        std_(torch::tensor(kStd, torch::kFloat).view({1, 3, 1, 1}).to(spec.device)) {}
+
+  Batch Make(const std::vector<int64_t>& rows, int64_t epoch, bool train) const override {
+    const auto n = static_cast<int64_t>(rows.size());
+    torch::Tensor images = torch::empty({n, 3, size_, size_}, torch::kUInt8);
+    torch::Tensor labels = torch::empty({n}, torch::kLong);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t row = Sample(rows[static_cast<size_t>(i)], epoch, train, images[i]);
+      labels[i] = index_->labels[static_cast<size_t>(row)];
+    }
+    if (pin_) {
+      images = images.pin_memory();
+      labels = labels.pin_memory();
+    }
+    return {images, labels};
+  }
+
+  // On the device: uint8 -> float, / 255, ImageNet mean and std.
+  Batch OnDevice(Batch batch) const override {
+    if (!batch.images.defined()) return batch;
+    torch::Tensor x = batch.images.to(torch::kFloat).div_(255.0).sub_(mean_).div_(std_);
+    batch.images = channels_last_ ? x.contiguous(at::MemoryFormat::ChannelsLast) : x;
+    return batch;
+  }
+
+  int64_t BadImages() const override { return bad_.load(); }
+
+ private:
+  // Writes row's sample into `out`; returns the row used (the next readable
+  // one when --skip-bad-images replaced an undecodable image).
+  int64_t Sample(int64_t row, int64_t epoch, bool train, torch::Tensor out) const {
+    const auto total = static_cast<int64_t>(index_->files.size());
+    for (int64_t tried = 0;; ++tried) {
+      const int64_t r = (row + tried) % total;
+      const std::string& path = index_->files[static_cast<size_t>(r)];
+      try {
+        const std::string bytes = ReadFileBytes(path);
+        const uint64_t key = HashCombine(HashCombine(SplitMix64(seed_), static_cast<uint64_t>(epoch)),
+                                         static_cast<uint64_t>(r));
+        out.copy_(train ? TrainSample(path, bytes, size_, key) : EvalSample(path, bytes, size_));
+        return r;
+      } catch (const DataError&) {
+        if (!skip_bad_) throw;
+        ++bad_;
+        if (tried + 1 >= total) throw DataError(index_->files.front() + " ...: no image of the folder could be decoded");
+      }
+    }
+  }
+
+  std::shared_ptr<const FolderIndex> index_;
+  const int64_t size_;
+  const uint64_t seed_;
+  const bool skip_bad_, pin_, channels_last_;
+  const torch::Tensor mean_, std_;
+  mutable std::atomic<int64_t> bad_{0};
+};
+
+std::vector<int64_t> Range(int64_t n) {
+  std::vector<int64_t> rows(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) rows[static_cast<size_t>(i)] = i;
+  return rows;
+}
+
+std::vector<int64_t> Without(int64_t n, const std::vector<int64_t>& held_out) {
+  const std::vector<int64_t> all = Range(n);
+  std::vector<int64_t> rows;
+  std::set_difference(all.begin(), all.end(), held_out.begin(), held_out.end(), std::back_inserter(rows));
+  return rows;
+}
+
+void NeedEvaluationSet(const Folders& f, const DataSpec& spec) {
+  if (!f.val && spec.val_fraction <= 0)
+    throw DataError(f.root + "/val: no such folder; add val/<class>/ folders, or hold out part of train/ with "
+                    "--val-fraction (e.g. 0.1)");
+}
+
+}  // namespace
+
+DatasetInfo DescribeImageFolder(const DataSpec& spec) {
+  const Folders f = ScanRoot(spec);
+  NeedEvaluationSet(f, spec);
+  const auto n = static_cast<int64_t>(f.train->files.size());
+  const auto held = static_cast<int64_t>(ValidationRows(n, spec.val_fraction, spec.seed).size());
+  DatasetInfo info;
+  info.name = "imagefolder";
+  info.real = true;
+  info.channels = 3;
+  info.height = info.width = spec.image_size > 0 ? spec.image_size : kDefaultImageSize;
+  info.num_classes = static_cast<int64_t>(f.train->classes.size());
+  info.train_size = n - held;
+  info.val_size = f.val ? held : 0;
+  info.test_size = f.val ? static_cast<int64_t>(f.val->files.size()) : held;
+  info.skipped_files = f.train->skipped + (f.val ? f.val->skipped : 0);
+  return info;
+}
+
+std::unique_ptr<BatchSource> MakeImageFolderSource(const DataSpec& spec, int rank, int world, const std::string& split) {
+  const Folders f = ScanRoot(spec);
+  NeedEvaluationSet(f, spec);
+  const auto n = static_cast<int64_t>(f.train->files.size());
+  const std::vector<int64_t> held = ValidationRows(n, spec.val_fraction, spec.seed);
+  const int workers = std::max(1, spec.data_workers);
+  auto train_maker = [&] { return std::make_shared<ImageFolderMaker>(spec, f.train); };
+  if (split == "train")
+    return MakeTrainSourceWith(spec, rank, world, train_maker(), Without(n, held), workers, 2 * workers);
+  if (split == "test" && f.val)
+    return MakeEvalSourceWith(spec, rank, world, std::make_shared<ImageFolderMaker>(spec, f.val),
+                              Range(static_cast<int64_t>(f.val->files.size())), workers, 2 * workers);
+  // The held-out part of train/: the test set without val/, the validation set with it.
+  if ((split == "test") == !f.val && !held.empty())
+    return MakeEvalSourceWith(spec, rank, world, train_maker(), held, workers, 2 * workers);
+  return nullptr;
+}
+
+}  // namespace detail
+}  // namespace ddpbench

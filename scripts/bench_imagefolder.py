@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Benchmarks ddpbench's ImageFolder loader against torchvision's DataLoader
+on the same JPEG folder (issue 24). Not a test: it measures.
+
+Both sides do the same work per image: read the file, decode it, the
+training transforms (RandomResizedCrop(SIZE), RandomHorizontalFlip) and
+hand over a normalised batch of SIZE x SIZE images. ddpbench runs
+`--data-only --data-workers=N` (the loader alone, no model); torchvision runs
+ImageFolder + RandomResizedCrop + RandomHorizontalFlip + ToTensor + Normalize
+in a DataLoader with num_workers=N. Each side times BATCHES batches after one
+untimed batch (worker start-up excluded on both). Rounds are interleaved (each
+round runs every (side, workers) pair once, the order alternating), so a slow
+minute on a shared machine hits both alike; the table gives each pair's
+median images/s and the ratio ddpbench / torchvision per worker count.
+
+    .venv/bin/python scripts/bench_imagefolder.py --data=/tmp/fake-imagenet --rounds=5 \\
+        --out=results/cpu-2core-imagefolder-loader.csv
+
+The folder is made by scripts/make_imagefolder.py (10 classes x 100 train
+JPEGs of 400-500 px, quality 90) when --data does not exist yet.
+"""
+import argparse
+import csv
+import datetime
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default="/tmp/ddpbench-imagefolder-bench", help="ImageFolder root (made if missing)")
+    p.add_argument("--binary", default=os.path.join(ROOT, "build", "ddpbench"))
+    p.add_argument("--workers", default="1,2", help="worker counts, comma-separated")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--batches", type=int, default=20, help="timed batches per run")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--out", default=None, help="CSV of every run (appended); a .md table beside it")
+    a = p.parse_args()
+    try:
+        a.workers = [int(w) for w in a.workers.split(",")]
+    except ValueError:
+        p.error(f"--workers={a.workers} is not accepted; expected a comma-separated list of integers >= 1")
+    for flag, value in (("--rounds", a.rounds), ("--batches", a.batches), ("--batch-size", a.batch_size),
+                        ("--image-size", a.image_size), *(("--workers", w) for w in a.workers)):
+        if value < 1:
+            p.error(f"{flag}={value} is not accepted; expected an integer >= 1")
+    if not os.access(a.binary, os.X_OK):
+        p.error(f"--binary={a.binary}: not an executable (build it with scripts/setup.sh ddpbench)")
+    return a
+
+
+def ensure_folder(path):
+    if os.path.isdir(os.path.join(path, "train")):
+        return
+    subprocess.run([sys.executable, os.path.join(HERE, "make_imagefolder.py"), "--out", path, "--classes", "10",
+                    "--train-per-class", "100", "--val-per-class", "2"], check=True)
+
+
+def run_ddpbench(a, workers):
+    """The data-only row's throughput: timed batches over their wall time."""
+    out_csv = os.path.join(a.tmp, "ddpbench.csv")
+    cmd = [a.binary, "--strategy=single", "--device=cpu", "--dataset=imagefolder", f"--data-dir={a.data}",
+           f"--image-size={a.image_size}", f"--batch-size={a.batch_size}", "--data-only",
+           f"--data-workers={workers}", "--warmup=1", f"--steps={a.batches}", "--progress=off", f"--out={out_csv}"]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(out_csv) as f:
+        row = list(csv.DictReader(f))[-1]
+    return float(row["throughput_img_s"]), " ".join(cmd)
+
+
+TORCHVISION_SNIPPET = r"""
+import sys, time, torch
+from torch.utils.data import DataLoader
+from torchvision import datasets, transforms
+data, workers, batches, batch, size, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), 0
+torch.manual_seed(seed)
+tf = transforms.Compose([transforms.RandomResizedCrop(size), transforms.RandomHorizontalFlip(), transforms.ToTensor(),
+                         transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+loader = DataLoader(datasets.ImageFolder(data + "/train", tf), batch_size=batch, shuffle=True, num_workers=workers,
+                    drop_last=True, persistent_workers=True)
+it = iter(loader)
+next(it)  # untimed: worker start-up and the first batch
+start = time.perf_counter()
+for _ in range(batches):
+    next(it)
+print(batches * batch / (time.perf_counter() - start))
+"""
+
+
+def run_torchvision(a, workers):
+    cmd = [sys.executable, "-c", TORCHVISION_SNIPPET, a.data, str(workers), str(a.batches), str(a.batch_size),
+           str(a.image_size)]
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+    return float(out.split()[-1]), "python -c <torchvision DataLoader snippet of scripts/bench_imagefolder.py>"
+
+
+def machine():
+    cpu = platform.processor() or "cpu"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{socket.gethostname()}, {os.cpu_count()} cores, {cpu}"
+
+
+def main():
+    a = parse_args()
+    a.data = os.path.abspath(a.data)
+    a.tmp = os.path.join(a.data, ".bench")
+    os.makedirs(a.tmp, exist_ok=True)
+    ensure_folder(a.data)
+    pairs = [(side, w) for w in a.workers for side in ("ddpbench", "torchvision")]
+    runs = []
+    for r in range(a.rounds):
+        order = pairs if r % 2 == 0 else list(reversed(pairs))
+        for side, w in order:
+            fn = run_ddpbench if side == "ddpbench" else run_torchvision
+            img_s, cmd = fn(a, w)
+            runs.append({"round": r, "side": side, "workers": w, "img_s": round(img_s, 1), "command": cmd})
+            print(f"round {r} {side:11s} workers {w}: {img_s:8.1f} img/s", flush=True)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    lines = [f"ImageFolder loader: ddpbench --data-only against torchvision DataLoader ({stamp})",
+             f"machine: {machine()}",
+             f"folder: {a.data} ({sum(len(fs) for _, _, fs in os.walk(os.path.join(a.data, 'train')))} train images), "
+             f"batch {a.batch_size}, {a.image_size} px, {a.batches} timed batches, {a.rounds} interleaved rounds",
+             f"command: {' '.join(sys.argv)}", "",
+             "| workers | ddpbench img/s (median, min-max) | torchvision img/s (median, min-max) | ratio |",
+             "|---|---|---|---|"]
+    for w in a.workers:
+        got = {s: [x["img_s"] for x in runs if x["side"] == s and x["workers"] == w] for s in ("ddpbench", "torchvision")}
+        med = {s: statistics.median(v) for s, v in got.items()}
+        cell = {s: f"{med[s]:.1f} ({min(v):.1f}-{max(v):.1f})" for s, v in got.items()}
+        lines.append(f"| {w} | {cell['ddpbench']} | {cell['torchvision']} | {med['ddpbench'] / med['torchvision']:.2f}x |")
+    print("\n".join(lines))
+    if a.out:
+        new = not os.path.exists(a.out)
+        with open(a.out, "a", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=["timestamp", "machine", "round", "side", "workers", "img_s", "command"])
+            if new:
+                w.writeheader()
+            for x in runs:
+                w.writerow({"timestamp": stamp, "machine": machine(), **x})
+        with open(os.path.splitext(a.out)[0] + ".md", "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
