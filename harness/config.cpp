@@ -351,13 +351,17 @@ void ValidateConfig(const RunConfig& c) {
   if (c.given.count("--fill-waits") && (c.given.count("--schedule") || c.given.count("--chunks")) &&
       !SplitsBackward(schedule))
     throw ConfigError(fmt::format("--fill-waits={} with --schedule={}{}: only the zero-bubble schedules have W's to "
-                                  "fill waits with; accepted with --schedule=zero-bubble|interleaved-zero-bubble, or "
+                                  "fill waits with; accepted with --schedule=zero-bubble|interleaved-zero-bubble|zbv|dualpipev, or "
                                   "leave it out", c.fill_waits, c.schedule,
                                   c.given.count("--schedule") ? "" : " (the default with --chunks)"));
   CheckAtLeast("--virtual-stages", c.virtual_stages, int64_t{0});
-  if (c.virtual_stages > 0 && !IsInterleaved(schedule))
-    throw ConfigError(fmt::format("--virtual-stages={}: applies only to --schedule=interleaved|interleaved-zero-bubble, "
-                                  "not to --schedule={}", c.virtual_stages, c.schedule));
+  if (c.virtual_stages > 0 && IsVShaped(schedule) && c.virtual_stages != 2)
+    throw ConfigError(fmt::format("--virtual-stages={}: --schedule={} places exactly 2 chunks per device in a V; "
+                                  "accepted: --virtual-stages=2, or leave it out", c.virtual_stages, c.schedule));
+  if (c.virtual_stages > 0 && !IsInterleaved(schedule) && !IsVShaped(schedule))
+    throw ConfigError(fmt::format("--virtual-stages={}: applies only to --schedule=interleaved|interleaved-zero-bubble|"
+                                  "looped-bfs (and 2 to zbv|dualpipev), not to --schedule={}", c.virtual_stages,
+                                  c.schedule));
   if (!c.split.empty()) {
     std::stringstream ss(c.split);
     std::string part;
@@ -463,8 +467,8 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
                  "(each block as two units, so a cut can fall inside it) or auto (default: pmp measures half "
                  "blocks and cuts inside a block only where that is predicted clearly faster; otherwise blocks)");
   app.add_option("--chunks", c.chunks, "pmp: micro-batches per batch (default: chosen by predicted step time)");
-  app.add_option("--schedule", c.schedule, "pmp: gpipe|1f1b|interleaved|zero-bubble|interleaved-zero-bubble");
-  app.add_option("--virtual-stages", c.virtual_stages, "pmp --schedule=interleaved[-zero-bubble]: model chunks per device (default 2)");
+  app.add_option("--schedule", c.schedule, "pmp: gpipe|1f1b|interleaved|zero-bubble|interleaved-zero-bubble|looped-bfs|zbv|dualpipev");
+  app.add_option("--virtual-stages", c.virtual_stages, "pmp --schedule=interleaved[-zero-bubble]|looped-bfs: model chunks per device (default 2)");
   app.add_option("--fill-waits", c.fill_waits,
                  "pmp zero-bubble schedules on CPU devices: on (default: a device whose next input has not arrived "
                  "runs its pending W's a weight node at a time until it does)|off (the table's order exactly)");

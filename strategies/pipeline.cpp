@@ -85,10 +85,11 @@ class StageWork {
 
 // The trace's name of device d's thread: its stage, or with interleaving
 // (chunks > devices) the model chunks it holds.
-std::string StageNames(int d, int devices, int chunks) {
-  if (chunks == devices) return fmt::format("stage {}", d);
+std::string StageNames(int d, const PipelineTable& table) {
+  if (table.chunks() == table.devices) return fmt::format("stage {}", d);
   std::vector<int> held;
-  for (int c = d; c < chunks; c += devices) held.push_back(c);
+  for (int c = 0; c < table.chunks(); ++c)
+    if (table.DeviceOf(c) == d) held.push_back(c);
   return fmt::format("device {} (stages {})", d, fmt::join(held, ","));
 }
 
@@ -122,11 +123,13 @@ void CheckPipelineShape(const RunConfig& c, int devices) {
         "--chunks={}: --batch-size={} does not divide into {} equal micro-batches; accepted: a divisor of {} ({})",
         c.chunks, c.batch_size, c.chunks, c.batch_size, Divisors(c.batch_size)));
   const PipelineSchedule schedule = ParsePipelineSchedule(c.schedule);
-  if (schedule == PipelineSchedule::kZeroBubble && c.chunks < devices)
+  const int least = MinMicroBatches(schedule, devices);
+  if (c.chunks < least)
     throw ConfigError(fmt::format(
-        "--chunks={}: --schedule=zero-bubble needs at least one micro-batch per device; accepted: --chunks>={} "
-        "(--gpus={})", c.chunks, devices, devices));
-  if (IsInterleaved(schedule) && c.chunks % devices != 0)
+        "--chunks={}: --schedule={} needs at least {} micro-batches on --gpus={} ({}); accepted: --chunks>={}",
+        c.chunks, c.schedule, least, devices,
+        schedule == PipelineSchedule::kDualPipeV ? "one per stage of its V" : "one per device", least));
+  if (NeedsGroupsOfDevices(schedule) && c.chunks % devices != 0)
     throw ConfigError(fmt::format(
         "--chunks={}: --schedule={} takes micro-batches in groups of --gpus={}; accepted: a multiple of {} "
         "that divides --batch-size={}", c.chunks, c.schedule, devices, devices, c.batch_size));
@@ -176,7 +179,7 @@ class PipelineStrategy final : public Strategy {
     for (int d = 0; d < S; ++d) devices_.push_back(std::make_unique<Device>(ctx.devices[d], d));
     workers_ = std::make_unique<DeviceWorkers>(ctx.devices, /*own_streams=*/true);
     workers_->RunAll([&](int d) {
-      trace::NameThread(StageNames(d, S, table_.chunks()), 1 + d);
+      trace::NameThread(StageNames(d, table_), 1 + d);
       devices_[d]->scaler = std::make_unique<LossScaler>(config_->amp, devices_[d]->device);
     });
     unit_device_.assign(model_->units()->size(), -1);
@@ -337,7 +340,10 @@ class PipelineStrategy final : public Strategy {
       extras["virtual_stages"] = std::to_string(V);
     }
     const bool split_backward = pipelined_ && SplitsBackward(schedule_);
-    if (!split_backward) extras["bubble_theory"] = fmt::format("{:.4f}", TheoreticalBubble(S, V, M));
+    if (!split_backward)
+      extras["bubble_theory"] = fmt::format("{:.4f}", schedule_ == PipelineSchedule::kLoopedBFS
+                                                          ? LoopedBfsTheoreticalBubble(S, V, M)
+                                                          : TheoreticalBubble(S, V, M));
     if (timed_steps_ > 0 && wall_ms_ > 0) {
       std::vector<double> busy, act_mb;
       double total = 0;
@@ -503,7 +509,8 @@ class PipelineStrategy final : public Strategy {
         }
         unit_device_[u] = d;
       }
-      for (int c = d; c < table_.chunks(); c += table_.devices) {
+      for (int c = 0; c < table_.chunks(); ++c) {
+        if (table_.DeviceOf(c) != d) continue;
         Chunk& ch = *chunks_[c];
         ch.params.clear();
         for (auto& u : ch.units)

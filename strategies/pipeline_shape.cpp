@@ -23,29 +23,36 @@ struct Candidate {
 
 // The schedules to cost at `micro_batches`: the given one (--chunks or
 // --schedule given: the configured schedule), or, simplest first, 1f1b,
-// zero-bubble, then interleaved and interleaved-zero-bubble with every V the
+// zero-bubble, zbv and dualpipev (two chunks a device in a V), then
+// interleaved, interleaved-zero-bubble and looped-bfs with every V the
 // model's units allow (at least one unit per chunk; micro-batches in groups
-// of the device count). A given --split fixes the chunk count.
+// of the device count where the schedule needs it, at least its minimum).
+// A given --split fixes the chunk count.
 std::vector<Candidate> ScheduleCandidates(const RunConfig& config, int devices, int micro_batches, int units) {
   std::vector<Candidate> all;
   auto add = [&](PipelineSchedule s, int V) { all.push_back({s, V}); };
   if (config.given.count("--schedule") > 0 || config.chunks > 0) {
     const PipelineSchedule s = ParsePipelineSchedule(config.schedule);
-    add(s, !IsInterleaved(s) ? 1 : config.virtual_stages > 0 ? static_cast<int>(config.virtual_stages) : 2);
+    add(s, ChunksPerDevice(s, static_cast<int>(config.virtual_stages)));
   } else {
     add(PipelineSchedule::k1F1B, 1);
     add(PipelineSchedule::kZeroBubble, 1);
+    if (2 * devices <= units) {
+      add(PipelineSchedule::kZeroBubbleV, 2);
+      add(PipelineSchedule::kDualPipeV, 2);
+    }
     for (int V = 2; V * devices <= units; ++V) {
       add(PipelineSchedule::kInterleaved, V);
       add(PipelineSchedule::kInterleavedZeroBubble, V);
+      add(PipelineSchedule::kLoopedBFS, V);
     }
   }
   const int split_stages = config.split.empty() ? 0 : 1 + static_cast<int>(std::count(config.split.begin(),
                                                                                       config.split.end(), ','));
   std::vector<Candidate> out;
   for (const Candidate& c : all) {
-    if (IsInterleaved(c.schedule) && micro_batches % devices != 0) continue;
-    if (c.schedule == PipelineSchedule::kZeroBubble && micro_batches < devices) continue;
+    if (NeedsGroupsOfDevices(c.schedule) && micro_batches % devices != 0) continue;
+    if (micro_batches < MinMicroBatches(c.schedule, devices)) continue;
     if (split_stages > 0 && split_stages != c.virtual_stages * devices && all.size() > 1) continue;
     out.push_back(c);
   }
@@ -55,8 +62,14 @@ std::vector<Candidate> ScheduleCandidates(const RunConfig& config, int devices, 
 // The given flags checked before anything is measured: the stage count and
 // --split against the model (ConfigError otherwise).
 void CheckGivenShape(const RunConfig& config, const std::vector<std::string>& names, int devices) {
-  const auto candidates = ScheduleCandidates(config, devices, devices, static_cast<int>(names.size()));
+  // 2S micro-batches: a count every schedule takes (dualpipev needs 2S, the interleaved ones multiples of S).
+  const auto candidates = ScheduleCandidates(config, devices, 2 * devices, static_cast<int>(names.size()));
   const int V = candidates.size() == 1 ? candidates.front().virtual_stages : 1;
+  const auto units = static_cast<int>(names.size());
+  if (candidates.size() == 1 && IsVShaped(candidates.front().schedule) && 2 * devices > units)
+    throw ConfigError(fmt::format("--schedule={}: places 2 chunks per device in a V: --gpus={} x 2 = {} model chunks, "
+                                  "but the model has only {} units; accepted: --gpus<={}", config.schedule, devices,
+                                  2 * devices, units, units / 2));
   CheckStageCount(config.strategy, devices, names, V);
   if (!config.split.empty() && candidates.size() <= 1)
     ParseSplit(config.split, devices * V, names,
@@ -256,9 +269,10 @@ PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, 
     }
   }
   if (best.plan.counts.empty())
-    throw ConfigError(fmt::format("--schedule={}: needs at least {} micro-batches (one per device, in groups of "
-                                  "--gpus={}), but --batch-size={} is too small; accepted: --batch-size>={}",
-                                  config.schedule, devices, devices, config.batch_size, devices));
+    throw ConfigError(fmt::format("--schedule={}: needs at least {} micro-batches on --gpus={}, but --batch-size={} "
+                                  "is too small; accepted: --batch-size>={}", config.schedule,
+                                  MinMicroBatches(ParsePipelineSchedule(config.schedule), devices), devices,
+                                  config.batch_size, MinMicroBatches(ParsePipelineSchedule(config.schedule), devices)));
   if (choose_units && !best.half_blocks && RebalanceApplies(config, best.virtual_stages)) {
     // With ResNet-18 at 64 px no whole-block split evens 2 devices.
     best.plan = PlanOfSplit(SplitInUnits(best.plan.counts, model->unit_names()), measured_all[best_count]);

@@ -17,20 +17,25 @@ namespace ddpbench {
 namespace {
 
 PipelineTable EmptyTable(int devices, int virtual_stages, int micro_batches) {
-  TORCH_CHECK(devices >= 1 && virtual_stages >= 1 && micro_batches >= 1, "pipeline table: ", devices,
-              " devices, ", virtual_stages, " chunks each, ", micro_batches, " micro-batches");
-  PipelineTable t;
-  t.devices = devices;
-  t.virtual_stages = virtual_stages;
-  t.micro_batches = micro_batches;
-  t.actions.resize(devices);
-  t.chunk_device = RoundRobinPlacement(devices, virtual_stages);
-  return t;
+  return EmptyPipelineTable(devices, virtual_stages, micro_batches, false);
 }
 
 PipelineAction Forward(int m, int chunk) { return {PipelineOp::kForward, m, chunk}; }
 
 }  // namespace
+
+PipelineTable EmptyPipelineTable(int devices, int virtual_stages, int micro_batches, bool v_placement) {
+  TORCH_CHECK(devices >= 1 && virtual_stages >= 1 && micro_batches >= 1 && (!v_placement || virtual_stages == 2),
+              "pipeline table: ", devices, " devices, ", virtual_stages, " chunks each, ", micro_batches,
+              " micro-batches");
+  PipelineTable t;
+  t.devices = devices;
+  t.virtual_stages = virtual_stages;
+  t.micro_batches = micro_batches;
+  t.actions.resize(devices);
+  t.chunk_device = v_placement ? VPlacement(devices) : RoundRobinPlacement(devices, virtual_stages);
+  return t;
+}
 
 std::vector<int> RoundRobinPlacement(int devices, int virtual_stages) {
   std::vector<int> map(devices * virtual_stages);
@@ -46,9 +51,10 @@ std::vector<int> VPlacement(int devices) {
 
 PipelineSchedule ParsePipelineSchedule(const std::string& name) {
   // Every schedule, in enum order: the names come from PipelineScheduleName only.
-  constexpr PipelineSchedule kAll[] = {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B,
-                                       PipelineSchedule::kInterleaved, PipelineSchedule::kZeroBubble,
-                                       PipelineSchedule::kInterleavedZeroBubble};
+  constexpr PipelineSchedule kAll[] = {PipelineSchedule::kGPipe,        PipelineSchedule::k1F1B,
+                                       PipelineSchedule::kInterleaved,  PipelineSchedule::kZeroBubble,
+                                       PipelineSchedule::kInterleavedZeroBubble, PipelineSchedule::kLoopedBFS,
+                                       PipelineSchedule::kZeroBubbleV,  PipelineSchedule::kDualPipeV};
   std::vector<std::string> names;
   for (PipelineSchedule s : kAll) {
     if (PipelineScheduleName(s) == name) return s;
@@ -57,12 +63,35 @@ PipelineSchedule ParsePipelineSchedule(const std::string& name) {
   throw ConfigError(fmt::format("--schedule={}: not accepted; accepted values: {}", name, fmt::join(names, "|")));
 }
 
-bool IsInterleaved(PipelineSchedule schedule) {
+bool NeedsGroupsOfDevices(PipelineSchedule schedule) {
   return schedule == PipelineSchedule::kInterleaved || schedule == PipelineSchedule::kInterleavedZeroBubble;
 }
 
+bool IsInterleaved(PipelineSchedule schedule) {
+  return NeedsGroupsOfDevices(schedule) || schedule == PipelineSchedule::kLoopedBFS;
+}
+
+bool IsVShaped(PipelineSchedule schedule) {
+  return schedule == PipelineSchedule::kZeroBubbleV || schedule == PipelineSchedule::kDualPipeV;
+}
+
+int ChunksPerDevice(PipelineSchedule schedule, int virtual_stages) {
+  if (IsVShaped(schedule)) return 2;
+  if (!IsInterleaved(schedule)) return 1;
+  return virtual_stages > 0 ? virtual_stages : 2;
+}
+
+int MinMicroBatches(PipelineSchedule schedule, int devices) {
+  switch (schedule) {
+    case PipelineSchedule::kZeroBubble: return devices;
+    case PipelineSchedule::kDualPipeV: return 2 * devices;
+    default: return NeedsGroupsOfDevices(schedule) ? devices : 1;
+  }
+}
+
 bool SplitsBackward(PipelineSchedule schedule) {
-  return schedule == PipelineSchedule::kZeroBubble || schedule == PipelineSchedule::kInterleavedZeroBubble;
+  return schedule == PipelineSchedule::kZeroBubble || schedule == PipelineSchedule::kInterleavedZeroBubble ||
+         IsVShaped(schedule);
 }
 
 std::string PipelineScheduleName(PipelineSchedule schedule) {
@@ -72,6 +101,9 @@ std::string PipelineScheduleName(PipelineSchedule schedule) {
     case PipelineSchedule::kInterleaved: return "interleaved";
     case PipelineSchedule::kZeroBubble: return "zero-bubble";
     case PipelineSchedule::kInterleavedZeroBubble: return "interleaved-zero-bubble";
+    case PipelineSchedule::kLoopedBFS: return "looped-bfs";
+    case PipelineSchedule::kZeroBubbleV: return "zbv";
+    case PipelineSchedule::kDualPipeV: return "dualpipev";
   }
   return "";
 }
@@ -169,6 +201,9 @@ PipelineTable BuildPipelineTable(PipelineSchedule schedule, int devices, int vir
     case PipelineSchedule::kZeroBubble: return ZeroBubbleH1Table(devices, micro_batches);
     case PipelineSchedule::kInterleavedZeroBubble:
       return InterleavedZeroBubbleTable(devices, virtual_stages, micro_batches);
+    case PipelineSchedule::kLoopedBFS: return LoopedBfsTable(devices, virtual_stages, micro_batches);
+    case PipelineSchedule::kZeroBubbleV: return ZeroBubbleVTable(devices, micro_batches);
+    case PipelineSchedule::kDualPipeV: return DualPipeVTable(devices, micro_batches);
   }
   TORCH_CHECK(false, "unknown pipeline schedule");
 }
@@ -243,6 +278,11 @@ PipelineSimulation SimulatePipeline(const PipelineTable& t, const ChunkTimes& ti
 
 double TheoreticalBubble(int devices, int virtual_stages, int micro_batches) {
   return static_cast<double>(devices - 1) / (virtual_stages * micro_batches + devices - 1);
+}
+
+double LoopedBfsTheoreticalBubble(int devices, int virtual_stages, int micro_batches) {
+  const int S = devices, V = virtual_stages, M = micro_batches;
+  return 1.0 - static_cast<double>(V * M) / (V * std::max(M, S) + std::min(M, S) - 1);
 }
 
 }  // namespace ddpbench

@@ -46,16 +46,31 @@ struct PipelineTable {
 // devices, chunks S..2S-1 back up, so device 0 holds the first and the last.
 std::vector<int> RoundRobinPlacement(int devices, int virtual_stages);
 std::vector<int> VPlacement(int devices);
+// A table with no actions yet: round-robin placement, or the V (2 chunks a device).
+PipelineTable EmptyPipelineTable(int devices, int virtual_stages, int micro_batches, bool v_placement);
 
 // Values are kept in snapshots (meta.shape): new ones go at the end.
-enum class PipelineSchedule { kGPipe, k1F1B, kInterleaved, kZeroBubble, kInterleavedZeroBubble };
-// gpipe|1f1b|interleaved|zero-bubble|interleaved-zero-bubble; ConfigError otherwise.
+enum class PipelineSchedule {
+  kGPipe, k1F1B, kInterleaved, kZeroBubble, kInterleavedZeroBubble, kLoopedBFS, kZeroBubbleV, kDualPipeV
+};
+// gpipe|1f1b|interleaved|zero-bubble|interleaved-zero-bubble|looped-bfs|zbv|
+// dualpipev; ConfigError otherwise.
 PipelineSchedule ParsePipelineSchedule(const std::string& name);
 // The --schedule name of `schedule` (the inverse of ParsePipelineSchedule).
 std::string PipelineScheduleName(PipelineSchedule schedule);
-// V chunks per device (--virtual-stages), micro-batches in groups of S.
+// V chunks per device placed round-robin, taken from --virtual-stages
+// (interleaved, interleaved-zero-bubble, looped-bfs).
 bool IsInterleaved(PipelineSchedule schedule);
-// The backward cut into B and W.
+// Micro-batches taken in groups of the device count (interleaved and
+// interleaved-zero-bubble): the count must be a multiple of it.
+bool NeedsGroupsOfDevices(PipelineSchedule schedule);
+// Two chunks per device placed in a V (zbv, dualpipev).
+bool IsVShaped(PipelineSchedule schedule);
+// Chunks per device of `schedule` with --virtual-stages=V (0: not given).
+int ChunksPerDevice(PipelineSchedule schedule, int virtual_stages);
+// The fewest micro-batches `schedule` runs on `devices` (dualpipev: 2S).
+int MinMicroBatches(PipelineSchedule schedule, int devices);
+// The backward cut into B and W (dualpipev: in its drain only).
 bool SplitsBackward(PipelineSchedule schedule);
 
 // All forwards, then all backwards (last micro-batch first).
@@ -77,6 +92,18 @@ PipelineTable ZeroBubbleH1Table(int devices, int micro_batches);
 // chunk before it leave the critical path; a device holds no more
 // micro-batches than interleaved's first device does.
 PipelineTable InterleavedZeroBubbleTable(int devices, int virtual_stages, int micro_batches);
+// Looped BFS (torch.distributed.pipelining's ScheduleLoopedBFS): V chunks
+// round-robin; each device runs every micro-batch through its first chunk,
+// then its next, and the backwards in reverse (last chunk, last micro-batch first).
+PipelineTable LoopedBfsTable(int devices, int virtual_stages, int micro_batches);
+// ZB-V (Qi et al., section 6; ScheduleZBVZeroBubble): 2 chunks a device in a
+// V, backward cut into B and W; with F = B = W and M >= 2S its bubble is
+// close to zero while a device holds no more activations than 1F1B's first.
+PipelineTable ZeroBubbleVTable(int devices, int micro_batches);
+// DualPipeV (DeepSeek-V3's DualPipe in a V; ScheduleDualPipeV): 2 chunks a
+// device in a V; the steady state pairs a forward on one leg with a whole
+// backward on the other; the drain cuts backwards into B and W. M >= 2S.
+PipelineTable DualPipeVTable(int devices, int micro_batches);
 PipelineTable BuildPipelineTable(PipelineSchedule schedule, int devices, int virtual_stages, int micro_batches);
 
 // Milliseconds of each action kind on each chunk (kBackward: input + weight).
@@ -101,5 +128,10 @@ ChunkTimes UniformChunkTimes(int chunks);
 // Idle fraction of an ideal pipeline of equal stages with V chunks per
 // device: (S-1)/(V*M + S-1), i.e. GPipe's and 1F1B's (S-1)/(M+S-1) at V=1.
 double TheoreticalBubble(int devices, int virtual_stages, int micro_batches);
+// Looped BFS's: the same when M >= S; with fewer micro-batches than devices
+// each loop waits for micro-batch 0 to come round, and the step is the
+// chain of one micro-batch through all V*S chunks plus M-1:
+// 1 - V*M / (V*max(M, S) + min(M, S) - 1).
+double LoopedBfsTheoreticalBubble(int devices, int virtual_stages, int micro_batches);
 
 }  // namespace ddpbench

@@ -296,8 +296,8 @@ TEST(Split, MoreStagesThanUnitsIsAConfigError) {
 // Checks one table directly, without the simulator: each (micro-batch,
 // chunk) has exactly one F and one backward (whole, or one B and one W), on
 // the chunk's device; on a device, F comes before its backward and B before
-// its W.
-void ExpectCompleteAndOrdered(const PipelineTable& t, bool split) {
+// its W. `split`: every backward is cut (false: none is); dualpipev mixes.
+void ExpectCompleteAndOrdered(const PipelineTable& t, bool split, bool mixed = false) {
   using Key = std::tuple<char, int, int>;
   std::map<Key, std::pair<int, size_t>> where;  // device, position
   for (int d = 0; d < t.devices; ++d)
@@ -307,11 +307,15 @@ void ExpectCompleteAndOrdered(const PipelineTable& t, bool split) {
       EXPECT_TRUE(where.insert({{static_cast<char>(a.op), a.micro_batch, a.chunk}, {d, i}}).second)
           << "duplicate " << static_cast<char>(a.op) << a.micro_batch << " chunk " << a.chunk;
     }
-  const size_t per = split ? 3 : 2;
-  EXPECT_EQ(where.size(), per * t.micro_batches * t.chunks());
+  size_t cut = 0;
+  for (const auto& [key, at] : where) cut += std::get<0>(key) == 'B';
+  if (!mixed) EXPECT_EQ(cut, split ? static_cast<size_t>(t.micro_batches * t.chunks()) : 0);
+  EXPECT_EQ(where.size(), 2 * t.micro_batches * t.chunks() + cut);
   for (int c = 0; c < t.chunks(); ++c)
     for (int m = 0; m < t.micro_batches; ++m) {
       ASSERT_TRUE(where.count({'F', m, c})) << "no F" << m << " on chunk " << c;
+      split = where.count({'B', m, c}) > 0;
+      EXPECT_NE(split, where.count({'b', m, c}) > 0) << "a whole backward and a B of " << m << " on chunk " << c;
       const char back = split ? 'B' : 'b';
       ASSERT_TRUE(where.count({back, m, c})) << "no backward " << m << " on chunk " << c;
       const Key f{'F', m, c}, b{back, m, c}, w{'W', m, c};
@@ -390,13 +394,16 @@ TEST(Schedule, EveryTableIsCompleteOrderedAndDeadlockFree) {
       for (int V : {1, 2, 3}) {
         SCOPED_TRACE(fmt::format("S={} M={} V={}", S, M, V));
         for (auto schedule : {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B, PipelineSchedule::kInterleaved,
-                              PipelineSchedule::kZeroBubble, PipelineSchedule::kInterleavedZeroBubble}) {
-          if (IsInterleaved(schedule) && M % S != 0) continue;
-          if (!IsInterleaved(schedule) && V > 1) continue;
+                              PipelineSchedule::kZeroBubble, PipelineSchedule::kInterleavedZeroBubble,
+                              PipelineSchedule::kLoopedBFS, PipelineSchedule::kZeroBubbleV,
+                              PipelineSchedule::kDualPipeV}) {
+          if (NeedsGroupsOfDevices(schedule) && M % S != 0) continue;
+          if (ChunksPerDevice(schedule, V) != V) continue;
+          if (schedule == PipelineSchedule::kDualPipeV && M < 2 * S) continue;
           SCOPED_TRACE(PipelineScheduleName(schedule));
           auto t = BuildPipelineTable(schedule, S, V, M);
           ASSERT_EQ(t.chunks(), S * V);
-          ExpectCompleteAndOrdered(t, SplitsBackward(schedule));
+          ExpectCompleteAndOrdered(t, SplitsBackward(schedule), schedule == PipelineSchedule::kDualPipeV);
           auto sim = SimulatePipeline(t, UniformChunkTimes(t.chunks()));
           ASSERT_FALSE(sim.deadlock);
           for (int s = 0; s < S; ++s) {
@@ -412,7 +419,15 @@ TEST(Schedule, EveryTableIsCompleteOrderedAndDeadlockFree) {
             EXPECT_LE(sim.makespan, whole.makespan + 1e-9);
             continue;
           }
-          if (schedule != PipelineSchedule::kZeroBubble) {
+          if (IsVShaped(schedule)) {
+            // A V holds no more than 1F1B's first device would for 2S stages.
+            for (int s = 0; s < S; ++s) EXPECT_LE(sim.peak_in_flight[s], 2 * S + 1) << s;
+            continue;
+          }
+          if (schedule == PipelineSchedule::kLoopedBFS) {
+            EXPECT_NEAR(sim.Bubble(), LoopedBfsTheoreticalBubble(S, V, M), 1e-9);
+            if (M >= S) EXPECT_NEAR(sim.Bubble(), TheoreticalBubble(S, V, M), 1e-9);
+          } else if (schedule != PipelineSchedule::kZeroBubble) {
             EXPECT_NEAR(sim.Bubble(), TheoreticalBubble(S, V, M), 1e-9);
           } else if (M >= S) {
             // ZB-H1's bubble (Qi et al.): (S-1)(F+B-W) instead of (S-1)(F+B+W).
@@ -421,6 +436,49 @@ TEST(Schedule, EveryTableIsCompleteOrderedAndDeadlockFree) {
           }
         }
       }
+}
+
+// ZB-V (Qi et al. section 6): with F = B = W and M >= 2S the V fills, and
+// its bubble is below ZB-H1's on the same devices and micro-batches (the
+// issue's goal: zbv's bubble at most zero-bubble's).
+TEST(Schedule, ZeroBubbleVBeatsZeroBubbleH1) {
+  for (int S : {2, 3, 4})
+    for (int M : {2 * S, 3 * S, 8}) {
+      if (M < 2 * S) continue;
+      SCOPED_TRACE(fmt::format("S={} M={}", S, M));
+      const auto zbv = SimulatePipeline(ZeroBubbleVTable(S, M), UniformChunkTimes(2 * S));
+      // ZB-H1 with the same work per device: one chunk of twice the work.
+      ChunkTimes h1_times{std::vector<double>(S, 2.0), std::vector<double>(S, 2.0), std::vector<double>(S, 2.0)};
+      const auto h1 = SimulatePipeline(ZeroBubbleH1Table(S, M), h1_times);
+      ASSERT_FALSE(zbv.deadlock);
+      EXPECT_LE(zbv.Bubble(), h1.Bubble() + 1e-9);
+      EXPECT_LT(zbv.Bubble(), 0.1);
+    }
+}
+
+// Every row of the looped-bfs, zbv and dualpipev tables against the order
+// PyTorch's own schedule classes give the same rank at the same shape
+// (tests/data/torch_schedules.txt, which py.torch_schedules_test checks
+// against the installed torch): the same work in the same order.
+TEST(Schedule, NewTablesAreTorchsOrder) {
+  std::istringstream in(testing::ReadFile(std::string(DDPBENCH_SOURCE_DIR) + "/tests/data/torch_schedules.txt"));
+  int compared = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::string name, colon_rank;
+    int S = 0, V = 0, M = 0, rank = 0;
+    fields >> name >> S >> V >> M >> rank >> colon_rank;  // colon_rank: ":"
+    const PipelineTable t = BuildPipelineTable(ParsePipelineSchedule(name), S, V, M);
+    std::string want, got;
+    for (std::string token; fields >> token;) want += token + " ";
+    for (const PipelineAction& a : t.actions.at(static_cast<size_t>(rank)))
+      got += fmt::format("{}{}c{} ", static_cast<char>(a.op), a.micro_batch, a.chunk);
+    EXPECT_EQ(got, want) << line.substr(0, line.find(':'));
+    ++compared;
+  }
+  EXPECT_EQ(compared, 175);
+  EXPECT_THROW(DualPipeVTable(2, 3), c10::Error);
 }
 
 TEST(Schedule, TheSimulatorFindsADeadlock) {
@@ -579,8 +637,10 @@ TEST(PipelineShape, GivenFlagsAreKeptTheRestChosen) {
   EXPECT_GE(open.micro_batches, 2);
   EXPECT_EQ(open.plan.counts.size(), 2u * open.virtual_stages);
   EXPECT_GT(open.predicted_ms, 0);
-  if (IsInterleaved(open.schedule)) EXPECT_EQ(open.micro_batches % 2, 0);
-  else EXPECT_EQ(open.virtual_stages, 1);
+  if (NeedsGroupsOfDevices(open.schedule)) EXPECT_EQ(open.micro_batches % 2, 0);
+  if (IsVShaped(open.schedule)) EXPECT_EQ(open.virtual_stages, 2);
+  else if (!IsInterleaved(open.schedule)) EXPECT_EQ(open.virtual_stages, 1);
+  EXPECT_GE(open.micro_batches, MinMicroBatches(open.schedule, 2));
   EXPECT_NE(open.schedule, PipelineSchedule::kGPipe);  // never a candidate: 1F1B runs it in less memory
   // --chunks given: that count with the configured schedule.
   config.chunks = 4;
@@ -990,7 +1050,19 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"--strategy=pmp --gpus=2 --units=half-blocks --split=10,8 --batch-size=8 --chunks=4 --schedule=zero-bubble",
              "resnet18 norm=group amp=off dtype=float64"},
         Case{"--strategy=mp --gpus=2 --units=half-blocks --split=10,8 --batch-size=8",
-             "resnet18 norm=batch amp=off dtype=float64"}),
+             "resnet18 norm=batch amp=off dtype=float64"},
+        // The schedules of issue 27, on 2 and 3 devices, SGD and Adam.
+        Case{"--strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --schedule=looped-bfs",
+             "resnet18 norm=group amp=off dtype=float64"},
+        Case{"--strategy=pmp --gpus=3 --oversubscribe --batch-size=6 --chunks=3 --schedule=looped-bfs --optimizer=adam "
+             "--lr=0.001", "resnet18 norm=group amp=off dtype=float64"},
+        Case{"--strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --schedule=zbv", "resnet18 norm=group amp=off dtype=float64"},
+        Case{"--strategy=pmp --gpus=3 --oversubscribe --batch-size=12 --chunks=6 --schedule=zbv --optimizer=adam "
+             "--lr=0.001", "resnet18 norm=group amp=off dtype=float64"},
+        Case{"--strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --schedule=dualpipev --optimizer=adam --lr=0.001",
+             "resnet18 norm=group amp=off dtype=float64"},
+        Case{"--strategy=pmp --gpus=3 --oversubscribe --batch-size=12 --chunks=6 --schedule=dualpipev",
+             "resnet18 norm=group amp=off dtype=float64"}),
     CaseName);
 
 TEST(Row, PmpRecordsSplitScheduleAndBubble) {
@@ -1235,9 +1307,20 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"--strategy=pmp --gpus=3 --oversubscribe --batch-size=12 --chunks=4 --schedule=interleaved",
              "--chunks=4: --schedule=interleaved takes micro-batches in groups of --gpus=3; accepted: a multiple of 3"},
         Case{"--strategy=pmp --gpus=3 --oversubscribe --batch-size=8 --chunks=2 --schedule=zero-bubble",
-             "--chunks=2: --schedule=zero-bubble needs at least one micro-batch per device; accepted: --chunks>=3"},
+             "--chunks=2: --schedule=zero-bubble needs at least 3 micro-batches on --gpus=3 (one per device); accepted: --chunks>=3"},
         Case{"--strategy=pmp --gpus=2 --schedule=gpipe --virtual-stages=2",
-             "--virtual-stages=2: applies only to --schedule=interleaved|interleaved-zero-bubble, not to --schedule=gpipe"},
+             "--virtual-stages=2: applies only to --schedule=interleaved|interleaved-zero-bubble|looped-bfs (and 2 to "
+             "zbv|dualpipev), not to --schedule=gpipe"},
+        Case{"--strategy=pmp --gpus=2 --schedule=zbv --virtual-stages=3",
+             "--virtual-stages=3: --schedule=zbv places exactly 2 chunks per device in a V; accepted: --virtual-stages=2"},
+        Case{"--strategy=pmp --gpus=2 --batch-size=8 --chunks=2 --schedule=dualpipev",
+             "--chunks=2: --schedule=dualpipev needs at least 4 micro-batches on --gpus=2 (one per stage of its V); "
+             "accepted: --chunks>=4"},
+        Case{"--strategy=pmp --gpus=2 --batch-size=2 --schedule=dualpipev",
+             "--schedule=dualpipev: needs at least 4 micro-batches on --gpus=2, but --batch-size=2 is too small"},
+        Case{"--strategy=pmp --gpus=6 --oversubscribe --schedule=zbv",
+             "--schedule=zbv: places 2 chunks per device in a V: --gpus=6 x 2 = 12 model chunks, but the model has "
+             "only 10 units; accepted: --gpus<=5"},
         Case{"--strategy=dp --gpus=2 --chunks=4", "--chunks=4: applies only to --strategy=pmp, not to --strategy=dp"},
         Case{"--strategy=mp --gpus=2 --schedule=1f1b", "--schedule=1f1b: applies only to --strategy=pmp, not to --strategy=mp"},
         Case{"--strategy=mp --gpus=2 --bucket-cap-mb=1", "--bucket-cap-mb=1: applies only to --strategy=ddp|zero*"},

@@ -74,7 +74,7 @@ class Runs {
     config.optimizer_impl = c.impl;
     config.batch_size = 4;
     config.image_size = 16;
-    config.chunks = 2;
+    config.chunks = c.schedule == "dualpipev" ? 4 : 2;  // dualpipev: at least one per stage of its V
     config.schedule = c.schedule;
     config.balance = "params";  // time may cut the model differently in each Setup
     config.bucket_cap_mb = 0.001;  // several buckets in zero1/zero2
@@ -170,7 +170,8 @@ std::vector<Case> AllCases() {
     cases.push_back({"single", optimizer});
     cases.push_back({"dp", optimizer, 2});
     cases.push_back({"mp", optimizer, 2});
-    for (std::string schedule : {"gpipe", "1f1b", "interleaved", "zero-bubble", "interleaved-zero-bubble"})
+    for (std::string schedule : {"gpipe", "1f1b", "interleaved", "zero-bubble", "interleaved-zero-bubble",
+                                 "looped-bfs", "zbv", "dualpipev"})
       cases.push_back({"pmp", optimizer, 2, schedule});
     for (std::string zero : {"zero1", "zero2", "zero3"}) cases.push_back({zero, optimizer});
     cases.push_back({"ddp", optimizer});

@@ -24,14 +24,14 @@ COMMON=(--device=cpu --small-input --width=8 --image-size=16 --num-classes=10 --
 "$BIN" --strategy=pmp --gpus=2 $OVER "${COMMON[@]}" --batch-size=16 --chunks=4 --schedule=1f1b --balance=params --verify
 "$BIN" --strategy=pmp --gpus=2 $OVER "${COMMON[@]}" --batch-size=16 --chunks=2 --split=5,5 --balance=time
 # Defaults (time-balanced split; micro-batches and schedule chosen by predicted
-# step time), then every schedule x optimizer on 2
+# step time), then every schedule (issue 27's looped-bfs, zbv, dualpipev too) x optimizer on 2
 # and 3 devices against single in float64.
 "$BIN" --strategy=pmp --gpus=2 $OVER "${COMMON[@]}" --batch-size=16 --verify
 PAR=(--device=cpu --small-input --width=8 --image-size=16 --num-classes=10 --steps=2 --warmup=0 --progress=off
      --verify --verify-steps=2 --out="$TMP/parity.csv")
 for opt in "--optimizer=sgd" "--optimizer=adam --lr=0.001"; do
   for g in 2 3; do
-    for sched in gpipe 1f1b interleaved zero-bubble interleaved-zero-bubble; do
+    for sched in gpipe 1f1b interleaved zero-bubble interleaved-zero-bubble looped-bfs zbv dualpipev; do
       "$BIN" --strategy=pmp --gpus=$g --oversubscribe "${PAR[@]}" $opt --batch-size=$((4 * g)) --chunks=$((2 * g)) \
         --schedule=$sched >/dev/null 2>&1 || fail "parity run: $g devices, $sched, $opt"
     done
@@ -70,20 +70,20 @@ assert abs(float(explicit["bubble_theory"]) - 1 / 3) < 1e-4, explicit
 # Defaults: split by measured time, a schedule at a chosen micro-batch count; each stage's measured
 # time and peak activations recorded.
 V = int(default["virtual_stages"])
-assert default["schedule"] in ("1f1b", "zero-bubble", "interleaved", "interleaved-zero-bubble") and len(default["split"].split(",")) == 2 * V, default
+assert default["schedule"] in ("1f1b", "zero-bubble", "interleaved", "interleaved-zero-bubble", "looped-bfs", "zbv", "dualpipev") and len(default["split"].split(",")) == 2 * V, default
 assert 16 % int(default["chunks"]) == 0, default
 for r in (default, gpipe, f1b, mp):
     assert len(r["stage_time_ms"].split("/")) == len(r["split"].split(",")) and all(float(x) > 0 for x in r["stage_time_ms"].split("/")), r
     assert all(float(x) > 0 for x in r["activation_peak_mb"].split("/")), r["activation_peak_mb"]
 # Every schedule x optimizer x 2/3 devices: parity with single in float64.
 par = list(csv.DictReader(open(sys.argv[1].replace("r.csv", "parity.csv"))))
-assert len(par) == 20, len(par)
+assert len(par) == 32, len(par)
 for r in par:
     assert r["parity_ok"] == "true" and float(r["parity_max_abs_diff"]) <= 1e-10, (r["command"], r["parity_max_abs_diff"])
-    assert r["schedule"] in ("gpipe", "1f1b", "interleaved", "zero-bubble", "interleaved-zero-bubble"), r["schedule"]
-    if r["schedule"].startswith("interleaved"):
+    assert r["schedule"] in ("gpipe", "1f1b", "interleaved", "zero-bubble", "interleaved-zero-bubble", "looped-bfs", "zbv", "dualpipev"), r["schedule"]
+    if r["schedule"].startswith("interleaved") or r["schedule"] in ("looped-bfs", "zbv", "dualpipev"):
         assert r["virtual_stages"] == "2" and len(r["split"].split(",")) == 2 * int(r["gpus"]), r
-    if r["schedule"].endswith("zero-bubble"):
+    if r["schedule"].endswith("zero-bubble") or r["schedule"] in ("zbv", "dualpipev"):
         assert len(r["chunk_fbw_ms"].split("/")[0].split(":")) == 3, r["chunk_fbw_ms"]
         assert 0 <= float(r["bubble_theory"]) < 1, r["bubble_theory"]
 print("rows ok: dp", dp["throughput_img_s"], "mp", mp["throughput_img_s"], "pmp", gpipe["throughput_img_s"],
@@ -109,14 +109,18 @@ bad "--split=4,4: the counts sum to 8, not 10" --strategy=mp --gpus=2 $OVER --sp
 bad "--split=2,2,6: 3 counts for 2 stages" --strategy=pmp --gpus=2 $OVER --split=2,2,6
 bad "--virtual-stages=6: --gpus=2 x 6 = 12 model chunks, but the model has only 10 units" \
   --strategy=pmp --gpus=2 $OVER --schedule=interleaved --virtual-stages=6
-bad "--chunks=2: --schedule=zero-bubble needs at least one micro-batch per device; accepted: --chunks>=3" \
+bad "--chunks=2: --schedule=zero-bubble needs at least 3 micro-batches on --gpus=3 (one per device); accepted: --chunks>=3" \
   --strategy=pmp --gpus=3 --oversubscribe --batch-size=8 --chunks=2 --schedule=zero-bubble
 bad "--chunks=4: --schedule=interleaved takes micro-batches in groups of --gpus=3" \
   --strategy=pmp --gpus=3 --oversubscribe --batch-size=12 --chunks=4 --schedule=interleaved
 bad "--chunks=4: --schedule=interleaved-zero-bubble takes micro-batches in groups of --gpus=3" \
   --strategy=pmp --gpus=3 --oversubscribe --batch-size=12 --chunks=4 --schedule=interleaved-zero-bubble
-bad "--virtual-stages=2: applies only to --schedule=interleaved|interleaved-zero-bubble, not to --schedule=zero-bubble" \
+bad "--virtual-stages=2: applies only to --schedule=interleaved|interleaved-zero-bubble|looped-bfs (and 2 to zbv|dualpipev), not to --schedule=zero-bubble" \
   --strategy=pmp --gpus=2 $OVER --schedule=zero-bubble --virtual-stages=2
+bad "--virtual-stages=3: --schedule=zbv places exactly 2 chunks per device in a V" \
+  --strategy=pmp --gpus=2 $OVER --schedule=zbv --virtual-stages=3
+bad "--chunks=2: --schedule=dualpipev needs at least 4 micro-batches on --gpus=2 (one per stage of its V)" \
+  --strategy=pmp --gpus=2 $OVER --batch-size=8 --chunks=2 --schedule=dualpipev
 bad "--chunks=4: applies only to --strategy=pmp, not to --strategy=mp" --strategy=mp --gpus=2 $OVER --chunks=4
 bad "--bucket-cap-mb=1: applies only to --strategy=ddp|zero\*, not to --strategy=pmp" --strategy=pmp --gpus=2 $OVER --bucket-cap-mb=1
 bad "--schedule=zb" --strategy=pmp --gpus=2 $OVER --schedule=zb
