@@ -23,8 +23,6 @@ import argparse
 import csv
 import datetime
 import os
-import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,6 +30,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from bench_util import interleaved, machine  # noqa: E402
 
 
 def parse_args():
@@ -103,16 +103,6 @@ def run_torchvision(a, workers):
     return float(out.split()[-1]), "python -c <torchvision DataLoader snippet of scripts/bench_imagefolder.py>"
 
 
-def machine():
-    cpu = platform.processor() or "cpu"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{socket.gethostname()}, {os.cpu_count()} cores, {cpu}"
-
-
 def main():
     a = parse_args()
     a.data = os.path.abspath(a.data)
@@ -120,14 +110,15 @@ def main():
     os.makedirs(a.tmp, exist_ok=True)
     ensure_folder(a.data)
     pairs = [(side, w) for w in a.workers for side in ("ddpbench", "torchvision")]
-    runs = []
-    for r in range(a.rounds):
-        order = pairs if r % 2 == 0 else list(reversed(pairs))
-        for side, w in order:
-            fn = run_ddpbench if side == "ddpbench" else run_torchvision
-            img_s, cmd = fn(a, w)
-            runs.append({"round": r, "side": side, "workers": w, "img_s": round(img_s, 1), "command": cmd})
-            print(f"round {r} {side:11s} workers {w}: {img_s:8.1f} img/s", flush=True)
+
+    def one(pair):
+        side, w = pair
+        img_s, cmd = (run_ddpbench if side == "ddpbench" else run_torchvision)(a, w)
+        print(f"{side:11s} workers {w}: {img_s:8.1f} img/s", flush=True)
+        return img_s, cmd
+
+    runs = [{"round": r, "side": side, "workers": w, "img_s": round(img_s, 1), "command": cmd}
+            for r, (side, w), (img_s, cmd) in interleaved(pairs, a.rounds, one)]
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     lines = [f"ImageFolder loader: ddpbench --data-only against torchvision DataLoader ({stamp})",
              f"machine: {machine()}",

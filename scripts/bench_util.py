@@ -1,0 +1,27 @@
+"""Shared by the benchmark drivers (scripts/bench_*.py): the machine line every
+result file carries, and interleaved rounds (each round runs every entry once,
+the order reversed every other round, so a slow minute on a shared machine
+hits every entry alike)."""
+import os
+import platform
+import socket
+
+
+def machine():
+    """Host, cores and CPU model, for the result files."""
+    cpu = platform.processor() or "cpu"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{socket.gethostname()}, {os.cpu_count()} cores, {cpu}"
+
+
+def interleaved(entries, rounds, run):
+    """run(entry) for every entry in every round; returns [(round, entry, result)]."""
+    out = []
+    for r in range(rounds):
+        for entry in (entries if r % 2 == 0 else list(reversed(entries))):
+            out.append((r, entry, run(entry)))
+    return out
