@@ -31,7 +31,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from bench_util import interleaved, machine  # noqa: E402
+from bench_util import interleaved, machine, write_results  # noqa: E402
 
 
 def parse_args():
@@ -134,16 +134,7 @@ def main():
         lines.append(f"| {w} | {cell['ddpbench']} | {cell['torchvision']} | {med['ddpbench'] / med['torchvision']:.2f}x |")
     print("\n".join(lines))
     if a.out:
-        new = not os.path.exists(a.out)
-        with open(a.out, "a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=["timestamp", "machine", "round", "side", "workers", "img_s", "command"])
-            if new:
-                w.writeheader()
-            for x in runs:
-                w.writerow({"timestamp": stamp, "machine": machine(), **x})
-        with open(os.path.splitext(a.out)[0] + ".md", "w") as f:
-            f.write("\n".join(lines) + "\n")
-
+        write_results(a.out, runs, stamp, lines)
 
 if __name__ == "__main__":
     main()

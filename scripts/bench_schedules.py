@@ -26,7 +26,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from bench_util import interleaved, machine  # noqa: E402
+from bench_util import interleaved, machine, write_results  # noqa: E402
 
 # schedule -> ddpbench's --split (PyTorch's chunks are cut at the same units)
 SCHEDULES = {"gpipe": "5,5", "1f1b": "5,5", "interleaved": "3,2,2,3", "interleaved-zero-bubble": "3,2,2,3",
@@ -120,17 +120,7 @@ def main():
     lines = table(a, runs, stamp)
     print("\n".join(lines))
     if a.out:
-        new = not os.path.exists(a.out)
-        with open(a.out, "a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=["timestamp", "machine", "round", "schedule", "side", "img_s", "bubble",
-                                              "command"])
-            if new:
-                w.writeheader()
-            for x in runs:
-                w.writerow({"timestamp": stamp, "machine": machine(), **x})
-        with open(os.path.splitext(a.out)[0] + ".md", "w") as f:
-            f.write("\n".join(lines) + "\n")
-
+        write_results(a.out, runs, stamp, lines)
 
 if __name__ == "__main__":
     main()

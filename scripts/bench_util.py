@@ -25,3 +25,18 @@ def interleaved(entries, rounds, run):
         for entry in (entries if r % 2 == 0 else list(reversed(entries))):
             out.append((r, entry, run(entry)))
     return out
+
+
+def write_results(out, runs, stamp, lines):
+    """Appends every run (a dict each) to the CSV `out` with the timestamp and
+    machine, and writes the table `lines` to the .md beside it."""
+    import csv
+    new = not os.path.exists(out)
+    with open(out, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["timestamp", "machine", *runs[0].keys()])
+        if new:
+            w.writeheader()
+        for x in runs:
+            w.writerow({"timestamp": stamp, "machine": machine(), **x})
+    with open(os.path.splitext(out)[0] + ".md", "w") as f:
+        f.write("\n".join(lines) + "\n")
