@@ -1238,7 +1238,8 @@ TEST(Row, PmpWithoutChunksRecordsTheChosenShape) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const int M = std::stoi(r.row.at("chunks"));
   EXPECT_EQ(8 % M, 0);
-  const std::set<std::string> chosen = {"1f1b", "zero-bubble", "interleaved", "interleaved-zero-bubble"};
+  const std::set<std::string> chosen = {"1f1b",       "zero-bubble", "interleaved", "interleaved-zero-bubble",
+                                        "looped-bfs", "zbv",         "dualpipev"};
   EXPECT_TRUE(chosen.count(r.row.at("schedule"))) << r.row.at("schedule");
   EXPECT_EQ(Numbers(r.row.at("stage_time_ms")).size(), 2u * std::stoul(r.row.at("virtual_stages")));
   EXPECT_NE(r.output.find("pmp shape: --chunks=2 --schedule=1f1b"), std::string::npos) << r.output;

@@ -222,6 +222,9 @@ TEST(Repeat, ThroughputIsTheMedianOverSectionsOfTheSlowestRank) {
 // the next one faults every page in again); "reuse" serves it from the heap
 // and keeps the freed space there.
 TEST(CpuMalloc, ReuseServesLargeBlocksFromAnUntrimmedHeap) {
+#ifdef __SANITIZE_ADDRESS__
+  GTEST_SKIP() << "AddressSanitizer replaces glibc's malloc, whose heap this test reads";
+#endif
   ConfigureCpuMalloc("reuse");
   const size_t mapped_before = mallinfo2().hblks;
   static void* volatile block = nullptr;  // volatile: the pair is not optimised away
