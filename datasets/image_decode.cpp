@@ -93,9 +93,17 @@ void CmykRowToRgb(const uint8_t* cmyk, uint8_t* rgb, int64_t width, bool inverte
   }
 }
 
+int CheckedDenom(int scale_denom) {
+  if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 && scale_denom != 8)
+    throw std::invalid_argument("DecodeImage: scale_denom " + std::to_string(scale_denom) + " (accepted: 1, 2, 4, 8)");
+  return scale_denom;
+}
+
 // Returns "" on success, else what is wrong (libjpeg's words or the limit).
+// scale_for: null reads the header only; else it picks the DCT scale's
+// denominator from the full size (then raised while above max_pixels).
 std::string DecodeJpegInto(JpegDecoder* d, const std::string& bytes, int64_t max_pixels, RgbImage* out,
-                           bool header_only) {
+                           const ScaleChooser* scale_for) {
   d->info.err = jpeg_std_error(&d->errors.pub);
   d->errors.pub.error_exit = JpegFail;
   d->errors.pub.emit_message = JpegMessage;
@@ -116,7 +124,8 @@ std::string DecodeJpegInto(JpegDecoder* d, const std::string& bytes, int64_t max
     return "corrupt JPEG: " + std::to_string(bytes.size()) + " bytes cannot hold the " + std::to_string(out->width) +
            " x " + std::to_string(out->height) + " pixels its header claims";
   }
-  if (header_only) return "";
+  if (scale_for == nullptr) return "";
+  d->denom = CheckedDenom((*scale_for)(out->height, out->width));
   const bool cmyk = d->info.jpeg_color_space == JCS_CMYK || d->info.jpeg_color_space == JCS_YCCK;
   d->info.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
   d->info.scale_num = 1;
@@ -201,22 +210,27 @@ ImageHeader ReadImageHeader(const std::string& path, const std::string& bytes) {
   if (FormatOf(path, bytes) == ImageFormat::kPng) return PngHeader(path, bytes);
   auto decoder = std::make_unique<JpegDecoder>();
   RgbImage size;
-  const std::string why = DecodeJpegInto(decoder.get(), bytes, 0, &size, /*header_only=*/true);
+  const std::string why = DecodeJpegInto(decoder.get(), bytes, 0, &size, /*scale_for=*/nullptr);
   if (!why.empty()) Fail(path, why);
   return {ImageFormat::kJpeg, size.height, size.width};
 }
 
 RgbImage DecodeImage(const std::string& path, const std::string& bytes, int scale_denom, int64_t max_pixels) {
-  if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 && scale_denom != 8)
-    throw std::invalid_argument("DecodeImage: scale_denom " + std::to_string(scale_denom) + " (accepted: 1, 2, 4, 8)");
+  CheckedDenom(scale_denom);
+  return DecodeImageFor(path, bytes, [scale_denom](int64_t, int64_t) { return scale_denom; }, max_pixels);
+}
+
+RgbImage DecodeImageFor(const std::string& path, const std::string& bytes, const ScaleChooser& scale_for,
+                        int64_t max_pixels) {
   RgbImage out;
   if (FormatOf(path, bytes) == ImageFormat::kPng) {
+    const ImageHeader header = PngHeader(path, bytes);
+    CheckedDenom(scale_for(header.height, header.width));  // chosen (the caller's crop), but a PNG decodes whole
     DecodePng(path, bytes, max_pixels, &out);
     return out;
   }
   auto decoder = std::make_unique<JpegDecoder>();
-  decoder->denom = scale_denom;
-  const std::string why = DecodeJpegInto(decoder.get(), bytes, max_pixels, &out, false);
+  const std::string why = DecodeJpegInto(decoder.get(), bytes, max_pixels, &out, &scale_for);
   if (!why.empty()) Fail(path, why);
   return out;
 }

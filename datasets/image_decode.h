@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,15 @@ ImageHeader ReadImageHeader(const std::string& path, const std::string& bytes);
 // and what is wrong (truncated data, corrupt data, above the pixel limit).
 RgbImage DecodeImage(const std::string& path, const std::string& bytes, int scale_denom = 1,
                      int64_t max_pixels = kMaxDecodedPixels);
+
+// Picks the DCT scale's denominator (1, 2, 4 or 8) from the full size.
+using ScaleChooser = std::function<int(int64_t height, int64_t width)>;
+
+// As DecodeImage, with the scale chosen by scale_for from the header's full
+// size, so the header is read once (a training sample chooses its crop
+// there). A PNG decodes at full size whatever is chosen.
+RgbImage DecodeImageFor(const std::string& path, const std::string& bytes, const ScaleChooser& scale_for,
+                        int64_t max_pixels = kMaxDecodedPixels);
 
 // The largest DCT scale denominator d in {1, 2, 4, 8} for which a crop of
 // crop_h x crop_w full-size pixels still has at least out_h x out_w pixels

@@ -91,18 +91,30 @@ torch::Tensor CropResize(const RgbImage& image, CropBox box, int64_t size, bool 
   return out.squeeze(0);
 }
 
+namespace {
+
+// The crop chosen from the header by `crop_of(height, width)`, decoded at the
+// coarsest DCT scale it allows, resized (and flipped).
+template <typename CropOf>
+torch::Tensor Sample(const std::string& path, const std::string& bytes, int64_t size, bool flip, CropOf crop_of) {
+  CropBox box;
+  const RgbImage image = DecodeImageFor(path, bytes, [&](int64_t height, int64_t width) {
+    box = crop_of(height, width);
+    return ScaleDenomFor(static_cast<double>(box.height), static_cast<double>(box.width), size, size);
+  });
+  return CropResize(image, box, size, flip);
+}
+
+}  // namespace
+
 torch::Tensor TrainSample(const std::string& path, const std::string& bytes, int64_t size, uint64_t key) {
-  const ImageHeader header = ReadImageHeader(path, bytes);
-  const CropBox box = RandomResizedCropBox(header.height, header.width, key);
-  const RgbImage image = DecodeImage(path, bytes, ScaleDenomFor(box.height, box.width, size, size));
-  return CropResize(image, box, size, FlipOf(key));
+  return Sample(path, bytes, size, FlipOf(key),
+                [key](int64_t height, int64_t width) { return RandomResizedCropBox(height, width, key); });
 }
 
 torch::Tensor EvalSample(const std::string& path, const std::string& bytes, int64_t size) {
-  const ImageHeader header = ReadImageHeader(path, bytes);
-  const CropBox box = EvalCropBox(header.height, header.width, size);
-  const RgbImage image = DecodeImage(path, bytes, ScaleDenomFor(box.height, box.width, size, size));
-  return CropResize(image, box, size, /*flip=*/false);
+  return Sample(path, bytes, size, /*flip=*/false,
+                [size](int64_t height, int64_t width) { return EvalCropBox(height, width, size); });
 }
 
 }  // namespace ddpbench

@@ -207,19 +207,6 @@ class ImageFolderMaker final : public BatchMaker {
   mutable std::atomic<int64_t> bad_{0};
 };
 
-std::vector<int64_t> Range(int64_t n) {
-  std::vector<int64_t> rows(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) rows[static_cast<size_t>(i)] = i;
-  return rows;
-}
-
-std::vector<int64_t> Without(int64_t n, const std::vector<int64_t>& held_out) {
-  const std::vector<int64_t> all = Range(n);
-  std::vector<int64_t> rows;
-  std::set_difference(all.begin(), all.end(), held_out.begin(), held_out.end(), std::back_inserter(rows));
-  return rows;
-}
-
 void NeedEvaluationSet(const Folders& f, const DataSpec& spec) {
   if (!f.val && spec.val_fraction <= 0)
     throw DataError(f.root + "/val: no such folder; add val/<class>/ folders, or hold out part of train/ with "
@@ -254,10 +241,10 @@ std::unique_ptr<BatchSource> MakeImageFolderSource(const DataSpec& spec, int ran
   const int workers = std::max(1, spec.data_workers);
   auto train_maker = [&] { return std::make_shared<ImageFolderMaker>(spec, f.train); };
   if (split == "train")
-    return MakeTrainSourceWith(spec, rank, world, train_maker(), Without(n, held), workers, 2 * workers);
+    return MakeTrainSourceWith(spec, rank, world, train_maker(), Complement(n, held), workers, 2 * workers);
   if (split == "test" && f.val)
     return MakeEvalSourceWith(spec, rank, world, std::make_shared<ImageFolderMaker>(spec, f.val),
-                              Range(static_cast<int64_t>(f.val->files.size())), workers, 2 * workers);
+                              AllRows(static_cast<int64_t>(f.val->files.size())), workers, 2 * workers);
   // The held-out part of train/: the test set without val/, the validation set with it.
   if ((split == "test") == !f.val && !held.empty())
     return MakeEvalSourceWith(spec, rank, world, train_maker(), held, workers, 2 * workers);

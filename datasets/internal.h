@@ -49,6 +49,10 @@ std::unique_ptr<BatchSource> MakeEvalSourceWith(const DataSpec& spec, int rank, 
                                                 std::shared_ptr<const BatchMaker> maker,
                                                 const std::vector<int64_t>& rows, int threads, int ahead);
 
+// Every row of 0..size-1 not in `held_out` (ascending; held_out sorted), and all of them.
+std::vector<int64_t> Complement(int64_t size, const std::vector<int64_t>& held_out);
+std::vector<int64_t> AllRows(int64_t size);
+
 // ImageFolder (datasets/imagefolder.cpp): train/<class>/, val/<class>/.
 struct FolderIndex {
   std::vector<std::string> classes;  // label i is classes[i]

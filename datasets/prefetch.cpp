@@ -38,6 +38,19 @@ PrefetchQueue::~PrefetchQueue() {
   for (auto& t : threads_) t.join();
 }
 
+Batch PrefetchQueue::TimedBuild(int64_t k) {
+  const auto start = std::chrono::steady_clock::now();
+  struct Count {  // counted whether build_ returns or throws
+    PrefetchQueue* q;
+    std::chrono::steady_clock::time_point start;
+    ~Count() {
+      q->busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+      ++q->built_;
+    }
+  } count{this, start};
+  return build_(k);
+}
+
 void PrefetchQueue::Work() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
@@ -48,14 +61,11 @@ void PrefetchQueue::Work() {
     const int64_t k = next_claim_++;
     lock.unlock();
     Slot slot;
-    const auto start = std::chrono::steady_clock::now();
     try {
-      slot.batch = build_(k);
+      slot.batch = TimedBuild(k);
     } catch (...) {
       slot.error = std::current_exception();
     }
-    busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
-    ++built_;
     lock.lock();
     done_.emplace(k, std::move(slot));
     ready_.notify_all();
@@ -65,11 +75,7 @@ void PrefetchQueue::Work() {
 Batch PrefetchQueue::Next() {
   if (threads_.empty()) {
     if (limit_ >= 0 && next_take_ >= limit_) return {};
-    const auto start = std::chrono::steady_clock::now();
-    Batch batch = build_(next_take_++);
-    busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
-    ++built_;
-    return batch;
+    return TimedBuild(next_take_++);
   }
   std::unique_lock<std::mutex> lock(mu_);
   if (limit_ >= 0 && next_take_ >= limit_) return {};

@@ -48,6 +48,7 @@ class PrefetchQueue {
     std::exception_ptr error;
   };
   void Work();
+  Batch TimedBuild(int64_t k);  // build_(k), its time and count added to busy_ns_ and built_
 
   BuildFn build_;
   const int64_t limit_;

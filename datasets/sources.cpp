@@ -406,10 +406,6 @@ void ValidateRankWorld(int rank, int world) {
   }
 }
 
-}  // namespace detail
-
-namespace {
-
 // Every row of 0..size-1 not in `held_out` (ascending).
 std::vector<int64_t> Complement(int64_t size, const std::vector<int64_t>& held_out) {
   std::vector<int64_t> rows;
@@ -426,6 +422,10 @@ std::vector<int64_t> Complement(int64_t size, const std::vector<int64_t>& held_o
 }
 
 std::vector<int64_t> AllRows(int64_t size) { return Complement(size, {}); }
+
+}  // namespace detail
+
+namespace {
 
 void CheckFraction(double fraction) {
   if (!(fraction >= 0 && fraction < 1))
@@ -453,7 +453,7 @@ namespace {
 
 // The training rows of `set` after the hold-out.
 std::vector<int64_t> TrainRows(const DataSpec& spec, int64_t size) {
-  return Complement(size, ValidationRows(size, spec.val_fraction, spec.seed));
+  return detail::Complement(size, ValidationRows(size, spec.val_fraction, spec.seed));
 }
 
 }  // namespace
@@ -506,7 +506,7 @@ std::unique_ptr<BatchSource> MakeTestSource(const DataSpec& spec, int rank, int 
   if (t.format == Format::kSynthetic) return nullptr;
   if (t.format == Format::kImageFolder) return detail::MakeImageFolderSource(spec, rank, world, "test");
   auto set = LoadSet(spec, t, false);
-  const std::vector<int64_t> rows = AllRows(set->labels.size(0));
+  const std::vector<int64_t> rows = detail::AllRows(set->labels.size(0));
   return std::make_unique<EvalSource>(spec, rank, world, MakeTransform(spec, t, std::move(set)), rows, spec.prefetch, 0);
 }
 

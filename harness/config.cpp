@@ -12,6 +12,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "datasets/dataset.h"
 #include "harness/help.h"
 #include "strategies/registry.h"
 #include "strategies/schedules.h"
@@ -271,7 +272,7 @@ void ValidateConfig(const RunConfig& c) {
   c.Depth();
   CheckAtLeast("--width", c.width, int64_t{1});
   CheckMember("--norm", c.norm, {"batch", "group", "frozen-bn"});
-  CheckMember("--dataset", c.dataset, {"synthetic", "mnist", "fashion-mnist", "cifar10", "cifar100", "imagefolder"});
+  CheckMember("--dataset", c.dataset, DatasetNames());
   if (c.image_size != 0 && (c.image_size < 8 || c.image_size > 1024))
     throw ConfigError(fmt::format("--image-size={}: must be 0 (native) or 8..1024", c.image_size));
   CheckAtLeast("--batch-size", c.batch_size, int64_t{1});
@@ -395,7 +396,7 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--width", c.width, "channels of the first ResNet stage");
   app.add_flag("--small-input", c.small_input, "3x3 stride-1 stem without max-pool (28/32 px)");
   app.add_option("--norm", c.norm, "batch|group|frozen-bn");
-  app.add_option("--dataset", c.dataset, "synthetic|mnist|fashion-mnist|cifar10|cifar100|imagefolder");
+  app.add_option("--dataset", c.dataset, fmt::format("{}", fmt::join(DatasetNames(), "|")));
   app.add_option("--data-dir", c.data_dir, "dataset directory (fashion-mnist defaults to /usr/share/datasets/fashion-mnist)");
   app.add_option("--image-size", c.image_size, "square image size; 0 = native (synthetic: 224)");
   app.add_option("--batch-size", c.batch_size, "batch per device");
