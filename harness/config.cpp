@@ -263,6 +263,28 @@ int RunConfig::Depth() const {
   return std::stoi(model.substr(6));
 }
 
+namespace {
+
+// --calibrate and --project replace training; their own flags need --project.
+void ValidateProjectionFlags(const RunConfig& c) {
+  if (!c.calibrate.empty() && !c.project.empty())
+    throw ConfigError("--calibrate and --project: give one of them (calibrate first, then project its file)");
+  if (c.project.empty())
+    for (const char* flag : {"--project-csv", "--strategies", "--nodes", "--gpus-per-node", "--nics-per-node",
+                             "--intra", "--inter", "--device-memory-gb"})
+      if (c.given.count(flag))
+        throw ConfigError(fmt::format("{}={}: applies to --project only", flag, c.given.at(flag)));
+  CheckAtLeast("--gpus-per-node", c.gpus_per_node, 1);
+  CheckAtLeast("--nics-per-node", c.nics_per_node, 0);
+  if (!(c.device_memory_gb >= 0) || !std::isfinite(c.device_memory_gb))
+    throw ConfigError(fmt::format("--device-memory-gb={}: must be a positive number of GB", c.device_memory_gb));
+  if (!c.calibrate.empty() && (c.verify || !c.snapshot_dir.empty() || c.TrainsToAnswer() || c.data_only))
+    throw ConfigError("--calibrate measures the model and exits: it takes none of --verify, --snapshot-dir, "
+                      "--epochs, --time-budget, --target-accuracy, --data-only");
+}
+
+}  // namespace
+
 void ValidateConfig(const RunConfig& c) {
   FindStrategy(c.strategy);  // names the registered strategies if unknown
   CheckAtLeast("--gpus", c.gpus, 1);
@@ -375,7 +397,8 @@ void ValidateConfig(const RunConfig& c) {
     }
   }
   ValidateAnswerFlags(c);
-  CheckFlagsApply(c);
+  ValidateProjectionFlags(c);
+  if (c.project.empty()) CheckFlagsApply(c);
 }
 
 bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
@@ -477,6 +500,19 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
                  "pmp: warmup (re-split the model once from the chunks' times measured in the warm-up steps; needs "
                  "--balance=time, no --split, --warmup>=2)|off (the set-up split throughout)|auto (default: warmup "
                  "where each device holds one chunk and those needs are met, else off)");
+  app.add_option("--calibrate", c.calibrate, "measure this run's unit times, optimizer and (with --gpus>=2 under "
+                 "ddp) its link, write them as a profile JSON to this file, and exit (docs/projection.md)");
+  app.add_option("--project", c.project, "predict every strategy on --nodes x --gpus-per-node devices from "
+                 "this profile (--calibrate) and print the what-if table; no training");
+  app.add_option("--project-csv", c.project_csv, "--project: also write the table to this CSV");
+  app.add_option("--strategies", c.strategies, "--project: comma list (default: every strategy each size runs)");
+  app.add_option("--nodes", c.nodes, "--project: comma list of node counts (default 1)");
+  app.add_option("--gpus-per-node", c.gpus_per_node, "--project: devices per node (default 8)");
+  app.add_option("--nics-per-node", c.nics_per_node, "--project: NICs each node's devices share (default: one each)");
+  app.add_option("--intra", c.intra, "--project: link inside a node: a preset (nvlink4, pcie5, ...), measured, "
+                 "and/or alpha=TIME,bw=RATE (default: measured, else nvlink4)");
+  app.add_option("--inter", c.inter, "--project: link between nodes, as --intra (default: measured, else ib-ndr400)");
+  app.add_option("--device-memory-gb", c.device_memory_gb, "--project: device memory for the largest batch that fits");
   GroupHelp(app);
   try {
     app.parse(argc, argv);

@@ -114,6 +114,18 @@ struct RunConfig {
   std::string rebalance = "auto";    // auto|off|warmup: pmp re-splits from the warm-up's chunk times (rebalance.h)
   std::string fill_waits = "on";     // on|off: pmp zero-bubble on CPU: pending W's fill waits (pipeline.cpp)
 
+  // Projection (issue 23, projection/): calibrate a profile, or project one.
+  std::string calibrate;           // profile JSON to write instead of training ("" : train)
+  std::string project;             // profile JSON to predict from instead of training ("" : train)
+  std::string project_csv;         // --project: the what-if table as CSV ("" : printed only)
+  std::string strategies;          // --project: comma list ("" : every modelled one each size can run)
+  std::string nodes = "1";         // --project: comma list of node counts
+  int gpus_per_node = 8;           // --project
+  int nics_per_node = 0;           // --project: 0: one per device
+  std::string intra;               // --project: link inside a node ("" : measured, else nvlink4)
+  std::string inter;               // --project: link between nodes ("" : measured, else ib-ndr400)
+  double device_memory_gb = 0;     // --project: for the largest batch that fits (0: not asked)
+
   // The flags given on the command line (name -> value as typed), so that a
   // flag that does not apply to the strategy is an error, not ignored.
   std::map<std::string, std::string> given;

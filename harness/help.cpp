@@ -28,6 +28,8 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Topics() {
       {"Training to an answer", {"--time-budget", "--target-accuracy", "--eval-every", "--val-fraction",
                                  "--snapshot-dir", "--snapshot-every", "--snapshot-keep", "--resume", "--epoch-csv"}},
       {"GPU", {"--tf32", "--cuda-graphs"}},
+      {"Projection", {"--calibrate", "--project", "--project-csv", "--strategies", "--nodes", "--gpus-per-node",
+                      "--nics-per-node", "--intra", "--inter", "--device-memory-gb"}},
   };
   return topics;
 }

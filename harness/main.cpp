@@ -17,6 +17,7 @@
 #include "harness/memory.h"
 #include "harness/results.h"
 #include "harness/runner.h"
+#include "projection/project.h"
 #include "strategies/registry.h"
 
 namespace {
@@ -86,6 +87,13 @@ int main(int argc, char** argv) {
   if (config.list) {
     PrintStrategies();
     return 0;
+  }
+  if (!config.project.empty()) {
+    try {
+      return RunProjection(config);
+    } catch (...) {
+      return FailWithCurrentException("");
+    }
   }
   DistContext dist;
   try {

@@ -23,6 +23,7 @@
 
 #include "harness/context.h"
 #include "harness/cuda_support.h"
+#include "harness/calibrate.h"
 #include "harness/data_only.h"
 #include "harness/dist.h"
 #include "harness/memory.h"
@@ -529,6 +530,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   PhaseTimer timer(run.devices.front());
   const RunContext ctx{&config, &dist, run.devices, run.model, lr, &timer};
 
+  if (!config.calibrate.empty()) return RunCalibration(config, run.model, run.devices.front(), dist);
   RunResult result = DescribeRun(run, dist, lr);
   if (config.verify) {  // correctness before timing
     LogInfo("verifying {} against single for {} steps", config.strategy, config.verify_steps);

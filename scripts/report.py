@@ -9,12 +9,15 @@
     per device count (lr, global batch, steps per epoch, time per epoch,
     throughput, scaling efficiency, loss, accuracy);
   - the entries that failed (scripts/nightly.py's <night>.failures.csv);
-  - figures and one self-contained HTML page; the regression gate.
+  - figures and one self-contained HTML page; the regression gate;
+  - with --projection, a projected section after the measured one:
+    scripts/project.py's table and figure of ddpbench --project's predictions.
 
     scripts/report.py results/*.csv                      # markdown to stdout
     scripts/report.py --format=csv results/a.csv         # strategy table as CSV
     scripts/report.py night.csv --markdown=n.md --html=n.html --figures=n/ --history=results/nightly
     scripts/report.py night.csv --against=results/nightly [--k=3]   # gate: exit 1 on a regression
+    scripts/report.py night.csv --html=n.html --projection=results/projection/projection.csv
 """
 import argparse
 import csv
@@ -22,6 +25,7 @@ import math
 import os
 import statistics
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gate  # noqa: E402
@@ -258,14 +262,23 @@ def environment(rows):
     return " ".join(parts)
 
 
-def markdown(rows, failures, images=(), gate_lines=(), tables=None):
-    """The report as markdown; images are named by file name (they sit beside it)."""
+def markdown_projected(title, header, body, image, note):
+    """The projected section as markdown (its figure linked when it has one)."""
+    text = ["", f"### {title}", "", note, "", markdown_table(header, body), ""]
+    return text + ([f"![{os.path.basename(image)}]({os.path.basename(image)})"] if image else [])
+
+
+def markdown(rows, failures, images=(), gate_lines=(), tables=None, projected=None):
+    """The report as markdown; images are named by file name (they sit beside
+    it); projected: report_html.projected()'s arguments, after the rest."""
     text = [f"Environment: {environment(rows)}", ""]
     if gate_lines:
         text += ["### Regression gate", "", "```", *gate_lines, "```", ""]
     for title, header, body in sections(rows, failures) if tables is None else tables:
         text += [f"### {title}", "", markdown_table(header, body), ""]
     text += [f"![{os.path.basename(p)}]({os.path.basename(p)})" for p in images]
+    if projected:
+        text += markdown_projected(*projected)
     return "\n".join(text).rstrip() + "\n"
 
 
@@ -281,30 +294,54 @@ def run_gate(args, rows, failures):
     return 1 if regressions else 0
 
 
+def load_projection(path):
+    """The rows of a ddpbench --project-csv file (scripts/project.py's
+    projection.csv); a RowsError names a file that is not one or is empty."""
+    import project
+    try:
+        rows = project.load(path)
+    except project.ProjectionError as e:
+        raise R.RowsError(str(e))
+    if not rows:
+        raise R.RowsError(f"{path}: no rows")
+    return rows
+
+
+def projected_section(projection, figures=None):
+    """report_html.projected()'s arguments for the rows of a projection; its
+    figure drawn to <figures>_projection.png (none without a prefix)."""
+    import project
+    return project.section(projection, project.draw(projection, figures + "_projection.png") if figures else None)
+
+
 def write_reports(rows, failures, title, tables, markdown_path=None, html_path=None, figures=None,
-                  history_dir=None, gate_lines=()):
+                  history_dir=None, gate_lines=(), projection=None):
     """The markdown file, figures (<figures>_*.png) and self-contained HTML page
-    of a set of rows; `tables` is sections()'s list. The nightly job and
-    scripts/compare.py both write theirs through here."""
+    of a set of rows; `tables` is sections()'s list; `projection` the rows of
+    a projection (load_projection), a projected section after the measured
+    ones. The nightly job and scripts/compare.py both write theirs through here."""
     images = []
     if figures:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots"))
         import plot_results
         history = R.load_history(history_dir, rows) if history_dir else []
         images = plot_results.night_figures(rows, history, figures)
-    if markdown_path:
-        with open(markdown_path, "w") as f:
-            f.write(markdown(rows, failures, images, gate_lines, tables))
-    if html_path:
-        import report_html
-        with open(html_path, "w") as f:
-            f.write(report_html.page(title, environment(rows), tables, images, gate_lines))
+    with tempfile.TemporaryDirectory() as tmp:  # the projection's figure, for the HTML, without --figures
+        projected = projected_section(projection, figures or os.path.join(tmp, "report")) if projection else None
+        if markdown_path:
+            beside = projected_section(projection) if projection and not figures else projected  # no temp link
+            with open(markdown_path, "w") as f:
+                f.write(markdown(rows, failures, images, gate_lines, tables, beside))
+        if html_path:
+            import report_html
+            with open(html_path, "w") as f:
+                f.write(report_html.page(title, environment(rows), tables, images, gate_lines, projected))
 
 
-def write_outputs(args, rows, failures):
+def write_outputs(args, rows, failures, projection=None):
     gate_lines = open(args.gate_log).read().splitlines() if args.gate_log else []
     write_reports(rows, failures, f"ddpbench night {rows[0].get('run_id') or ''}", sections(rows, failures),
-                  args.markdown, args.html, args.figures, args.history, gate_lines)
+                  args.markdown, args.html, args.figures, args.history, gate_lines, projection)
 
 
 def parse_args():
@@ -317,6 +354,8 @@ def parse_args():
     p.add_argument("--history", help="directory of earlier nights (history figure)")
     p.add_argument("--against", help="gate: directory of earlier nights; exit 1 on a regression")
     p.add_argument("--gate-log", help="the gate's output for this night, shown at the top of md/HTML")
+    p.add_argument("--projection", help="a ddpbench --project-csv file (scripts/project.py's projection.csv): "
+                   "its table (and figure, in the HTML and --figures) in a projected section")
     p.add_argument("--k", type=float, default=3.0, help="gate: throughput bound median - k x spread")
     p.add_argument("--noise-floor", type=float, default=0.05,
                    help="gate: least spread, as a fraction of the median (a history with MAD 0)")
@@ -342,15 +381,19 @@ def main():
     failures = R.load_failures(args.files[0]) if len(args.files) == 1 else []
     if args.against:
         sys.exit(run_gate(args, rows, failures))
+    try:
+        projection = load_projection(args.projection) if args.projection else None
+    except R.RowsError as e:
+        sys.exit(f"report: {e}")
     if args.markdown or args.html or args.figures:
-        write_outputs(args, rows, failures)
+        write_outputs(args, rows, failures, projection)
     if args.format == "csv":
         header, body = strategy_table(rows)
         w = csv.writer(sys.stdout)
         w.writerow(header)
         w.writerows(body)
     else:
-        sys.stdout.write(markdown(rows, failures))
+        sys.stdout.write(markdown(rows, failures, projected=projected_section(projection) if projection else None))
 
 
 if __name__ == "__main__":

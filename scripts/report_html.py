@@ -46,7 +46,18 @@ def gate(lines):
             f'{html.escape(chr(10).join(lines))}</pre>')
 
 
-def page(title, environment, sections, images, gate_lines=()):
+def projected(title, header, body, image, note):
+    """The projected section (scripts/project.py's table and figure), kept
+    apart from the measured tables: a prediction, with its note on why."""
+    parts = [f"<h2>{html.escape(title)}</h2>", f'<p style="font-size:12px; color:#555">{html.escape(note)}</p>',
+             table(header, body)]
+    if image:
+        parts.append(figure(image))
+    return "\n".join(parts)
+
+
+def page(title, environment, sections, images, gate_lines=(), projection=None):
+    """projection: projected()'s arguments, a section after the measured ones."""
     parts = [f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>",
              f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>",
              f"<p class=env>{html.escape(environment)}</p>"]
@@ -56,5 +67,7 @@ def page(title, environment, sections, images, gate_lines=()):
         parts += [f"<h2>{html.escape(name)}</h2>", table(header, body)]
     if images:
         parts += ["<h2>Figures</h2>", *map(figure, images)]
+    if projection:
+        parts.append(projected(*projection))
     parts.append("</body></html>\n")
     return "\n".join(parts)

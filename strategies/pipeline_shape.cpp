@@ -171,14 +171,10 @@ UnitTimes MergeHalfBlocks(const UnitTimes& halves, const std::vector<std::string
 }
 
 double PredictStepMs(const PipelineTable& table, const StagePlan& plan) {
-  ChunkTimes times;
   const std::vector<double> forward = StageTimes(plan.counts, plan.unit_forward_ms);
-  for (size_t c = 0; c < plan.counts.size(); ++c) {
-    const double backward = std::max(0.0, plan.stage_ms[c] - forward[c]);
-    times.forward.push_back(forward[c]);
-    times.backward_input.push_back(c == 0 ? 0.0 : backward / 2);
-    times.backward_weight.push_back(c == 0 ? backward : backward / 2);
-  }
+  std::vector<double> backward;
+  for (size_t c = 0; c < plan.counts.size(); ++c) backward.push_back(std::max(0.0, plan.stage_ms[c] - forward[c]));
+  const ChunkTimes times = SplitChunkTimes(forward, backward);
   const PipelineSimulation sim = SimulatePipeline(table, times);
   return sim.deadlock ? std::numeric_limits<double>::infinity() : sim.makespan;
 }

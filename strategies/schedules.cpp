@@ -213,6 +213,16 @@ double PipelineSimulation::Bubble() const {
   return 1.0 - std::accumulate(busy.begin(), busy.end(), 0.0) / (busy.size() * makespan);
 }
 
+ChunkTimes SplitChunkTimes(const std::vector<double>& forward, const std::vector<double>& backward) {
+  ChunkTimes times;
+  for (size_t c = 0; c < forward.size(); ++c) {
+    times.forward.push_back(forward[c]);
+    times.backward_input.push_back(c == 0 ? 0.0 : backward[c] / 2);
+    times.backward_weight.push_back(c == 0 ? backward[c] : backward[c] / 2);
+  }
+  return times;
+}
+
 ChunkTimes UniformChunkTimes(int chunks) {
   return {std::vector<double>(chunks, 1.0), std::vector<double>(chunks, 1.0), std::vector<double>(chunks, 1.0)};
 }

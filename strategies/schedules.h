@@ -122,6 +122,10 @@ struct PipelineSimulation {
   double Bubble() const;            // 1 - sum(busy) / (devices x makespan)
 };
 PipelineSimulation SimulatePipeline(const PipelineTable& table, const ChunkTimes& times);
+// Chunk times from each chunk's forward and whole backward: the backward cut
+// into equal input (B) and weight (W) halves, except the first chunk's, which
+// has no input gradient to compute (all W).
+ChunkTimes SplitChunkTimes(const std::vector<double>& forward, const std::vector<double>& backward);
 // Equal chunks: forward 1, input gradient 1, weight gradient 1.
 ChunkTimes UniformChunkTimes(int chunks);
 

@@ -26,18 +26,6 @@ std::string UnitList(const std::vector<std::string>& names) {
   return fmt::format("{} units: {}", names.size(), fmt::join(names, ", "));
 }
 
-// The image height/width of the run's batches (the runner's rule: synthetic
-// data is 224 px unless --image-size says otherwise; real data its own size).
-int64_t RunImageSize(const RunConfig& config) {
-  if (config.image_size > 0) return config.image_size;
-  if (config.dataset == "synthetic") return 224;
-  DataSpec spec;
-  spec.name = config.dataset;
-  spec.data_dir = config.data_dir;
-  spec.seed = config.seed;
-  spec.prefetch = 0;
-  return DescribeDataset(spec).height;
-}
 
 // --split, checked against devices x virtual_stages stages.
 std::vector<int> GivenSplit(const RunConfig& config, const std::vector<std::string>& names, int devices,
@@ -324,6 +312,19 @@ StagePlan ChooseSplit(const RunConfig& config, const ResNet& model, int devices,
   StagePlan plan = PlanStages(config, model, devices, virtual_stages, measured);
   LogStagePlan(config, model, plan);
   return plan;
+}
+
+// The image height/width of the run's batches (the runner's rule: synthetic
+// data is 224 px unless --image-size says otherwise; real data its own size).
+int64_t RunImageSize(const RunConfig& config) {
+  if (config.image_size > 0) return config.image_size;
+  if (config.dataset == "synthetic") return 224;
+  DataSpec spec;
+  spec.name = config.dataset;
+  spec.data_dir = config.data_dir;
+  spec.seed = config.seed;
+  spec.prefetch = 0;
+  return DescribeDataset(spec).height;
 }
 
 }  // namespace ddpbench

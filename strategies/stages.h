@@ -38,6 +38,10 @@ std::string SplitCounts(const std::vector<int>& counts);
 // "stem..layer4.0 | layer4.1..head", for the log.
 std::string DescribeSplit(const std::vector<int>& counts, const std::vector<std::string>& unit_names);
 
+// The image height/width of the run's batches (synthetic: 224 px unless
+// --image-size says otherwise; real data: its own size).
+int64_t RunImageSize(const RunConfig& config);
+
 // Each unit's forward+backward and forward ms on one batch size.
 struct UnitTimes {
   std::vector<double> total_ms, forward_ms;

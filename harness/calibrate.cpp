@@ -1,0 +1,150 @@
+// The measurements behind a projection profile (calibrate.h).
+#include "harness/calibrate.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "harness/config.h"
+#include "harness/context.h"
+#include "harness/dist.h"
+#include "harness/log.h"
+#include "harness/memory.h"
+#include "harness/training.h"
+#include "strategies/stages.h"
+
+namespace ddpbench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+void Synchronize(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+// Per unit: bytes of each trainable tensor, and per image the bytes its
+// forward leaves allocated until the backward (activations kept for the
+// gradient, and its output) and the bytes of its output.
+void MeasureUnitBytes(ResNet model, const RunConfig& config, torch::Device device, Profile* p) {
+  const int64_t size = RunImageSize(config), batch = config.batch_size;
+  torch::Tensor x = torch::randn({batch, model->options().in_channels, size, size}).to(device, model->options().dtype);
+  std::vector<torch::Tensor> keep;  // every output stays alive, as in a real forward
+  size_t u = 0;
+  for (auto& module : *model->units()) {
+    UnitProfile& unit = p->units[u++];
+    for (const auto& t : module.ptr()->parameters())
+      if (t.requires_grad()) unit.param_bytes.push_back(static_cast<double>(t.numel() * t.element_size()));
+    Synchronize(device);
+    const int64_t before = AllocatedBytesNow(device, 0);
+    x = module.forward(x);
+    Synchronize(device);
+    unit.activation_bytes = static_cast<double>(std::max<int64_t>(0, AllocatedBytesNow(device, 0) - before)) / batch;
+    unit.output_bytes = static_cast<double>(x.numel() * x.element_size()) / batch;
+    keep.push_back(x);
+  }
+}
+
+// One optimizer step of the whole model, in ms per MiB of parameters.
+double MeasureOptimizer(const ResNet& model, const RunConfig& config, torch::Device device) {
+  std::vector<torch::Tensor> params;
+  for (const auto& t : model->parameters()) {
+    torch::Tensor w = t.detach().clone().set_requires_grad(true);
+    w.mutable_grad() = torch::ones_like(w);
+    params.push_back(w);
+  }
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  if (config.optimizer == "adam") opt = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-3));
+  else opt = std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(config.lr).momentum(config.momentum));
+  double bytes = 0;
+  for (const auto& t : params) bytes += static_cast<double>(t.numel() * t.element_size());
+  for (int i = 0; i < 2; ++i) opt->step();
+  std::vector<double> ms;
+  for (int i = 0; i < 7; ++i) {
+    Synchronize(device);
+    const auto t0 = Clock::now();
+    opt->step();
+    Synchronize(device);
+    ms.push_back(SecondsSince(t0) * 1000);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2] / (bytes / (1024.0 * 1024.0));
+}
+
+}  // namespace
+
+std::vector<int64_t> CalibrationBatches(int64_t batch) {
+  std::vector<int64_t> out{batch};
+  while (out.size() < 4 && out.back() % 2 == 0 && out.back() > 1) out.push_back(out.back() / 2);
+  return out;
+}
+
+LinkMeasurement MeasureAllReduce(DistContext& dist, const std::vector<int64_t>& sizes, int repeats) {
+  LinkMeasurement m{"all-reduce", dist.world, {}};
+  for (int64_t bytes : sizes) {
+    std::vector<at::Tensor> t{torch::ones({std::max<int64_t>(1, bytes / 4)}, torch::TensorOptions().device(dist.device))};
+    std::vector<double> s;
+    for (int r = 0; r <= repeats; ++r) {
+      std::vector<at::Tensor> one{torch::ones({1}, torch::TensorOptions().device(dist.device))};
+      dist.group->allreduce(one)->wait();  // start together
+      Synchronize(dist.device);
+      const auto t0 = Clock::now();
+      dist.group->allreduce(t)->wait();
+      Synchronize(dist.device);
+      if (r > 0) s.push_back(SecondsSince(t0));
+    }
+    std::sort(s.begin(), s.end());
+    m.points.emplace_back(static_cast<double>(bytes), s[s.size() / 2]);
+  }
+  return m;
+}
+
+int RunCalibration(const RunConfig& config, const ResNetOptions& options, torch::Device device, DistContext& dist) {
+  const ResNet model = BuildModel(options, config.seed, device);
+  Profile p;
+  p.model = config.model, p.width = config.width, p.image_size = RunImageSize(config);
+  p.batch_size = config.batch_size;
+  p.precision = config.amp == "off" ? "float32" : "amp-" + config.amp;
+  p.element_bytes = 4, p.optimizer = config.optimizer, p.momentum = config.optimizer == "sgd" ? config.momentum : 0;
+  p.device = device.is_cuda() ? "cuda" : "cpu";
+  const RunEnvironment env = DescribeEnvironment(device.is_cuda());
+  p.machine = fmt::format("{}, {}", env.host, env.cpu_model);
+  p.command = config.command, p.torch_version = env.torch_version, p.git_sha = kGitSha, p.created = env.timestamp;
+  const int concurrent = dist.world > 1 || device.is_cuda() ? 1 : std::max(1, config.gpus);
+  p.concurrent = std::max(concurrent, dist.world);
+  const std::vector<int64_t> batches = CalibrationBatches(config.batch_size);
+  const std::vector<UnitTimes> times = MeasureUnits(config, model, batches, concurrent);
+  for (size_t u = 0; u < model->unit_names().size(); ++u) {
+    UnitProfile unit;
+    unit.name = model->unit_names()[u];
+    for (size_t b = 0; b < batches.size(); ++b)
+      unit.cost[batches[b]] = {times[b].forward_ms[u], std::max(0.0, times[b].total_ms[u] - times[b].forward_ms[u])};
+    p.units.push_back(unit);
+  }
+  MeasureUnitBytes(model, config, device, &p);
+  p.optimizer_ms_per_mb = MeasureOptimizer(model, config, device);
+  if (dist.world > 1) {
+    const LinkMeasurement m = MeasureAllReduce(dist, {16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20}, 5);
+    p.link = FitLink(m.points, Collective::kAllReduce, dist.world, "measured");
+    p.link_ranks = dist.world;
+    p.link_points.push_back(m);
+    if (dist.is_root())
+      LogInfo("link over {} ranks: alpha {:.1f} us, {:.3f} GB/s ({})", dist.world, p.link->alpha_s * 1e6,
+              p.link->bandwidth / 1e9, p.link->source);
+  }
+  dist.Shutdown();
+  if (dist.is_root()) {
+    WriteProfile(p, config.calibrate);
+    LogInfo("profile written to {}: {} units at batches {}, optimizer {:.3f} ms/MiB", config.calibrate, p.units.size(),
+            fmt::join(batches, ","), p.optimizer_ms_per_mb);
+  }
+  return 0;
+}
+
+}  // namespace ddpbench

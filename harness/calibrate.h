@@ -1,0 +1,34 @@
+// ddpbench --calibrate=FILE: measure on this machine what the projection
+// model (projection/) needs, and write it as one JSON profile: each unit's
+// forward and backward time at the batch and at the micro-batch sizes a
+// pipeline would run, its parameter tensors, the activation bytes it holds
+// until its backward, the optimizer's time per parameter byte, and, when the
+// run has several ranks (--strategy=ddp --gpus=N, or under a launcher), the
+// all-reduce over the run's own process group at sizes from 16 KiB to 16 MiB,
+// fitted to an alpha-beta link. Rank 0 writes the file.
+#pragma once
+
+#include <torch/types.h>
+
+#include <string>
+
+#include "projection/profile.h"
+
+namespace ddpbench {
+
+struct RunConfig;
+struct DistContext;
+struct ResNetOptions;
+
+// Measures and writes config.calibrate; returns the exit code.
+int RunCalibration(const RunConfig& config, const ResNetOptions& model, torch::Device device, DistContext& dist);
+
+// The batch sizes the units are timed at: the batch, then halved while it
+// divides evenly, down to 1/8 of it (and at least 1).
+std::vector<int64_t> CalibrationBatches(int64_t batch);
+
+// The all-reduce over `dist`'s group at each of `sizes` bytes: (bytes,
+// seconds), the median of `repeats` timed calls after one untimed call.
+LinkMeasurement MeasureAllReduce(DistContext& dist, const std::vector<int64_t>& sizes, int repeats);
+
+}  // namespace ddpbench

@@ -1,0 +1,194 @@
+// Collective times on alpha-beta links, the presets and the fit (links.h).
+#include "projection/links.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "harness/config.h"
+
+namespace ddpbench {
+
+std::string CollectiveName(Collective c) {
+  switch (c) {
+    case Collective::kAllReduce: return "all-reduce";
+    case Collective::kAllReduceTree: return "all-reduce (tree)";
+    case Collective::kReduceScatter: return "reduce-scatter";
+    case Collective::kAllGather: return "all-gather";
+    case Collective::kBroadcast: return "broadcast";
+    case Collective::kP2P: return "point-to-point";
+  }
+  return "?";
+}
+
+const std::vector<Link>& LinkPresets() {
+  // Bandwidth per device and direction from the published specifications;
+  // alpha is the order of magnitude of one step's latency on such a link.
+  static const std::vector<Link> kPresets = {
+      {"nvlink2", 3e-6, 150e9, "V100 SXM2: 6 NVLink 2 links x 25 GB/s per direction"},
+      {"nvlink3", 3e-6, 300e9, "A100 SXM: NVLink 3, 600 GB/s per GPU in both directions"},
+      {"nvlink4", 3e-6, 450e9, "H100 SXM: NVLink 4, 900 GB/s per GPU in both directions"},
+      {"pcie3", 5e-6, 15.75e9, "PCIe 3.0 x16: 8 GT/s x 16 lanes, 128b/130b"},
+      {"pcie4", 5e-6, 31.5e9, "PCIe 4.0 x16: 16 GT/s x 16 lanes, 128b/130b"},
+      {"pcie5", 5e-6, 63e9, "PCIe 5.0 x16: 32 GT/s x 16 lanes, 128b/130b"},
+      {"ib-hdr200", 5e-6, 25e9, "InfiniBand HDR: 200 Gb/s per port (ConnectX-6)"},
+      {"ib-ndr400", 5e-6, 50e9, "InfiniBand NDR: 400 Gb/s per port (ConnectX-7)"},
+      {"100gbe", 20e-6, 12.5e9, "IEEE 802.3 100 Gb/s Ethernet"},
+      {"25gbe", 30e-6, 3.125e9, "IEEE 802.3 25 Gb/s Ethernet"},
+      {"10gbe", 30e-6, 1.25e9, "IEEE 802.3 10 Gb/s Ethernet"},
+  };
+  return kPresets;
+}
+
+namespace {
+
+std::string PresetNames() {
+  std::string names;
+  for (const Link& l : LinkPresets()) names += (names.empty() ? "" : ", ") + l.name;
+  return names;
+}
+
+// "20us" -> 2e-5; "500Mbit/s" -> 6.25e7 bytes/s. `units` maps suffixes to factors.
+double ParseQuantity(const std::string& text, const std::vector<std::pair<std::string, double>>& units,
+                     const std::string& what) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  const std::string unit = end ? std::string(end) : "";
+  if (end == text.c_str() || !std::isfinite(v) || v <= 0)
+    throw ConfigError(fmt::format("{}: not a positive number", what));
+  for (const auto& [suffix, factor] : units)
+    if (unit == suffix) return v * factor;
+  std::string accepted;
+  for (const auto& u : units) accepted += (accepted.empty() ? "" : ", ") + u.first;
+  throw ConfigError(fmt::format("{}: unit '{}' is not accepted; accepted: {}", what, unit, accepted));
+}
+
+// A preset's link or the profile's measured one.
+Link BaseLink(const std::string& name, const Link* measured, const std::string& where) {
+  if (name == "measured") {
+    if (!measured) throw ConfigError(fmt::format("{}: the profile has no measured link (calibrate with --gpus=2)", where));
+    return *measured;
+  }
+  for (const Link& l : LinkPresets())
+    if (l.name == name) return l;
+  throw ConfigError(fmt::format("{}: unknown link '{}'; accepted: measured, {}, optionally followed by "
+                                ",alpha=TIME,bw=RATE (or alpha=20us,bw=12.5GB/s alone)", where, name, PresetNames()));
+}
+
+}  // namespace
+
+Link ParseLink(const std::string& spec, const Link* measured, const std::string& flag) {
+  static const std::vector<std::pair<std::string, double>> kTime = {{"s", 1}, {"ms", 1e-3}, {"us", 1e-6},
+                                                                    {"ns", 1e-9}};
+  static const std::vector<std::pair<std::string, double>> kRate = {
+      {"GB/s", 1e9}, {"MB/s", 1e6}, {"Gbit/s", 1.25e8}, {"Mbit/s", 1.25e5}, {"gbit", 1.25e8}, {"mbit", 1.25e5}};
+  const std::string where = fmt::format("{}={}", flag, spec);
+  std::vector<std::string> parts;
+  for (size_t start = 0;;) {
+    const size_t comma = spec.find(',', start);
+    parts.push_back(spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  Link link;
+  const bool have_base = parts[0].find('=') == std::string::npos;
+  if (have_base) link = BaseLink(parts[0], measured, where);
+  bool have_alpha = false, have_bw = false;
+  for (size_t i = have_base ? 1 : 0; i < parts.size(); ++i) {
+    const size_t eq = parts[i].find('=');
+    const std::string key = parts[i].substr(0, eq == std::string::npos ? parts[i].size() : eq);
+    const std::string value = eq == std::string::npos ? "" : parts[i].substr(eq + 1);
+    if (key == "alpha") {
+      link.alpha_s = ParseQuantity(value, kTime, where + " (alpha)");
+      have_alpha = true;
+    } else if (key == "bw") {
+      link.bandwidth = ParseQuantity(value, kRate, where + " (bw)");
+      have_bw = true;
+    } else {
+      throw ConfigError(fmt::format("{}: '{}' is not accepted; want a preset or measured first, then alpha=TIME "
+                                    "and/or bw=RATE, comma-separated", where, parts[i]));
+    }
+  }
+  if (!have_base && !(have_alpha && have_bw))
+    throw ConfigError(fmt::format("{}: give a preset or measured, or both alpha= and bw=", where));
+  if (have_alpha || have_bw) {
+    link.name = spec;
+    link.source = have_base ? link.source + " (given: " + spec + ")" : "given: " + spec;
+  }
+  return link;
+}
+
+std::pair<double, double> CollectiveTerms(Collective c, int n) {
+  if (n <= 1) return {0.0, 0.0};
+  switch (c) {
+    case Collective::kAllReduce: return {2.0 * (n - 1), 2.0 * (n - 1) / n};
+    case Collective::kAllReduceTree: return {2.0 * std::ceil(std::log2(n)), 2.0};
+    case Collective::kReduceScatter:
+    case Collective::kAllGather: return {n - 1.0, (n - 1.0) / n};
+    case Collective::kBroadcast: return {n - 1.0, 1.0};
+    case Collective::kP2P: return {1.0, 1.0};
+  }
+  return {0.0, 0.0};
+}
+
+double BusBwFactor(Collective c, int n) {
+  switch (c) {
+    case Collective::kAllReduce:
+    case Collective::kAllReduceTree: return 2.0 * (n - 1) / n;
+    case Collective::kReduceScatter:
+    case Collective::kAllGather: return (n - 1.0) / n;
+    default: return 1.0;
+  }
+}
+
+double CollectiveSeconds(const Link& link, Collective c, int ranks, double bytes) {
+  auto time = [&](Collective k) {
+    const auto [a, f] = CollectiveTerms(k, ranks);
+    return a * link.alpha_s + f * bytes / link.bandwidth;
+  };
+  if (c == Collective::kAllReduce) return std::min(time(Collective::kAllReduce), time(Collective::kAllReduceTree));
+  return time(c);
+}
+
+double TopologySeconds(const Topology& t, Collective c, double bytes, bool across) {
+  if (t.nodes == 1) return CollectiveSeconds(t.intra, c, t.per_node, bytes);
+  if (c == Collective::kP2P) return CollectiveSeconds(across || t.per_node == 1 ? t.inter : t.intra, c, 2, bytes);
+  // The node's devices cross at once, each over its share of the NICs.
+  Link shared = t.inter;
+  const int nics = t.nics > 0 ? t.nics : t.per_node;
+  shared.bandwidth *= std::min(1.0, static_cast<double>(nics) / t.per_node);
+  const double share = bytes / t.per_node;
+  if (c == Collective::kAllReduce || c == Collective::kAllReduceTree)
+    return CollectiveSeconds(t.intra, Collective::kReduceScatter, t.per_node, bytes) +
+           CollectiveSeconds(shared, c, t.nodes, share) +
+           CollectiveSeconds(t.intra, Collective::kAllGather, t.per_node, bytes);
+  if (c == Collective::kBroadcast)
+    return CollectiveSeconds(shared, c, t.nodes, bytes) + CollectiveSeconds(t.intra, c, t.per_node, bytes);
+  return CollectiveSeconds(t.intra, c, t.per_node, bytes) + CollectiveSeconds(shared, c, t.nodes, share);
+}
+
+Link FitLink(const std::vector<std::pair<double, double>>& points, Collective c, int ranks,
+             const std::string& name) {
+  const auto [count, factor] = CollectiveTerms(c, ranks);
+  if (count == 0) throw std::invalid_argument("fit: a collective on 1 rank moves nothing");
+  double s00 = 0, s01 = 0, s11 = 0, r0 = 0, r1 = 0;
+  std::vector<double> sizes;
+  for (const auto& [b, t] : points) {
+    if (!(t > 0) || !(b >= 0)) throw std::invalid_argument("fit: every time must be > 0 and every size >= 0");
+    const double w = 1.0 / (t * t);  // relative error: each row divided by its time
+    s00 += w, s01 += w * b, s11 += w * b * b, r0 += w * t, r1 += w * t * b;
+    if (std::find(sizes.begin(), sizes.end(), b) == sizes.end()) sizes.push_back(b);
+  }
+  if (sizes.size() < 2)
+    throw std::invalid_argument(fmt::format("fit: need points at two sizes at least, got {}", sizes.size()));
+  const double det = s00 * s11 - s01 * s01;
+  const double x0 = (s11 * r0 - s01 * r1) / det, x1 = (s00 * r1 - s01 * r0) / det;
+  if (!(x1 > 0)) throw std::invalid_argument("fit: the times do not grow with the size; no bandwidth fits");
+  return Link{name, std::max(x0, 0.0) / count, factor / x1,
+              fmt::format("fitted to {} measured {} points on {} ranks", points.size(), CollectiveName(c), ranks)};
+}
+
+}  // namespace ddpbench

@@ -1,0 +1,71 @@
+// Alpha-beta models of the links between devices and of the collectives the
+// strategies run over them, as NCCL runs them and nccl-tests accounts for them
+// (algbw = S / t; busbw = algbw x BusBwFactor). A link is (alpha, bandwidth):
+// one message of b bytes costs alpha + b / bandwidth on one hop, one direction.
+//   all-reduce, ring   t = 2(n-1) alpha + 2(n-1)/n S / B
+//   all-reduce, tree   t = 2 ceil(log2 n) alpha + 2 S / B (pipelined)
+//   reduce-scatter     t = (n-1) alpha + (n-1)/n S / B   (all-gather alike)
+//   broadcast          t = (n-1) alpha + S / B            (ring, pipelined)
+//   point-to-point     t = alpha + S / B
+// Across nodes a collective runs hierarchically (reduce-scatter inside each
+// node, the collective on 1/g of the data across nodes, all-gather inside).
+// Presets (docs/projection.md gives each one's source) stand in for links
+// that cannot be measured here; FitLink turns measured times into a link.
+// Pure logic, no LibTorch.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ddpbench {
+
+struct Link {
+  std::string name;
+  double alpha_s = 0;      // per message (one step of a collective)
+  double bandwidth = 0;    // bytes/s per direction of one device's connection
+  std::string source;
+};
+
+enum class Collective { kAllReduce, kAllReduceTree, kReduceScatter, kAllGather, kBroadcast, kP2P };
+
+std::string CollectiveName(Collective c);
+
+// The named presets: nvlink3, nvlink4, pcie3, pcie4, pcie5, ib-hdr200,
+// ib-ndr400, 100gbe, 25gbe.
+const std::vector<Link>& LinkPresets();
+
+// A link from --intra/--inter: a preset name, or "measured" (the profile's
+// own fit, `measured`), each optionally followed by overrides, or overrides
+// alone: "100gbe", "measured,bw=500Mbit/s", "alpha=20us,bw=12.5GB/s".
+// alpha takes s, ms, us, ns; bw takes GB/s, MB/s, Gbit/s, Mbit/s (and
+// gbit, mbit as tc writes them). ConfigError naming the value otherwise.
+Link ParseLink(const std::string& spec, const Link* measured, const std::string& flag);
+
+// (alpha count, bytes factor): t = count x alpha + factor x S / bandwidth.
+std::pair<double, double> CollectiveTerms(Collective c, int ranks);
+double BusBwFactor(Collective c, int ranks);
+// Seconds for `c` of `bytes` on `ranks` devices joined by `link`. All-reduce
+// takes the faster of ring and tree, as NCCL's tuner does.
+double CollectiveSeconds(const Link& link, Collective c, int ranks, double bytes);
+
+// Devices: `per_node` on the intra link in each of `nodes` nodes; each node's
+// devices share `nics` NICs on the inter link (0: one per device).
+struct Topology {
+  int per_node = 1, nodes = 1, nics = 0;
+  Link intra, inter;
+  int world() const { return per_node * nodes; }
+};
+// Seconds for `c` of `bytes` over the whole topology (hierarchical across
+// nodes; point-to-point: between neighbouring ranks, across nodes when
+// `across` and there is more than one node).
+double TopologySeconds(const Topology& t, Collective c, double bytes, bool across = false);
+
+// The link whose model is closest to measured (bytes, seconds) points of `c`
+// on `ranks`: least squares on relative error (sizes span orders of
+// magnitude, so every point counts alike). std::invalid_argument when the
+// points cannot give one (fewer than two sizes, times not growing with size).
+Link FitLink(const std::vector<std::pair<double, double>>& points, Collective c, int ranks,
+             const std::string& name);
+
+}  // namespace ddpbench

@@ -1,0 +1,174 @@
+// The calibration profile as JSON (profile.h), read with nlohmann::json, the
+// JSON library the snapshots and traces already use.
+#include "projection/profile.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "harness/config.h"
+#include "harness/results.h"
+
+namespace ddpbench {
+
+double UnitProfile::ParamBytes() const { return std::accumulate(param_bytes.begin(), param_bytes.end(), 0.0); }
+
+int64_t Profile::Parameters() const {
+  double bytes = 0;
+  for (const UnitProfile& u : units) bytes += u.ParamBytes();
+  return static_cast<int64_t>(std::llround(bytes / static_cast<double>(element_bytes)));
+}
+
+std::vector<int64_t> Profile::Batches() const {
+  std::vector<int64_t> batches;
+  if (!units.empty())
+    for (const auto& [b, c] : units[0].cost) batches.push_back(b);
+  return batches;
+}
+
+std::vector<UnitCost> Profile::CostAt(int64_t batch, bool* scaled) const {
+  const std::vector<int64_t> have = Batches();
+  if (have.empty()) throw ConfigError("profile: no unit times");
+  int64_t from = have.back();  // nearest measured size, the larger on a tie
+  for (int64_t b : have)
+    if (std::llabs(b - batch) <= std::llabs(from - batch)) from = b;
+  if (scaled) *scaled = from != batch;
+  const double k = static_cast<double>(batch) / static_cast<double>(from);
+  std::vector<UnitCost> out;
+  for (const UnitProfile& u : units) {
+    const UnitCost& c = u.cost.at(from);
+    out.push_back({c.forward_ms * k, c.backward_ms * k});
+  }
+  return out;
+}
+
+void WriteProfile(const Profile& p, const std::string& path) {
+  nlohmann::json units = nlohmann::json::array();
+  for (const UnitProfile& u : p.units) {
+    nlohmann::json cost = nlohmann::json::object();
+    for (const auto& [b, c] : u.cost) cost[std::to_string(b)] = {{"forward_ms", c.forward_ms}, {"backward_ms", c.backward_ms}};
+    units.push_back({{"name", u.name}, {"param_bytes", u.param_bytes}, {"activation_bytes", u.activation_bytes},
+                     {"output_bytes", u.output_bytes}, {"cost", cost}});
+  }
+  nlohmann::json j = {{"version", p.version}, {"model", p.model}, {"width", p.width}, {"image_size", p.image_size},
+                      {"batch_size", p.batch_size}, {"precision", p.precision}, {"element_bytes", p.element_bytes},
+                      {"optimizer", p.optimizer}, {"momentum", p.momentum}, {"device", p.device},
+                      {"concurrent", p.concurrent}, {"machine", p.machine}, {"command", p.command},
+                      {"torch_version", p.torch_version}, {"git_sha", p.git_sha}, {"created", p.created},
+                      {"optimizer_ms_per_mb", p.optimizer_ms_per_mb}, {"units", units}};
+  if (p.link) {
+    nlohmann::json points = nlohmann::json::array();
+    for (const LinkMeasurement& m : p.link_points)
+      points.push_back({{"collective", m.collective}, {"ranks", m.ranks}, {"points", m.points}});
+    j["link"] = {{"alpha_us", p.link->alpha_s * 1e6}, {"bandwidth_gb_s", p.link->bandwidth / 1e9},
+                 {"ranks", p.link_ranks}, {"source", p.link->source}, {"measured", points}};
+  }
+  ReplaceFile(path, j.dump(1) + "\n");
+}
+
+namespace {
+
+template <typename T>
+T Field(const nlohmann::json& j, const char* key, const std::string& path) {
+  if (!j.is_object() || !j.contains(key))
+    throw ConfigError(fmt::format("{}: not a ddpbench profile: field '{}' is missing (make one with "
+                                  "ddpbench --calibrate=FILE)", path, key));
+  try {
+    return j.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw ConfigError(fmt::format("{}: field '{}' has the wrong type", path, key));
+  }
+}
+
+UnitProfile ReadUnit(const nlohmann::json& j, const std::string& path) {
+  UnitProfile u;
+  u.name = Field<std::string>(j, "name", path);
+  u.param_bytes = Field<std::vector<double>>(j, "param_bytes", path);
+  u.activation_bytes = Field<double>(j, "activation_bytes", path);
+  u.output_bytes = Field<double>(j, "output_bytes", path);
+  const auto cost = Field<nlohmann::json>(j, "cost", path);
+  if (!cost.is_object() || cost.empty()) throw ConfigError(fmt::format("{}: unit {} has no times", path, u.name));
+  for (const auto& [key, c] : cost.items()) {
+    int64_t batch = 0;
+    try {
+      batch = std::stoll(key);
+    } catch (const std::exception&) {
+      throw ConfigError(fmt::format("{}: unit {}: batch '{}' is not a number", path, u.name, key));
+    }
+    UnitCost uc{Field<double>(c, "forward_ms", path), Field<double>(c, "backward_ms", path)};
+    if (batch < 1 || !(uc.forward_ms >= 0) || !(uc.backward_ms >= 0))
+      throw ConfigError(fmt::format("{}: unit {} batch {}: times must be >= 0", path, u.name, key));
+    u.cost[batch] = uc;
+  }
+  return u;
+}
+
+}  // namespace
+
+Profile ReadProfile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(fmt::format("--project={}: cannot open the profile", path));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(fmt::format("{}: not JSON ({})", path, e.what()));
+  }
+  Profile p;
+  p.version = Field<int>(j, "version", path);
+  if (p.version != 1) throw ConfigError(fmt::format("{}: profile version {}; this ddpbench reads 1", path, p.version));
+  p.model = Field<std::string>(j, "model", path);
+  p.width = Field<int64_t>(j, "width", path);
+  p.image_size = Field<int64_t>(j, "image_size", path);
+  p.batch_size = Field<int64_t>(j, "batch_size", path);
+  p.precision = Field<std::string>(j, "precision", path);
+  p.element_bytes = Field<int64_t>(j, "element_bytes", path);
+  p.optimizer = Field<std::string>(j, "optimizer", path);
+  p.momentum = Field<double>(j, "momentum", path);
+  p.device = Field<std::string>(j, "device", path);
+  p.concurrent = Field<int>(j, "concurrent", path);
+  p.machine = Field<std::string>(j, "machine", path);
+  p.command = Field<std::string>(j, "command", path);
+  p.optimizer_ms_per_mb = Field<double>(j, "optimizer_ms_per_mb", path);
+  auto optional = [&](const char* key) { return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : ""; };
+  p.torch_version = optional("torch_version");
+  p.git_sha = optional("git_sha");
+  p.created = optional("created");
+  for (const auto& u : Field<nlohmann::json>(j, "units", path)) p.units.push_back(ReadUnit(u, path));
+  if (p.units.empty()) throw ConfigError(fmt::format("{}: the profile has no units", path));
+  const std::vector<int64_t> batches = p.Batches();
+  for (const UnitProfile& u : p.units)
+    if (u.cost.size() != batches.size() || !std::equal(batches.begin(), batches.end(), u.cost.begin(),
+                                                        [](int64_t b, const auto& kv) { return b == kv.first; }))
+      throw ConfigError(fmt::format("{}: unit {} was timed at other batch sizes than unit {}", path, u.name,
+                                    p.units[0].name));
+  if (j.contains("link")) {
+    const auto& l = j["link"];
+    Link link{"measured", Field<double>(l, "alpha_us", path) * 1e-6, Field<double>(l, "bandwidth_gb_s", path) * 1e9,
+              Field<std::string>(l, "source", path)};
+    if (!(link.bandwidth > 0) || !(link.alpha_s >= 0))
+      throw ConfigError(fmt::format("{}: the measured link needs alpha >= 0 and bandwidth > 0", path));
+    p.link = link;
+    p.link_ranks = Field<int>(l, "ranks", path);
+  }
+  return p;
+}
+
+void CheckProfileMatches(const Profile& p, const std::string& model, int64_t width, int64_t image_size,
+                         const std::string& precision, const std::string& path) {
+  auto differ = [&](const std::string& what, const std::string& have, const std::string& want) {
+    if (have != want)
+      throw ConfigError(fmt::format("{}: the profile is of {} {}, the run asks for {}; calibrate for this run "
+                                    "(ddpbench --calibrate=FILE with the run's flags)", path, what, have, want));
+  };
+  differ("--model", p.model, model);
+  differ("--width", std::to_string(p.width), std::to_string(width));
+  differ("--image-size", std::to_string(p.image_size), std::to_string(image_size));
+  differ("precision", p.precision, precision);
+}
+
+}  // namespace ddpbench

@@ -1,0 +1,69 @@
+// What ddpbench --calibrate measured on one machine, the input of every
+// projection: per model unit the forward and backward times at the batch
+// sizes the strategies run, its parameter tensors' bytes and the activation
+// bytes it holds from forward to backward; the optimizer's time per
+// parameter byte; the link between ranks fitted from measured collectives.
+// Kept as one JSON file (device, model, batch, precision, versions, command)
+// so that scripts/project.py and a later run read the same numbers.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "projection/links.h"
+
+namespace ddpbench {
+
+struct UnitCost {
+  double forward_ms = 0, backward_ms = 0;
+};
+
+struct UnitProfile {
+  std::string name;
+  std::vector<double> param_bytes;   // each trainable tensor, in model order
+  double activation_bytes = 0;       // per sample: held from its forward to its backward
+  double output_bytes = 0;           // per sample: what the unit hands to the next
+  std::map<int64_t, UnitCost> cost;  // by batch size
+  double ParamBytes() const;
+};
+
+struct LinkMeasurement {
+  std::string collective;  // "all-reduce"
+  int ranks = 0;
+  std::vector<std::pair<double, double>> points;  // (bytes, seconds)
+};
+
+struct Profile {
+  int version = 1;
+  std::string model, precision, device, machine, command, torch_version, git_sha, optimizer, created;
+  int64_t width = 0, image_size = 0, batch_size = 0, element_bytes = 4;
+  double momentum = 0;
+  int concurrent = 1;             // unit times measured on this many devices at once
+  std::vector<UnitProfile> units;
+  double optimizer_ms_per_mb = 0;  // one device's optimizer step per MiB of parameters
+  std::optional<Link> link;        // fitted over the calibration's own ranks
+  int link_ranks = 0;
+  std::vector<LinkMeasurement> link_points;
+
+  int64_t Parameters() const;  // elements
+  std::vector<int64_t> Batches() const;
+  // Each unit's cost at `batch`: measured, or scaled linearly from the
+  // nearest measured size (`scaled` says so).
+  std::vector<UnitCost> CostAt(int64_t batch, bool* scaled = nullptr) const;
+};
+
+// JSON in and out. ReadProfile: DataError naming the file and the field on a
+// missing or malformed one.
+void WriteProfile(const Profile& profile, const std::string& path);
+Profile ReadProfile(const std::string& path);
+
+// The profile must describe what is asked: ConfigError naming both values
+// when model, width, image size or precision differ (batch: only a note,
+// since unit times scale; it is checked by the caller where it matters).
+void CheckProfileMatches(const Profile& profile, const std::string& model, int64_t width, int64_t image_size,
+                         const std::string& precision, const std::string& path);
+
+}  // namespace ddpbench

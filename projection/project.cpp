@@ -1,0 +1,167 @@
+// The what-if table of ddpbench --project (project.h).
+#include "projection/project.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "harness/config.h"
+#include "projection/step_model.h"
+
+namespace ddpbench {
+
+namespace {
+
+std::vector<int> ParseCounts(const std::string& flag, const std::string& text) {
+  std::vector<int> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const std::string part = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    size_t pos = 0;
+    int v = 0;
+    try { v = std::stoi(part, &pos); } catch (...) { v = 0; }
+    if (v < 1 || pos != part.size())
+      throw ConfigError(fmt::format("{}={}: want a comma list of whole numbers >= 1, e.g. 1,2,4,8", flag, text));
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::vector<std::string> SplitNames(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    out.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+// The links of --intra and --inter; the profile's measured one by default.
+Topology MakeTopology(const Profile& p, const RunConfig& c, int nodes) {
+  const Link* measured = p.link ? &*p.link : nullptr;
+  Topology t;
+  t.per_node = c.gpus_per_node, t.nodes = nodes, t.nics = c.nics_per_node;
+  t.intra = ParseLink(c.intra.empty() ? (measured ? "measured" : "nvlink4") : c.intra, measured, "--intra");
+  t.inter = ParseLink(c.inter.empty() ? (measured ? "measured" : "ib-ndr400") : c.inter, measured, "--inter");
+  return t;
+}
+
+std::string Num(double v, int digits = 1) { return fmt::format("{:.{}f}", v, digits); }
+
+Row MakeRow(const RunConfig& c, const std::string& strategy, const Topology& t, int64_t batch,
+            const StepPrediction& s, double single_img_s) {
+  const double error = ValidatedErrorPct(strategy);
+  const bool pipeline = strategy == "pmp" || strategy == "mp";
+  const int validated = std::max(1, ValidatedWorld());
+  return Row{{"strategy", strategy},
+             {"schedule", strategy == "pmp" ? c.schedule : ""},
+             {"nodes", std::to_string(t.nodes)},
+             {"gpus_per_node", std::to_string(t.per_node)},
+             {"world", std::to_string(t.world())},
+             {"batch_per_device", std::to_string(batch)},
+             {"global_batch", std::to_string(pipeline ? batch : batch * t.world())},
+             {"step_ms", Num(s.step_ms, 2)},
+             {"compute_ms", Num(s.compute_ms, 2)},
+             {"exposed_comm_ms", Num(s.exposed_comm_ms, 2)},
+             {"bubble_ms", Num(s.bubble_ms, 2)},
+             {"img_s", Num(s.ImagesPerSecond())},
+             {"scaling_efficiency", Num(s.ImagesPerSecond() / (t.world() * single_img_s), 3)},
+             {"memory_mb", Num(s.memory_mb)},
+             {"max_batch", c.device_memory_gb > 0 ? std::to_string(s.LargestBatch(c.device_memory_gb * 1024, batch)) : ""},
+             {"error_pct", error >= 0 ? Num(error) : ""},
+             {"extrapolated", t.world() > 16 * validated ? "1" : "0"},
+             {"largest_term", s.LargestTerm()},
+             {"intra", t.intra.name},
+             {"inter", t.nodes > 1 ? t.inter.name : ""},
+             {"profile", c.project}};
+}
+
+// Why `strategy` cannot run on `t` ("" : it can): left out of a default table.
+std::string CannotRun(const Profile& p, const RunConfig& c, const std::string& strategy, const Topology& t) {
+  StepQuery q{strategy, t, c.given.count("--batch-size") ? c.batch_size : p.batch_size};
+  q.schedule = ParsePipelineSchedule(c.schedule), q.micro_batches = static_cast<int>(c.chunks);
+  q.virtual_stages = static_cast<int>(c.virtual_stages), q.bucket_cap_mb = c.bucket_cap_mb;
+  try {
+    PredictStep(p, q);
+    return "";
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+}
+
+}  // namespace
+
+const std::vector<std::string>& ProjectionColumns() {
+  static const std::vector<std::string> kColumns = {
+      "strategy", "schedule", "nodes", "gpus_per_node", "world", "batch_per_device", "global_batch", "step_ms",
+      "compute_ms", "exposed_comm_ms", "bubble_ms", "img_s", "scaling_efficiency", "memory_mb", "max_batch",
+      "error_pct", "extrapolated", "largest_term", "intra", "inter", "profile"};
+  return kColumns;
+}
+
+std::vector<Row> ProjectRows(const Profile& p, const RunConfig& c) {
+  const bool given = !c.strategies.empty();
+  const std::vector<std::string> strategies =
+      given ? SplitNames(c.strategies) : std::vector<std::string>{"ddp", "zero1", "zero2", "zero3", "dp", "pmp"};
+  const int64_t batch = c.given.count("--batch-size") ? c.batch_size : p.batch_size;
+  StepQuery base{"single", MakeTopology(p, c, 1), batch};
+  base.topology.per_node = 1;
+  const double single = PredictStep(p, base).ImagesPerSecond();
+  std::vector<Row> rows;
+  for (int nodes : ParseCounts("--nodes", c.nodes)) {
+    const Topology t = MakeTopology(p, c, nodes);
+    for (const std::string& s : strategies) {
+      StepQuery q{s, t, batch};
+      q.schedule = ParsePipelineSchedule(c.schedule), q.micro_batches = static_cast<int>(c.chunks);
+      q.virtual_stages = static_cast<int>(c.virtual_stages), q.bucket_cap_mb = c.bucket_cap_mb;
+      if (!given) {
+        const std::string why = CannotRun(p, c, s, t);
+        if (!why.empty()) {
+          fmt::print(stderr, "ddpbench: {} on {} x {} left out: {}\n", s, nodes, c.gpus_per_node, why);
+          continue;
+        }
+      }
+      rows.push_back(MakeRow(c, s, t, batch, PredictStep(p, q), single));
+    }
+  }
+  return rows;
+}
+
+int RunProjection(const RunConfig& c) {
+  const Profile p = ReadProfile(c.project);
+  auto want = [&](const char* flag, const std::string& value, const std::string& fallback) {
+    return c.given.count(flag) ? value : fallback;
+  };
+  CheckProfileMatches(p, want("--model", c.model, p.model), std::stoll(want("--width", std::to_string(c.width), std::to_string(p.width))),
+                      std::stoll(want("--image-size", std::to_string(c.image_size), std::to_string(p.image_size))),
+                      want("--amp", c.amp == "off" ? "float32" : "amp-" + c.amp, p.precision), c.project);
+  const std::vector<Row> rows = ProjectRows(p, c);
+  fmt::print("profile {}: {} width {} at {} px, batch {}, {}, measured on {} ({})\n", c.project, p.model, p.width,
+             p.image_size, p.batch_size, p.precision, p.device, p.machine);
+  fmt::print("{:<7} {:<12} {:>5} {:>4} {:>6} {:>11} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>5}\n", "strat",
+             "schedule", "nodes", "gpn", "world", "img/s", "eff", "step ms", "compute", "exposed", "bubble", "mem MB",
+             "error", "extr");
+  for (const Row& r : rows)
+    fmt::print("{:<7} {:<12} {:>5} {:>4} {:>6} {:>11} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>5}\n",
+               r.at("strategy"), r.at("schedule").empty() ? "-" : r.at("schedule"), r.at("nodes"),
+               r.at("gpus_per_node"), r.at("world"), r.at("img_s"), r.at("scaling_efficiency"), r.at("step_ms"),
+               r.at("compute_ms"), r.at("exposed_comm_ms"), r.at("bubble_ms"), r.at("memory_mb"),
+               r.at("error_pct").empty() ? "-" : "±" + r.at("error_pct") + "%", r.at("extrapolated") == "1" ? "yes" : "");
+  if (!c.project_csv.empty()) {
+    std::string data;
+    for (size_t i = 0; i < ProjectionColumns().size(); ++i) data += (i ? "," : "") + ProjectionColumns()[i];
+    data += "\n";
+    for (const Row& r : rows) data += FormatRow(ProjectionColumns(), r) + "\n";
+    ReplaceFile(c.project_csv, data);
+  }
+  return 0;
+}
+
+}  // namespace ddpbench

@@ -1,0 +1,376 @@
+// Each strategy family's step from measured parts (step_model.h).
+#include "projection/step_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "harness/config.h"
+#include "projection/timeline.h"
+#include "strategies/pipeline_shape.h"
+#include "strategies/zero_memory.h"
+
+namespace ddpbench {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// Every trainable tensor of the model, in model order, with its unit.
+struct Tensors {
+  std::vector<double> bytes;
+  std::vector<int> unit;
+};
+Tensors TensorsOf(const Profile& p) {
+  Tensors t;
+  for (size_t u = 0; u < p.units.size(); ++u)
+    for (double b : p.units[u].param_bytes) t.bytes.push_back(b), t.unit.push_back(static_cast<int>(u));
+  return t;
+}
+
+double Ms(double seconds) { return seconds * 1000.0; }
+
+double OptimizerMs(const Profile& p, double param_bytes) { return p.optimizer_ms_per_mb * param_bytes / kMiB; }
+
+double ActivationBytesPerImage(const Profile& p) {
+  double a = 0;
+  for (const UnitProfile& u : p.units) a += u.activation_bytes;
+  return a;
+}
+
+ModelStateBytes StateBytes(const Profile& p) { return BytesPerParameter(p.optimizer, p.momentum, p.element_bytes); }
+
+// Data-parallel memory: the ZeRO formula plus every unit's activations.
+void SetDataParallelMemory(const Profile& p, int stage, int world, int64_t batch, StepPrediction* out) {
+  out->states_mb = ZeroExpectedMb(stage, p.Parameters(), world, StateBytes(p));
+  out->activation_mb_per_image = ActivationBytesPerImage(p) / kMiB;
+  out->memory_mb = out->states_mb + out->activation_mb_per_image * static_cast<double>(batch);
+}
+
+// The compute stream's forward ops (model order) and backward ops (reverse),
+// appended to `ops`; returns the index of each unit's forward and backward.
+struct ComputeOps {
+  std::vector<int> forward, backward;
+  double ms = 0;
+};
+ComputeOps AddForward(const std::vector<UnitCost>& cost, std::vector<TimelineOp>* ops, ComputeOps c = {}) {
+  c.forward.assign(cost.size(), -1);
+  c.backward.assign(cost.size(), -1);
+  for (size_t u = 0; u < cost.size(); ++u) {
+    c.forward[u] = static_cast<int>(ops->size());
+    ops->push_back({0, cost[u].forward_ms, {}});
+    c.ms += cost[u].forward_ms;
+  }
+  return c;
+}
+void AddBackwardUnit(const std::vector<UnitCost>& cost, int u, std::vector<TimelineOp>* ops, ComputeOps* c,
+                     std::vector<int> after = {}) {
+  c->backward[u] = static_cast<int>(ops->size());
+  ops->push_back({0, cost[u].backward_ms, std::move(after)});
+  c->ms += cost[u].backward_ms;
+}
+
+// The earliest unit (model order) among a bucket's tensors: its gradients are
+// complete once backward has passed that unit.
+int FirstUnit(const std::vector<int>& bucket, const Tensors& t) {
+  int u = t.unit[bucket[0]];
+  for (int i : bucket) u = std::min(u, t.unit[i]);
+  return u;
+}
+double BucketBytes(const std::vector<int>& bucket, const Tensors& t) {
+  double b = 0;
+  for (int i : bucket) b += t.bytes[i];
+  return b;
+}
+double FirstCap(double cap_mb) { return cap_mb == 25.0 ? std::min(1.0, cap_mb) * kMiB : cap_mb * kMiB; }
+
+// Fills step, compute and exposed communication from the timeline's last op.
+void Finish(const std::vector<TimelineOp>& ops, double compute_ms, StepPrediction* out) {
+  const std::vector<double> end = RunTimeline(ops);
+  out->step_ms = *std::max_element(end.begin(), end.end());
+  out->compute_ms = compute_ms;
+  out->exposed_comm_ms = std::max(0.0, out->step_ms - compute_ms);
+}
+
+}  // namespace
+
+std::string StepPrediction::LargestTerm() const {
+  if (exposed_comm_ms >= compute_ms && exposed_comm_ms >= bubble_ms) return "exposed_comm";
+  return bubble_ms > compute_ms ? "bubble" : "compute";
+}
+
+int64_t StepPrediction::LargestBatch(double limit_mb, int64_t batch) const {
+  if (limit_mb <= states_mb || batch <= 0) return 0;
+  const double per_image = (memory_mb - states_mb) / static_cast<double>(batch);
+  if (per_image <= 0) return 0;
+  return static_cast<int64_t>(std::floor((limit_mb - states_mb) / per_image));
+}
+
+std::vector<std::vector<int>> ReducerBuckets(const std::vector<double>& param_bytes, double cap, double first_cap) {
+  std::vector<std::vector<int>> buckets;
+  double size = 0;
+  for (int i = static_cast<int>(param_bytes.size()) - 1; i >= 0; --i) {
+    if (buckets.empty() || size >= (buckets.size() == 1 ? first_cap : cap)) buckets.push_back({}), size = 0;
+    buckets.back().push_back(i);
+    size += param_bytes[i];
+  }
+  return buckets;
+}
+
+StepPrediction PredictDdp(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t, double cap_mb) {
+  const Tensors tensors = TensorsOf(p);
+  std::vector<TimelineOp> ops;
+  ComputeOps c = AddForward(cost, &ops);
+  for (int u = static_cast<int>(cost.size()) - 1; u >= 0; --u) AddBackwardUnit(cost, u, &ops, &c);
+  std::vector<int> reduces;
+  for (const auto& bucket : ReducerBuckets(tensors.bytes, cap_mb * kMiB, FirstCap(cap_mb))) {
+    reduces.push_back(static_cast<int>(ops.size()));
+    ops.push_back({1, Ms(TopologySeconds(t, Collective::kAllReduce, BucketBytes(bucket, tensors))),
+                   {c.backward[FirstUnit(bucket, tensors)]}});
+  }
+  const double opt = OptimizerMs(p, std::accumulate(tensors.bytes.begin(), tensors.bytes.end(), 0.0));
+  reduces.push_back(c.backward[0]);
+  ops.push_back({0, opt, reduces});
+  StepPrediction out;
+  Finish(ops, c.ms + opt, &out);
+  return out;
+}
+
+StepPrediction PredictZero(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t, double cap_mb,
+                           int stage) {
+  if (stage == 3) {
+    std::vector<TimelineOp> ops;
+    const int U = static_cast<int>(cost.size());
+    auto comm = [&](Collective k, int u, std::vector<int> after) {
+      ops.push_back({1, Ms(TopologySeconds(t, k, p.units[u].ParamBytes())), std::move(after)});
+      return static_cast<int>(ops.size()) - 1;
+    };
+    ComputeOps c;
+    c.forward.assign(U, -1), c.backward.assign(U, -1);
+    std::vector<int> gather(U), gather_back(U), scatters;
+    gather[0] = comm(Collective::kAllGather, 0, {});
+    for (int u = 0; u < U; ++u) {  // the next unit's gather is issued as this one starts
+      if (u + 1 < U) gather[u + 1] = comm(Collective::kAllGather, u + 1, u > 0 ? std::vector<int>{c.forward[u - 1]} : std::vector<int>{});
+      c.forward[u] = static_cast<int>(ops.size());
+      ops.push_back({0, cost[u].forward_ms, {gather[u]}});
+      c.ms += cost[u].forward_ms;
+    }
+    gather_back[U - 1] = comm(Collective::kAllGather, U - 1, {c.forward[U - 1]});
+    for (int u = U - 1; u >= 0; --u) {
+      if (u > 0) gather_back[u - 1] = comm(Collective::kAllGather, u - 1, {u + 1 < U ? c.backward[u + 1] : c.forward[U - 1]});
+      AddBackwardUnit(cost, u, &ops, &c, {gather_back[u]});
+      scatters.push_back(comm(Collective::kReduceScatter, u, {c.backward[u]}));
+    }
+    double all = 0;
+    for (const UnitProfile& u : p.units) all += u.ParamBytes();
+    const double opt = OptimizerMs(p, all) / t.world();
+    ops.push_back({0, opt, scatters});
+    StepPrediction out;
+    Finish(ops, c.ms + opt, &out);
+    return out;
+  }
+  const Tensors tensors = TensorsOf(p);
+  const auto buckets = ReducerBuckets(tensors.bytes, cap_mb * kMiB, FirstCap(cap_mb));
+  std::vector<TimelineOp> ops;
+  // The previous step's updated slices, gathered in forward order (the last
+  // gradient-ready bucket holds the first units).
+  std::vector<std::vector<int>> unit_waits(cost.size());
+  for (int b = static_cast<int>(buckets.size()) - 1; b >= 0; --b) {
+    ops.push_back({1, Ms(TopologySeconds(t, Collective::kAllGather, BucketBytes(buckets[b], tensors))), {}});
+    for (int i : buckets[b]) unit_waits[tensors.unit[i]].push_back(static_cast<int>(ops.size()) - 1);
+  }
+  ComputeOps c;
+  c.forward.assign(cost.size(), -1), c.backward.assign(cost.size(), -1);
+  for (size_t u = 0; u < cost.size(); ++u) {
+    c.forward[u] = static_cast<int>(ops.size());
+    ops.push_back({0, cost[u].forward_ms, unit_waits[u]});
+    c.ms += cost[u].forward_ms;
+  }
+  for (int u = static_cast<int>(cost.size()) - 1; u >= 0; --u) AddBackwardUnit(cost, u, &ops, &c);
+  std::vector<int> scatters;
+  for (const auto& bucket : buckets) {
+    scatters.push_back(static_cast<int>(ops.size()));
+    ops.push_back({1, Ms(TopologySeconds(t, Collective::kReduceScatter, BucketBytes(bucket, tensors))),
+                   {c.backward[FirstUnit(bucket, tensors)]}});
+  }
+  scatters.push_back(c.backward[0]);
+  const double opt = OptimizerMs(p, std::accumulate(tensors.bytes.begin(), tensors.bytes.end(), 0.0)) / t.world();
+  ops.push_back({0, opt, scatters});
+  StepPrediction out;
+  Finish(ops, c.ms + opt, &out);
+  return out;
+}
+
+StepPrediction PredictDp(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t) {
+  double params = 0, compute = 0;
+  for (const UnitProfile& u : p.units) params += u.ParamBytes();
+  for (const UnitCost& c : cost) compute += c.forward_ms + c.backward_ms;
+  const int g = t.per_node;
+  const double comm = Ms(TopologySeconds(t, Collective::kBroadcast, params)) +
+                      (g - 1) * Ms(CollectiveSeconds(t.intra, Collective::kP2P, 2, params));
+  const double opt = OptimizerMs(p, params);
+  StepPrediction out;
+  out.compute_ms = compute + opt;
+  out.exposed_comm_ms = comm;
+  out.step_ms = compute + opt + comm;
+  return out;
+}
+
+namespace {
+
+// The unit times at the micro-batch size as pmp's split search takes them.
+UnitTimes AsUnitTimes(const std::vector<UnitCost>& cost) {
+  UnitTimes t;
+  for (const UnitCost& c : cost) t.total_ms.push_back(c.forward_ms + c.backward_ms), t.forward_ms.push_back(c.forward_ms);
+  return t;
+}
+
+// The link between two devices of the topology (0 ms on the same device).
+double HandOffMs(const Topology& t, int from, int to, double bytes) {
+  if (from == to) return 0;
+  const Link& link = from / t.per_node == to / t.per_node ? t.intra : t.inter;
+  return Ms(CollectiveSeconds(link, Collective::kP2P, 2, bytes));
+}
+
+void CheckPipelineShape(const Profile& p, const StepQuery& q, PipelineSchedule schedule, int S, int V, int M) {
+  const int units = static_cast<int>(p.units.size());
+  if (S * V > units)
+    throw ConfigError(fmt::format("--strategy={} on {} devices{}: a pipeline of {} stages needs as many units, and "
+                                  "the profile's {} has {}; accepted: at most {} devices", q.strategy, S,
+                                  V > 1 ? fmt::format(" x {} chunks", V) : "", S * V, p.model, units, units / V));
+  if (q.batch % M != 0)
+    throw ConfigError(fmt::format("--chunks={}: must divide the batch {}", M, q.batch));
+  if (M < MinMicroBatches(schedule, S) || (NeedsGroupsOfDevices(schedule) && M % S != 0))
+    throw ConfigError(fmt::format("--chunks={}: --schedule={} on {} devices needs at least {} micro-batches{}", M,
+                                  PipelineScheduleName(schedule), S, MinMicroBatches(schedule, S),
+                                  NeedsGroupsOfDevices(schedule) ? fmt::format(", a multiple of {}", S) : ""));
+}
+
+int DefaultMicroBatches(const StepQuery& q, PipelineSchedule schedule, int S) {
+  const int want = std::max(2 * S, MinMicroBatches(schedule, S));
+  return q.batch % want == 0 ? want : static_cast<int>(std::min<int64_t>(q.batch, S));
+}
+
+// Per device: the chunk times of `table` with `counts`, hand-offs included
+// when `t` is given.
+ChunkTimes PipelineChunkTimes(const Profile& p, const PipelineTable& table, const std::vector<int>& counts,
+                              const std::vector<UnitCost>& cost, int64_t micro, const Topology* t) {
+  std::vector<double> forward, backward;
+  int first = 0;
+  for (int n : counts) {
+    double f = 0, b = 0;
+    for (int u = first; u < first + n; ++u) f += cost[u].forward_ms, b += cost[u].backward_ms;
+    forward.push_back(f), backward.push_back(b);
+    first += n;
+  }
+  ChunkTimes times = SplitChunkTimes(forward, backward);
+  if (!t) return times;
+  int last = -1;
+  for (int c = 0; c + 1 < static_cast<int>(counts.size()); ++c) {
+    last += counts[c];
+    const double ms = HandOffMs(*t, table.DeviceOf(c), table.DeviceOf(c + 1),
+                                p.units[last].output_bytes * static_cast<double>(micro));
+    times.forward[c + 1] += ms;          // the activation arrives
+    times.backward_input[c + 1] += ms;   // its gradient goes back
+  }
+  return times;
+}
+
+// Memory of the fullest device: its chunks' model states and, per chunk, its
+// activations times the micro-batches the schedule holds at once.
+void SetPipelineMemory(const Profile& p, const PipelineTable& table, const std::vector<int>& counts,
+                       const PipelineSimulation& sim, int64_t micro, int64_t batch, StepPrediction* out) {
+  std::vector<double> params(table.devices, 0), act(table.devices, 0);
+  int first = 0;
+  for (size_t c = 0; c < counts.size(); ++c) {
+    double pb = 0, ab = 0;
+    for (int u = first; u < first + counts[c]; ++u) pb += p.units[u].ParamBytes(), ab += p.units[u].activation_bytes;
+    params[table.DeviceOf(c)] += pb;
+    act[table.DeviceOf(c)] = std::max(act[table.DeviceOf(c)], ab);
+    first += counts[c];
+  }
+  for (int d = 0; d < table.devices; ++d) {
+    const auto elements = static_cast<int64_t>(params[d] / static_cast<double>(p.element_bytes));
+    const double states = ZeroExpectedMb(0, elements, 1, StateBytes(p));
+    const double acts = sim.peak_in_flight[d] * act[d] * static_cast<double>(micro) / kMiB;
+    if (states + acts > out->memory_mb) {
+      out->memory_mb = states + acts;
+      out->states_mb = states;
+      out->activation_mb_per_image = acts / static_cast<double>(batch);
+    }
+  }
+}
+
+StepPrediction PredictPipeline(const Profile& p, const StepQuery& q) {
+  const bool mp = q.strategy == "mp";
+  const int S = q.topology.world();
+  const PipelineSchedule schedule = mp ? PipelineSchedule::kGPipe : q.schedule;
+  const int V = mp ? 1 : q.virtual_stages > 0 ? q.virtual_stages : ChunksPerDevice(schedule, 0);
+  const int M = mp ? 1 : q.micro_batches > 0 ? q.micro_batches : DefaultMicroBatches(q, schedule, S);
+  CheckPipelineShape(p, q, schedule, S, V, M);
+  const PipelineTable table = BuildPipelineTable(schedule, S, V, M);
+  const int64_t micro = q.batch / M;
+  StepPrediction out;
+  const std::vector<UnitCost> cost = p.CostAt(micro, &out.scaled);
+  const std::vector<int> counts = FastestSplit(table, AsUnitTimes(cost));
+  const PipelineSimulation plain = SimulatePipeline(table, PipelineChunkTimes(p, table, counts, cost, micro, nullptr));
+  const PipelineSimulation with = SimulatePipeline(table, PipelineChunkTimes(p, table, counts, cost, micro, &q.topology));
+  if (plain.deadlock || with.deadlock)
+    throw ConfigError(fmt::format("--schedule={}: its table deadlocks on {} devices", PipelineScheduleName(schedule), S));
+  double opt = 0;
+  std::vector<double> device_params(S, 0);
+  for (int c = 0, first = 0; c < static_cast<int>(counts.size()); first += counts[c], ++c)
+    for (int u = first; u < first + counts[c]; ++u) device_params[table.DeviceOf(c)] += p.units[u].ParamBytes();
+  for (double b : device_params) opt = std::max(opt, OptimizerMs(p, b));
+  const double busiest = *std::max_element(plain.busy.begin(), plain.busy.end());
+  out.step_ms = with.makespan + opt;
+  out.compute_ms = busiest + opt;
+  out.bubble_ms = plain.makespan - busiest;
+  out.exposed_comm_ms = with.makespan - plain.makespan;
+  out.images = q.batch;
+  out.micro_batches = M, out.virtual_stages = V;
+  SetPipelineMemory(p, table, counts, plain, micro, q.batch, &out);
+  return out;
+}
+
+}  // namespace
+
+const std::vector<std::string>& ModelledStrategies() {
+  static const std::vector<std::string> kAll = {"single", "dp", "ddp", "zero1", "zero2", "zero3", "mp", "pmp"};
+  return kAll;
+}
+
+int MinimumWorld(const std::string& strategy) { return strategy == "mp" || strategy == "pmp" ? 2 : 1; }
+
+StepPrediction PredictStep(const Profile& p, const StepQuery& q) {
+  const auto& all = ModelledStrategies();
+  if (std::find(all.begin(), all.end(), q.strategy) == all.end())
+    throw ConfigError(fmt::format("--strategies: '{}' is not accepted; accepted: {}", q.strategy,
+                                  fmt::join(all, ", ")));
+  const int world = q.topology.world();
+  if (world < MinimumWorld(q.strategy) || (q.strategy == "single" && world != 1))
+    throw ConfigError(fmt::format("--strategy={} on {} device{}: {}", q.strategy, world, world == 1 ? "" : "s",
+                                  q.strategy == "single" ? "single runs on exactly 1 device"
+                                                         : fmt::format("needs at least {} devices", MinimumWorld(q.strategy))));
+  if (q.strategy == "dp" && q.topology.nodes > 1)
+    throw ConfigError(fmt::format("--strategy=dp on {} nodes: dp drives the devices of one node from one process",
+                                  q.topology.nodes));
+  if (q.batch < 1) throw ConfigError(fmt::format("--batch-size={}: must be at least 1", q.batch));
+  if (q.strategy == "mp" || q.strategy == "pmp") return PredictPipeline(p, q);
+  StepPrediction out;
+  bool scaled = false;
+  const std::vector<UnitCost> cost = p.CostAt(q.batch, &scaled);
+  int stage = 0;
+  if (q.strategy == "dp") out = PredictDp(p, cost, q.topology);
+  else if (q.strategy == "single" || q.strategy == "ddp") out = PredictDdp(p, cost, q.topology, q.bucket_cap_mb);
+  else out = PredictZero(p, cost, q.topology, q.bucket_cap_mb, stage = q.strategy.back() - '0');
+  out.scaled = scaled;
+  out.images = q.batch * world;
+  SetDataParallelMemory(p, stage, q.strategy == "dp" ? 1 : world, q.batch, &out);
+  return out;
+}
+
+}  // namespace ddpbench

@@ -1,0 +1,285 @@
+// The projection model's pieces (projection/): collectives and link fits,
+// the two-stream timeline, the Reducer's buckets, each strategy family's step
+// on hand-computed cases, the ZeRO memory rule, the pipeline bubble against
+// closed forms, and every bad input as one ConfigError naming the value.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "harness/config.h"
+#include "projection/links.h"
+#include "projection/profile.h"
+#include "projection/project.h"
+#include "projection/step_model.h"
+#include "projection/timeline.h"
+#include "test_util.h"
+
+namespace ddpbench {
+namespace {
+using namespace ddpbench::testing;
+
+Link TestLink(double alpha_s, double bandwidth) { return Link{"test", alpha_s, bandwidth, ""}; }
+
+// Units of 1 ms forward and 2 ms backward at every batch, each with one
+// tensor of `bytes`, 1 KiB of activations and 100 B of output per image.
+Profile UniformProfile(int units, double bytes, int64_t batch = 8) {
+  Profile p;
+  p.model = "resnet18", p.width = 16, p.image_size = 32, p.batch_size = batch, p.precision = "float32";
+  p.optimizer = "sgd", p.momentum = 0.9, p.machine = "test", p.command = "test", p.device = "cpu";
+  for (int u = 0; u < units; ++u) {
+    UnitProfile unit;
+    unit.name = "u" + std::to_string(u);
+    unit.param_bytes = {bytes};
+    unit.activation_bytes = 1024, unit.output_bytes = 100;
+    for (int64_t b = batch; b >= 1; b /= 2) unit.cost[b] = {1.0 * b / batch, 2.0 * b / batch};
+    p.units.push_back(unit);
+  }
+  return p;
+}
+
+Topology OneNode(int devices, const Link& link) {
+  Topology t;
+  t.per_node = devices, t.intra = link, t.inter = link;
+  return t;
+}
+
+TEST(Links, CollectivesFollowNcclTestsFormulas) {
+  const Link l = TestLink(1e-5, 1e9);
+  // Ring all-reduce on 4: 6 alpha + 1.5 S / B; tree: 4 alpha + 2 S / B; the faster is taken.
+  EXPECT_NEAR(CollectiveSeconds(l, Collective::kAllReduce, 4, 1e9), 6e-5 + 1.5, 1e-12);
+  EXPECT_NEAR(CollectiveSeconds(l, Collective::kAllReduce, 4, 0), 4e-5, 1e-12);
+  EXPECT_NEAR(CollectiveSeconds(l, Collective::kReduceScatter, 4, 4e8), 3e-5 + 0.3, 1e-12);
+  EXPECT_NEAR(CollectiveSeconds(l, Collective::kBroadcast, 4, 1e8), 3e-5 + 0.1, 1e-12);
+  EXPECT_NEAR(CollectiveSeconds(l, Collective::kP2P, 2, 1e6), 1e-5 + 1e-3, 1e-12);
+  EXPECT_DOUBLE_EQ(BusBwFactor(Collective::kAllReduce, 8), 2.0 * 7 / 8);
+  EXPECT_DOUBLE_EQ(BusBwFactor(Collective::kAllGather, 8), 7.0 / 8);
+  EXPECT_EQ(CollectiveSeconds(l, Collective::kAllReduce, 1, 1e9), 0);
+}
+
+TEST(Links, HierarchicalAllReduceIsIntraScatterInterReduceIntraGather) {
+  Topology t;
+  t.per_node = 4, t.nodes = 2, t.intra = TestLink(0, 100e9), t.inter = TestLink(0, 10e9);
+  const double s = 8e9;
+  const double expected = 0.75 * s / 100e9 + 1.0 * (s / 4) / 10e9 + 0.75 * s / 100e9;
+  EXPECT_NEAR(TopologySeconds(t, Collective::kAllReduce, s), expected, 1e-9);
+  t.nics = 1;  // four devices share one NIC: each crosses at a quarter of its rate
+  EXPECT_NEAR(TopologySeconds(t, Collective::kAllReduce, s), 0.75 * s / 100e9 * 2 + (s / 4) / 2.5e9, 1e-9);
+}
+
+TEST(Links, FitRecoversAKnownLinkFromSyntheticTimes) {
+  const Link truth = TestLink(50e-6, 2.5e9);
+  std::vector<std::pair<double, double>> points;
+  for (double b : {1e3, 1e4, 1e5, 1e6, 1e7, 1e8})
+    points.emplace_back(b, CollectiveSeconds(truth, Collective::kAllGather, 4, b));
+  const Link fit = FitLink(points, Collective::kAllGather, 4, "fit");
+  EXPECT_NEAR(fit.alpha_s, truth.alpha_s, 1e-12);
+  EXPECT_NEAR(fit.bandwidth / truth.bandwidth, 1.0, 1e-9);
+  EXPECT_THROW(FitLink({{1e3, 1e-3}, {1e3, 2e-3}}, Collective::kAllGather, 4, "x"), std::invalid_argument);
+  EXPECT_THROW(FitLink({{1e3, 2e-3}, {1e6, 1e-3}}, Collective::kAllGather, 4, "x"), std::invalid_argument);
+}
+
+TEST(Links, ParseTakesPresetsMeasuredAndOverrides) {
+  const Link measured = TestLink(100e-6, 1e9);
+  EXPECT_DOUBLE_EQ(ParseLink("nvlink4", nullptr, "--intra").bandwidth, 450e9);
+  const Link shaped = ParseLink("measured,bw=500Mbit/s", &measured, "--inter");
+  EXPECT_DOUBLE_EQ(shaped.alpha_s, 100e-6);
+  EXPECT_DOUBLE_EQ(shaped.bandwidth, 62.5e6);
+  const Link given = ParseLink("alpha=20us,bw=12.5GB/s", nullptr, "--inter");
+  EXPECT_DOUBLE_EQ(given.alpha_s, 20e-6);
+  EXPECT_DOUBLE_EQ(given.bandwidth, 12.5e9);
+  EXPECT_DOUBLE_EQ(ParseLink("100gbe,alpha=1ms", nullptr, "--inter").alpha_s, 1e-3);
+}
+
+TEST(Links, BadSpecsAreOneMessageNamingTheValue) {
+  const Link measured = TestLink(1e-4, 1e9);
+  auto message = [&](const std::string& spec, const Link* m) {
+    try {
+      ParseLink(spec, m, "--inter");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(message("infiniband", &measured).find("unknown link 'infiniband'; accepted: measured, nvlink2"), std::string::npos);
+  EXPECT_NE(message("measured,bw=-5GB/s", &measured).find("--inter=measured,bw=-5GB/s (bw): not a positive number"), std::string::npos);
+  EXPECT_NE(message("alpha=0us,bw=1GB/s", &measured).find("not a positive number"), std::string::npos);
+  EXPECT_NE(message("bw=1GB", &measured).find("unit 'GB' is not accepted"), std::string::npos);
+  EXPECT_NE(message("bw=1GB/s", &measured).find("give a preset or measured, or both alpha= and bw="), std::string::npos);
+  EXPECT_NE(message("measured", nullptr).find("the profile has no measured link"), std::string::npos);
+  EXPECT_NE(message("nvlink4,speed=3", &measured).find("'speed=3' is not accepted"), std::string::npos);
+}
+
+TEST(Timeline, StreamsRunInOrderAndWaitForEachOther) {
+  // compute: A(2) B(3); comm: C(4) after A; D(1) after B, C.
+  const auto end = RunTimeline({{0, 2, {}}, {0, 3, {}}, {1, 4, {0}}, {1, 1, {1, 2}}});
+  EXPECT_EQ(end, (std::vector<double>{2, 5, 6, 7}));
+  EXPECT_THROW(RunTimeline({{0, 1, {1}}, {0, 1, {}}}), std::invalid_argument);  // waits for a later op of its stream
+  EXPECT_THROW(RunTimeline({{2, 1, {}}}), std::invalid_argument);
+}
+
+TEST(StepModel, ReducerBucketsCloseOnceTheyReachTheirCap) {
+  // Tensors of 3, 3, 3, 3 bytes in model order; reverse: 3, 2, 1, 0; first cap 3, then 5.
+  EXPECT_EQ(ReducerBuckets({3, 3, 3, 3}, 5, 3), (std::vector<std::vector<int>>{{3}, {2, 1}, {0}}));
+  EXPECT_EQ(ReducerBuckets({1, 1}, 100, 100), (std::vector<std::vector<int>>{{1, 0}}));
+}
+
+TEST(StepModel, DdpExposesWhatTheLastBucketLeavesAfterBackward) {
+  // 3 units, 1 ms forward, 2 ms backward, 1 MiB each; 1 MiB first bucket then
+  // 1 MiB buckets: one bucket per unit, ready at 5, 7, 9 ms. All-reduce on 2
+  // ranks = S / B with alpha 0: 1 ms each at 1 MiB/ms. Comm: [5,6] [7,8] [9,10]:
+  // 1 ms after the backward ends at 9; no optimizer time.
+  Profile p = UniformProfile(3, 1024.0 * 1024, 8);
+  const Topology t = OneNode(2, TestLink(0, 1024.0 * 1024 * 1000));
+  const StepPrediction s = PredictDdp(p, p.CostAt(8), t, 1.0);
+  EXPECT_NEAR(s.step_ms, 10.0, 1e-9);
+  EXPECT_NEAR(s.compute_ms, 9.0, 1e-9);
+  EXPECT_NEAR(s.exposed_comm_ms, 1.0, 1e-9);
+  // A slower link queues the buckets: each 3 ms: [5,8] [8,11] [11,14]: 5 ms exposed.
+  const StepPrediction slow = PredictDdp(p, p.CostAt(8), OneNode(2, TestLink(0, 1024.0 * 1024 * 1000 / 3)), 1.0);
+  EXPECT_NEAR(slow.exposed_comm_ms, 5.0, 1e-9);
+  // The optimizer runs after the last all-reduce: 0.5 ms per MiB x 3 MiB.
+  p.optimizer_ms_per_mb = 0.5;
+  EXPECT_NEAR(PredictDdp(p, p.CostAt(8), t, 1.0).step_ms, 11.5, 1e-9);
+}
+
+TEST(StepModel, ZeroGathersBeforeForwardAndScattersDuringBackward) {
+  // zero1, same model and link: reduce-scatter of 1 MiB on 2 ranks = 0.5 ms.
+  // Gathers first (forward order: 0.5 ms each at 0, 0.5, 1.0 -> 1.5), forward
+  // units wait: F0 [0.5,1.5] F1 [1.5,2.5] F2 [2.5,3.5]; backward [3.5,9.5];
+  // scatters end at 10 (the last after B0 at 9.5); optimizer 0.
+  const Profile p = UniformProfile(3, 1024.0 * 1024, 8);
+  const Topology t = OneNode(2, TestLink(0, 1024.0 * 1024 * 1000));
+  const StepPrediction z1 = PredictZero(p, p.CostAt(8), t, 1.0, 1);
+  EXPECT_NEAR(z1.step_ms, 10.0, 1e-9);
+  EXPECT_NEAR(z1.exposed_comm_ms, 1.0, 1e-9);
+  // zero3: per unit gathers before forward and backward, scatters after it.
+  const StepPrediction z3 = PredictZero(p, p.CostAt(8), t, 1.0, 3);
+  EXPECT_GE(z3.step_ms, 9.5);
+  EXPECT_NEAR(z3.compute_ms, 9.0, 1e-9);
+}
+
+TEST(StepModel, MemoryFollowsTheZeroFormulaPlusActivations) {
+  // 4 units x 1 MiB float32 SGD with momentum: 12 B per parameter of 1 MiB /
+  // 4 B = 262144 parameters each: DDP 12 MiB, stage 3 on 4 ranks 3 MiB; plus
+  // 4 KiB of activations per image x 8 images = 32 KiB.
+  const Profile p = UniformProfile(4, 1024.0 * 1024, 8);
+  StepQuery q{"ddp", OneNode(4, TestLink(1e-5, 1e9)), 8};
+  const double act = 4.0 * 1024 * 8 / (1024.0 * 1024);
+  EXPECT_NEAR(PredictStep(p, q).memory_mb, 12.0 + act, 1e-9);
+  q.strategy = "zero3";
+  EXPECT_NEAR(PredictStep(p, q).memory_mb, 3.0 + act, 1e-9);
+  q.strategy = "zero1";  // (4 + 4) + 4 / 4
+  EXPECT_NEAR(PredictStep(p, q).states_mb, 9.0, 1e-9);
+  EXPECT_EQ(PredictStep(p, q).LargestBatch(12.0 + act, 8), 8 + 3 * 256);  // 1/256 MiB per image
+}
+
+TEST(StepModel, PipelineBubbleMatchesTheClosedForms) {
+  // Equal stages, no hand-off cost: GPipe and 1F1B (S-1)/(M+S-1); interleaved
+  // with V chunks (S-1)/(V M + S-1) of the busiest device's span.
+  const Profile p = UniformProfile(8, 0, 16);
+  for (auto [schedule, v] : {std::pair{PipelineSchedule::kGPipe, 1}, {PipelineSchedule::k1F1B, 1},
+                             {PipelineSchedule::kInterleaved, 2}}) {
+    StepQuery q{"pmp", OneNode(4, TestLink(0, 1e18)), 16};
+    q.schedule = schedule, q.micro_batches = 8, q.virtual_stages = v;
+    const StepPrediction s = PredictStep(p, q);
+    const double bubble = s.bubble_ms / (s.step_ms);
+    EXPECT_NEAR(bubble, TheoreticalBubble(4, v, 8), 1e-9) << PipelineScheduleName(schedule);
+    EXPECT_NEAR(s.exposed_comm_ms, 0, 1e-9);
+  }
+}
+
+TEST(StepModel, BadQueriesAreOneMessageEach) {
+  const Profile p = UniformProfile(4, 1024, 8);
+  auto message = [&](StepQuery q) {
+    try {
+      PredictStep(p, q);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const Topology two = OneNode(2, TestLink(1e-5, 1e9));
+  EXPECT_NE(message({"fsdp", two, 8}).find("'fsdp' is not accepted; accepted: single, dp, ddp"), std::string::npos);
+  EXPECT_NE(message({"pmp", OneNode(1, TestLink(1e-5, 1e9)), 8}).find("needs at least 2 devices"), std::string::npos);
+  EXPECT_NE(message({"single", two, 8}).find("single runs on exactly 1 device"), std::string::npos);
+  EXPECT_NE(message({"pmp", OneNode(8, TestLink(1e-5, 1e9)), 8}).find("a pipeline of 8 stages needs as many units"),
+            std::string::npos);
+  Topology nodes = two;
+  nodes.nodes = 2;
+  EXPECT_NE(message({"dp", nodes, 8}).find("dp drives the devices of one node"), std::string::npos);
+  StepQuery chunks{"pmp", two, 8};
+  chunks.micro_batches = 3;
+  EXPECT_NE(message(chunks).find("--chunks=3: must divide the batch 8"), std::string::npos);
+}
+
+TEST(Profile, RoundTripsAndRefusesAnotherModel) {
+  TempDir dir;
+  Profile p = UniformProfile(3, 4096, 8);
+  p.link = TestLink(2e-4, 1.5e9);
+  p.link_ranks = 2;
+  WriteProfile(p, dir.path() + "/p.json");
+  const Profile back = ReadProfile(dir.path() + "/p.json");
+  EXPECT_EQ(back.units.size(), 3u);
+  EXPECT_EQ(back.units[1].cost.at(4).backward_ms, 1.0);
+  EXPECT_NEAR(back.link->bandwidth, 1.5e9, 1);
+  EXPECT_EQ(back.Parameters(), 3 * 1024);
+  EXPECT_THROW(CheckProfileMatches(back, "resnet50", 16, 32, "float32", "p.json"), ConfigError);
+  EXPECT_THROW(CheckProfileMatches(back, "resnet18", 16, 32, "amp-bf16", "p.json"), ConfigError);
+  EXPECT_NO_THROW(CheckProfileMatches(back, "resnet18", 16, 32, "float32", "p.json"));
+  WriteFile(dir.path() + "/bad.json", "{\"version\": 1}");
+  try {
+    ReadProfile(dir.path() + "/bad.json");
+    FAIL() << "a profile without fields was read";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("field 'model' is missing"), std::string::npos) << e.what();
+  }
+}
+
+std::string Args(const std::vector<std::string>& args) {
+  std::string line;
+  for (const std::string& a : args) line += (line.empty() ? "" : " ") + ShellQuote(a);
+  return line;
+}
+
+TEST(Project, CliTableAndBadInputs) {
+  TempDir dir;
+  Profile p = UniformProfile(10, 1 << 20, 32);
+  p.link = TestLink(2e-4, 1e9);
+  p.link_ranks = 2;
+  WriteProfile(p, dir.path() + "/p.json");
+  const std::string csv = dir.path() + "/t.csv";
+  const auto ok = RunDdpbench(Args({"--project=" + dir.path() + "/p.json", "--nodes=1,2", "--gpus-per-node=2",
+                               "--inter=25gbe", "--project-csv=" + csv, "--device-memory-gb=1"}));
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  const std::string table = ReadFile(csv);
+  EXPECT_EQ(table.rfind("strategy,schedule,nodes,gpus_per_node,world,", 0), 0u) << table;
+  EXPECT_NE(table.find("\nzero3,,2,2,4,32,128,"), std::string::npos) << table;
+  EXPECT_NE(table.find("\npmp,1f1b,1,2,2,"), std::string::npos) << table;
+  struct Bad {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::string prof = "--project=" + dir.path() + "/p.json";
+  for (const Bad& bad : std::vector<Bad>{
+           {{prof, "--model=resnet50"}, "the profile is of --model resnet18, the run asks for resnet50"},
+           {{prof, "--batch-size=32", "--amp=bf16"}, "the profile is of precision float32, the run asks for amp-bf16"},
+           {{prof, "--inter=warp-drive", "--nodes=2"}, "--inter=warp-drive: unknown link 'warp-drive'"},
+           {{prof, "--intra=alpha=5us,bw=0GB/s"}, "(bw): not a positive number"},
+           {{prof, "--strategies=pmp", "--gpus-per-node=16"}, "a pipeline of 16 stages needs as many units"},
+           {{prof, "--strategies=zero3", "--gpus-per-node=1"}, "accepted"},
+           {{prof, "--nodes=0"}, "--nodes=0: want a comma list of whole numbers >= 1"},
+           {{"--project=" + dir.path() + "/none.json"}, "cannot open the profile"},
+           {{"--nodes=2"}, "--nodes=2: applies to --project only"},
+       }) {
+    const auto r = RunDdpbench(Args(bad.args));
+    if (bad.says == "accepted") {
+      EXPECT_EQ(r.exit_code, 0) << r.output;
+      continue;
+    }
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(bad.says), std::string::npos) << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace ddpbench
