@@ -77,6 +77,31 @@ double MeasureOptimizer(const ResNet& model, const RunConfig& config, torch::Dev
   return ms[ms.size() / 2] / (bytes / (1024.0 * 1024.0));
 }
 
+// A whole training step of `model` (zero the gradients, forward, loss,
+// backward, optimizer) at the run's batch, the median of 6 after 2 untimed,
+// minus its units and optimizer: what the step costs beyond them.
+double MeasureStepOverhead(ResNet model, const RunConfig& config, torch::Device device, double units_ms,
+                           double optimizer_ms) {
+  const int64_t size = RunImageSize(config);
+  torch::Tensor x = torch::randn({config.batch_size, model->options().in_channels, size, size})
+                        .to(device, model->options().dtype);
+  torch::Tensor y = torch::randint(model->options().num_classes, {config.batch_size},
+                                   torch::TensorOptions().dtype(torch::kLong).device(device));
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(config.lr).momentum(config.momentum));
+  std::vector<double> ms;
+  for (int i = 0; i < 8; ++i) {
+    Synchronize(device);
+    const auto t0 = Clock::now();
+    opt.zero_grad();
+    ClassificationLoss(model->forward(x), y).backward();
+    opt.step();
+    Synchronize(device);
+    if (i >= 2) ms.push_back(SecondsSince(t0) * 1000);
+  }
+  std::sort(ms.begin(), ms.end());
+  return std::max(0.0, (ms[2] + ms[3]) / 2 - units_ms - optimizer_ms);
+}
+
 }  // namespace
 
 std::vector<int64_t> CalibrationBatches(int64_t batch) {
@@ -105,7 +130,9 @@ LinkMeasurement MeasureAllReduce(DistContext& dist, const std::vector<int64_t>& 
   return m;
 }
 
-int RunCalibration(const RunConfig& config, const ResNetOptions& options, torch::Device device, DistContext& dist) {
+Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, torch::Device device,
+                       DistContext& dist, const std::vector<int64_t>& batches, const std::vector<int64_t>& link_sizes,
+                       int link_repeats) {
   const ResNet model = BuildModel(options, config.seed, device);
   Profile p;
   p.model = config.model, p.width = config.width, p.image_size = RunImageSize(config);
@@ -116,9 +143,9 @@ int RunCalibration(const RunConfig& config, const ResNetOptions& options, torch:
   const RunEnvironment env = DescribeEnvironment(device.is_cuda());
   p.machine = fmt::format("{}, {}", env.host, env.cpu_model);
   p.command = config.command, p.torch_version = env.torch_version, p.git_sha = kGitSha, p.created = env.timestamp;
-  const int concurrent = dist.world > 1 || device.is_cuda() ? 1 : std::max(1, config.gpus);
+  const bool processes = dist.world > 1;
+  const int concurrent = processes || device.is_cuda() ? 1 : std::max(1, config.gpus);
   p.concurrent = std::max(concurrent, dist.world);
-  const std::vector<int64_t> batches = CalibrationBatches(config.batch_size);
   const std::vector<UnitTimes> times = MeasureUnits(config, model, batches, concurrent);
   for (size_t u = 0; u < model->unit_names().size(); ++u) {
     UnitProfile unit;
@@ -129,15 +156,28 @@ int RunCalibration(const RunConfig& config, const ResNetOptions& options, torch:
   }
   MeasureUnitBytes(model, config, device, &p);
   p.optimizer_ms_per_mb = MeasureOptimizer(model, config, device);
-  if (dist.world > 1) {
-    const LinkMeasurement m = MeasureAllReduce(dist, {16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20}, 5);
+  double units_ms = 0;
+  for (double ms : times[0].total_ms) units_ms += ms;
+  p.step_overhead_ms = MeasureStepOverhead(model, config, device, units_ms,
+                                           p.optimizer_ms_per_mb * static_cast<double>(p.Parameters()) *
+                                               static_cast<double>(p.element_bytes) / (1024.0 * 1024.0));
+  p.comm_uses_compute = !device.is_cuda();  // a CPU device moves a collective's bytes itself
+  if (processes && !link_sizes.empty()) {
+    const LinkMeasurement m = MeasureAllReduce(dist, link_sizes, link_repeats);
+    if (!dist.is_root()) return p;  // rank 0 fits, writes and predicts
     p.link = FitLink(m.points, Collective::kAllReduce, dist.world, "measured");
     p.link_ranks = dist.world;
     p.link_points.push_back(m);
-    if (dist.is_root())
-      LogInfo("link over {} ranks: alpha {:.1f} us, {:.3f} GB/s ({})", dist.world, p.link->alpha_s * 1e6,
+    LogInfo("link over {} ranks: alpha {:.1f} us, {:.3f} GB/s ({})", dist.world, p.link->alpha_s * 1e6,
               p.link->bandwidth / 1e9, p.link->source);
   }
+  return p;
+}
+
+int RunCalibration(const RunConfig& config, const ResNetOptions& options, torch::Device device, DistContext& dist) {
+  const std::vector<int64_t> batches = CalibrationBatches(config.batch_size);
+  const Profile p = MeasureProfile(config, options, device, dist, batches,
+                                   {16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20}, 5);
   dist.Shutdown();
   if (dist.is_root()) {
     WriteProfile(p, config.calibrate);

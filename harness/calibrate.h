@@ -20,6 +20,13 @@ struct RunConfig;
 struct DistContext;
 struct ResNetOptions;
 
+// The profile of this run's model: units timed at `batches`, their bytes,
+// the optimizer, and with several ranks the all-reduce at `link_sizes`
+// (none: no link). Every rank calls it (the link part is collective).
+Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, torch::Device device,
+                       DistContext& dist, const std::vector<int64_t>& batches, const std::vector<int64_t>& link_sizes,
+                       int link_repeats);
+
 // Measures and writes config.calibrate; returns the exit code.
 int RunCalibration(const RunConfig& config, const ResNetOptions& model, torch::Device device, DistContext& dist);
 

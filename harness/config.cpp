@@ -513,6 +513,8 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
                  "and/or alpha=TIME,bw=RATE (default: measured, else nvlink4)");
   app.add_option("--inter", c.inter, "--project: link between nodes, as --intra (default: measured, else ib-ndr400)");
   app.add_option("--device-memory-gb", c.device_memory_gb, "--project: device memory for the largest batch that fits");
+  app.add_option("--expected", c.expected, "multi-device runs: auto (default: predict the run from its own unit "
+                 "times and link, measured after the timed steps)|off|PROFILE (a --calibrate file)");
   GroupHelp(app);
   try {
     app.parse(argc, argv);

@@ -203,6 +203,15 @@ double MedianAbsoluteDeviation(const std::vector<double>& values) {
   return Median(dev);
 }
 
+// Measured over expected (harness/expected.h), when the run predicted itself.
+void AddVsExpected(Row& row) {
+  const auto expected = row.find("expected_img_s");
+  const auto measured = row.find("throughput_img_s");
+  if (expected == row.end() || measured == row.end() || measured->second.empty()) return;
+  const double e = std::stod(expected->second);
+  if (e > 0) row["vs_expected"] = fmt::format("{:.3f}", std::stod(measured->second) / e);
+}
+
 Row BuildRow(const RunResult& r) {
   Row row;
   AddIdentity(r, row);
@@ -210,6 +219,7 @@ Row BuildRow(const RunResult& r) {
   AddMemoryAndQuality(r, row);
   AddGoal(r, row);
   for (const auto& [k, v] : r.extras) row[k] = v;
+  AddVsExpected(row);
   row["torch_version"] = r.env.torch_version;
   row["cuda_version"] = r.env.cuda_version;
   row["nccl_version"] = r.env.nccl_version;

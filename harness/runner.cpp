@@ -25,6 +25,7 @@
 #include "harness/cuda_support.h"
 #include "harness/calibrate.h"
 #include "harness/data_only.h"
+#include "harness/expected.h"
 #include "harness/dist.h"
 #include "harness/memory.h"
 #include "harness/memory_fit.h"
@@ -157,6 +158,7 @@ PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, c
   if (config.device == "auto") config.device = CudaAvailable() ? "cuda" : "cpu";
   if (config.device == "cuda" && !CudaAvailable())
     throw ConfigError("--device=cuda: no CUDA device is available here; accepted: --device=cpu or auto");
+  CheckExpectedProfile(config);
   run.devices = ResolveDevices(config, entry.info, dist, &run.oversubscribed);
 
   DataSpec& spec = run.spec;
@@ -483,6 +485,7 @@ void CollectFigures(const PreparedRun& run, const std::vector<LoopTimes>& sectio
   for (int p = 0; p < kNumPhases; ++p) result->phase_ms[p] = sections.back().phase_ms[p] / counted;
   result->data = DescribeData(sections.back(), run.process_batch);
   result->extras = strategy.Extras();
+  for (auto& [k, v] : ExpectThisRun(run.config, run.model, run.devices, dist, result->extras)) result->extras[k] = v;
   result->ranks = GatherRanks(MeasureRank(run, sections, strategy), dist);
 }
 

@@ -44,6 +44,12 @@ struct Profile {
   int concurrent = 1;             // unit times measured on this many devices at once
   std::vector<UnitProfile> units;
   double optimizer_ms_per_mb = 0;  // one device's optimizer step per MiB of parameters
+  // A whole training step (loss, zeroing gradients, autograd's own work)
+  // minus its units and optimizer, measured at the profile's batch.
+  double step_overhead_ms = 0;
+  // Collectives cost the devices compute time too: CPU devices that leave
+  // no core idle move the bytes themselves (GPUs have copy engines).
+  bool comm_uses_compute = false;
   std::optional<Link> link;        // fitted over the calibration's own ranks
   int link_ranks = 0;
   std::vector<LinkMeasurement> link_points;

@@ -158,7 +158,7 @@ int RunProjection(const RunConfig& c) {
     std::string data;
     for (size_t i = 0; i < ProjectionColumns().size(); ++i) data += (i ? "," : "") + ProjectionColumns()[i];
     data += "\n";
-    for (const Row& r : rows) data += FormatRow(ProjectionColumns(), r) + "\n";
+    for (const Row& r : rows) data += FormatRow(ProjectionColumns(), r);
     ReplaceFile(c.project_csv, data);
   }
   return 0;

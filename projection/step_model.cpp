@@ -50,29 +50,6 @@ void SetDataParallelMemory(const Profile& p, int stage, int world, int64_t batch
   out->memory_mb = out->states_mb + out->activation_mb_per_image * static_cast<double>(batch);
 }
 
-// The compute stream's forward ops (model order) and backward ops (reverse),
-// appended to `ops`; returns the index of each unit's forward and backward.
-struct ComputeOps {
-  std::vector<int> forward, backward;
-  double ms = 0;
-};
-ComputeOps AddForward(const std::vector<UnitCost>& cost, std::vector<TimelineOp>* ops, ComputeOps c = {}) {
-  c.forward.assign(cost.size(), -1);
-  c.backward.assign(cost.size(), -1);
-  for (size_t u = 0; u < cost.size(); ++u) {
-    c.forward[u] = static_cast<int>(ops->size());
-    ops->push_back({0, cost[u].forward_ms, {}});
-    c.ms += cost[u].forward_ms;
-  }
-  return c;
-}
-void AddBackwardUnit(const std::vector<UnitCost>& cost, int u, std::vector<TimelineOp>* ops, ComputeOps* c,
-                     std::vector<int> after = {}) {
-  c->backward[u] = static_cast<int>(ops->size());
-  ops->push_back({0, cost[u].backward_ms, std::move(after)});
-  c->ms += cost[u].backward_ms;
-}
-
 // The earliest unit (model order) among a bucket's tensors: its gradients are
 // complete once backward has passed that unit.
 int FirstUnit(const std::vector<int>& bucket, const Tensors& t) {
@@ -86,14 +63,6 @@ double BucketBytes(const std::vector<int>& bucket, const Tensors& t) {
   return b;
 }
 double FirstCap(double cap_mb) { return cap_mb == 25.0 ? std::min(1.0, cap_mb) * kMiB : cap_mb * kMiB; }
-
-// Fills step, compute and exposed communication from the timeline's last op.
-void Finish(const std::vector<TimelineOp>& ops, double compute_ms, StepPrediction* out) {
-  const std::vector<double> end = RunTimeline(ops);
-  out->step_ms = *std::max_element(end.begin(), end.end());
-  out->compute_ms = compute_ms;
-  out->exposed_comm_ms = std::max(0.0, out->step_ms - compute_ms);
-}
 
 }  // namespace
 
@@ -120,92 +89,130 @@ std::vector<std::vector<int>> ReducerBuckets(const std::vector<double>& param_by
   return buckets;
 }
 
+namespace {
+
+// A step's operations on the two streams (timeline.h) as a strategy issues
+// them: compute counted as it is added; each collective on the link, and on
+// devices that move the bytes themselves (Profile::comm_uses_compute) its
+// byte time on the measured link also taken from the compute stream, right
+// where it is issued.
+class StepBuilder {
+ public:
+  StepBuilder(const Profile& p, const Topology& t) : p_(p), t_(t) {
+    if (p.step_overhead_ms > 0) Compute(p.step_overhead_ms);  // loss, zeroing, autograd's own work
+  }
+  int Compute(double ms, std::vector<int> after = {}) {
+    compute_ms_ += ms;
+    return Add(0, ms, std::move(after));
+  }
+  int Collective(Collective kind, double bytes, std::vector<int> after) {
+    const int id = Add(1, Ms(TopologySeconds(t_, kind, bytes)), std::move(after));
+    if (p_.comm_uses_compute && p_.link)
+      Compute(Ms(CollectiveTerms(kind, t_.world()).second * bytes / p_.link->bandwidth));
+    return id;
+  }
+  StepPrediction Finish() const {
+    const std::vector<double> end = RunTimeline(ops_);
+    StepPrediction out;
+    out.step_ms = *std::max_element(end.begin(), end.end());
+    out.compute_ms = compute_ms_;
+    out.exposed_comm_ms = std::max(0.0, out.step_ms - compute_ms_);
+    return out;
+  }
+
+ private:
+  int Add(int stream, double ms, std::vector<int> after) {
+    ops_.push_back({stream, ms, std::move(after)});
+    return static_cast<int>(ops_.size()) - 1;
+  }
+  const Profile& p_;
+  const Topology& t_;
+  std::vector<TimelineOp> ops_;
+  double compute_ms_ = 0;
+};
+
+double AllParamBytes(const Profile& p) {
+  double all = 0;
+  for (const UnitProfile& u : p.units) all += u.ParamBytes();
+  return all;
+}
+
+// Backward in reverse unit order; after each unit, the collective `kind` of
+// every bucket whose gradients are then complete. Returns those collectives.
+std::vector<int> BackwardWithBuckets(const std::vector<UnitCost>& cost, const Tensors& tensors,
+                                     const std::vector<std::vector<int>>& buckets, Collective kind, StepBuilder* step) {
+  std::vector<int> issued;
+  size_t next = 0;
+  for (int u = static_cast<int>(cost.size()) - 1; u >= 0; --u) {
+    const int backward = step->Compute(cost[u].backward_ms);
+    for (; next < buckets.size() && FirstUnit(buckets[next], tensors) >= u; ++next)
+      issued.push_back(step->Collective(kind, BucketBytes(buckets[next], tensors), {backward}));
+  }
+  return issued;
+}
+
+}  // namespace
+
 StepPrediction PredictDdp(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t, double cap_mb) {
   const Tensors tensors = TensorsOf(p);
-  std::vector<TimelineOp> ops;
-  ComputeOps c = AddForward(cost, &ops);
-  for (int u = static_cast<int>(cost.size()) - 1; u >= 0; --u) AddBackwardUnit(cost, u, &ops, &c);
-  std::vector<int> reduces;
-  for (const auto& bucket : ReducerBuckets(tensors.bytes, cap_mb * kMiB, FirstCap(cap_mb))) {
-    reduces.push_back(static_cast<int>(ops.size()));
-    ops.push_back({1, Ms(TopologySeconds(t, Collective::kAllReduce, BucketBytes(bucket, tensors))),
-                   {c.backward[FirstUnit(bucket, tensors)]}});
-  }
-  const double opt = OptimizerMs(p, std::accumulate(tensors.bytes.begin(), tensors.bytes.end(), 0.0));
-  reduces.push_back(c.backward[0]);
-  ops.push_back({0, opt, reduces});
-  StepPrediction out;
-  Finish(ops, c.ms + opt, &out);
-  return out;
+  StepBuilder step(p, t);
+  for (const UnitCost& c : cost) step.Compute(c.forward_ms);
+  const auto buckets = ReducerBuckets(tensors.bytes, cap_mb * kMiB, FirstCap(cap_mb));
+  step.Compute(OptimizerMs(p, AllParamBytes(p)), BackwardWithBuckets(cost, tensors, buckets, Collective::kAllReduce, &step));
+  return step.Finish();
 }
+
+namespace {
+
+// zero3: each unit's parameters gathered before its forward (the next unit's
+// gather issued as a unit starts) and again before its backward, its
+// gradients reduce-scattered after it; the optimizer on 1/N.
+StepPrediction PredictZero3(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t) {
+  const int U = static_cast<int>(cost.size());
+  StepBuilder step(p, t);
+  auto gather = [&](int u, std::vector<int> after) {
+    return step.Collective(Collective::kAllGather, p.units[u].ParamBytes(), std::move(after));
+  };
+  std::vector<int> forward(U), backward(U), gathered(U), regathered(U), scatters;
+  gathered[0] = gather(0, {});
+  for (int u = 0; u < U; ++u) {
+    if (u + 1 < U) gathered[u + 1] = gather(u + 1, u > 0 ? std::vector<int>{forward[u - 1]} : std::vector<int>{});
+    forward[u] = step.Compute(cost[u].forward_ms, {gathered[u]});
+  }
+  regathered[U - 1] = gather(U - 1, {forward[U - 1]});
+  for (int u = U - 1; u >= 0; --u) {
+    if (u > 0) regathered[u - 1] = gather(u - 1, {u + 1 < U ? backward[u + 1] : forward[U - 1]});
+    backward[u] = step.Compute(cost[u].backward_ms, {regathered[u]});
+    scatters.push_back(step.Collective(Collective::kReduceScatter, p.units[u].ParamBytes(), {backward[u]}));
+  }
+  step.Compute(OptimizerMs(p, AllParamBytes(p)) / t.world(), scatters);
+  return step.Finish();
+}
+
+}  // namespace
 
 StepPrediction PredictZero(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t, double cap_mb,
                            int stage) {
-  if (stage == 3) {
-    std::vector<TimelineOp> ops;
-    const int U = static_cast<int>(cost.size());
-    auto comm = [&](Collective k, int u, std::vector<int> after) {
-      ops.push_back({1, Ms(TopologySeconds(t, k, p.units[u].ParamBytes())), std::move(after)});
-      return static_cast<int>(ops.size()) - 1;
-    };
-    ComputeOps c;
-    c.forward.assign(U, -1), c.backward.assign(U, -1);
-    std::vector<int> gather(U), gather_back(U), scatters;
-    gather[0] = comm(Collective::kAllGather, 0, {});
-    for (int u = 0; u < U; ++u) {  // the next unit's gather is issued as this one starts
-      if (u + 1 < U) gather[u + 1] = comm(Collective::kAllGather, u + 1, u > 0 ? std::vector<int>{c.forward[u - 1]} : std::vector<int>{});
-      c.forward[u] = static_cast<int>(ops.size());
-      ops.push_back({0, cost[u].forward_ms, {gather[u]}});
-      c.ms += cost[u].forward_ms;
-    }
-    gather_back[U - 1] = comm(Collective::kAllGather, U - 1, {c.forward[U - 1]});
-    for (int u = U - 1; u >= 0; --u) {
-      if (u > 0) gather_back[u - 1] = comm(Collective::kAllGather, u - 1, {u + 1 < U ? c.backward[u + 1] : c.forward[U - 1]});
-      AddBackwardUnit(cost, u, &ops, &c, {gather_back[u]});
-      scatters.push_back(comm(Collective::kReduceScatter, u, {c.backward[u]}));
-    }
-    double all = 0;
-    for (const UnitProfile& u : p.units) all += u.ParamBytes();
-    const double opt = OptimizerMs(p, all) / t.world();
-    ops.push_back({0, opt, scatters});
-    StepPrediction out;
-    Finish(ops, c.ms + opt, &out);
-    return out;
-  }
+  if (stage == 3) return PredictZero3(p, cost, t);
   const Tensors tensors = TensorsOf(p);
   const auto buckets = ReducerBuckets(tensors.bytes, cap_mb * kMiB, FirstCap(cap_mb));
-  std::vector<TimelineOp> ops;
+  StepBuilder step(p, t);
   // The previous step's updated slices, gathered in forward order (the last
-  // gradient-ready bucket holds the first units).
+  // gradient-ready bucket holds the first units); each unit's forward waits
+  // for the buckets holding its parameters.
   std::vector<std::vector<int>> unit_waits(cost.size());
   for (int b = static_cast<int>(buckets.size()) - 1; b >= 0; --b) {
-    ops.push_back({1, Ms(TopologySeconds(t, Collective::kAllGather, BucketBytes(buckets[b], tensors))), {}});
-    for (int i : buckets[b]) unit_waits[tensors.unit[i]].push_back(static_cast<int>(ops.size()) - 1);
+    const int id = step.Collective(Collective::kAllGather, BucketBytes(buckets[b], tensors), {});
+    for (int i : buckets[b]) unit_waits[tensors.unit[i]].push_back(id);
   }
-  ComputeOps c;
-  c.forward.assign(cost.size(), -1), c.backward.assign(cost.size(), -1);
-  for (size_t u = 0; u < cost.size(); ++u) {
-    c.forward[u] = static_cast<int>(ops.size());
-    ops.push_back({0, cost[u].forward_ms, unit_waits[u]});
-    c.ms += cost[u].forward_ms;
-  }
-  for (int u = static_cast<int>(cost.size()) - 1; u >= 0; --u) AddBackwardUnit(cost, u, &ops, &c);
-  std::vector<int> scatters;
-  for (const auto& bucket : buckets) {
-    scatters.push_back(static_cast<int>(ops.size()));
-    ops.push_back({1, Ms(TopologySeconds(t, Collective::kReduceScatter, BucketBytes(bucket, tensors))),
-                   {c.backward[FirstUnit(bucket, tensors)]}});
-  }
-  scatters.push_back(c.backward[0]);
-  const double opt = OptimizerMs(p, std::accumulate(tensors.bytes.begin(), tensors.bytes.end(), 0.0)) / t.world();
-  ops.push_back({0, opt, scatters});
-  StepPrediction out;
-  Finish(ops, c.ms + opt, &out);
-  return out;
+  for (size_t u = 0; u < cost.size(); ++u) step.Compute(cost[u].forward_ms, unit_waits[u]);
+  const std::vector<int> scatters = BackwardWithBuckets(cost, tensors, buckets, Collective::kReduceScatter, &step);
+  step.Compute(OptimizerMs(p, AllParamBytes(p)) / t.world(), scatters);
+  return step.Finish();
 }
 
 StepPrediction PredictDp(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t) {
-  double params = 0, compute = 0;
+  double params = 0, compute = p.step_overhead_ms;
   for (const UnitProfile& u : p.units) params += u.ParamBytes();
   for (const UnitCost& c : cost) compute += c.forward_ms + c.backward_ms;
   const int g = t.per_node;
@@ -326,8 +333,8 @@ StepPrediction PredictPipeline(const Profile& p, const StepQuery& q) {
     for (int u = first; u < first + counts[c]; ++u) device_params[table.DeviceOf(c)] += p.units[u].ParamBytes();
   for (double b : device_params) opt = std::max(opt, OptimizerMs(p, b));
   const double busiest = *std::max_element(plain.busy.begin(), plain.busy.end());
-  out.step_ms = with.makespan + opt;
-  out.compute_ms = busiest + opt;
+  out.step_ms = with.makespan + opt + p.step_overhead_ms;
+  out.compute_ms = busiest + opt + p.step_overhead_ms;
   out.bubble_ms = plain.makespan - busiest;
   out.exposed_comm_ms = with.makespan - plain.makespan;
   out.images = q.batch;

@@ -9,6 +9,13 @@ same matrix entry and workload (rows.workload). A figure regresses when
   accuracy    < the history's median - acc_tol;
   the entry   failed tonight (scripts/nightly.py recorded it).
 
+Separately, any row of tonight (with or without history) whose vs_expected
+(measured over the throughput its own parts and link predict, harness/
+expected.h) is below `vs_expected` is flagged SLOWER THAN EXPECTED with the
+predicted step's largest term; it counts as a regression only with
+`expected_fails` (the model's own error is a few to ~20 percent,
+docs/projection.md).
+
 Each regression is one line: entry, figure, tonight, reference. A changed
 environment (git sha, library versions, device) or changed options of the
 entry are printed beside it as the likely cause.
@@ -25,6 +32,18 @@ class Limits:
     floor: float = 0.05
     mem_factor: float = 1.05
     acc_tol: float = 0.02
+    vs_expected: float = 0.8
+    expected_fails: bool = False
+
+
+def expected_rule(row, limits):
+    """A line when the row ran below vs_expected of its own prediction, else None."""
+    ratio = R.num(row, "vs_expected")
+    if ratio is None or limits.vs_expected <= 0 or ratio >= limits.vs_expected:
+        return None
+    return (f"SLOWER THAN EXPECTED {R.experiment(row)}: {R.num(row, 'throughput_img_s'):.1f} img/s is "
+            f"{ratio:.2f} of the {row.get('expected_img_s')} img/s its parts and link predict (below "
+            f"{limits.vs_expected:g}); the prediction's largest term: {row.get('expected_term') or '-'}")
 
 
 def against_history(row, history, key):
@@ -100,6 +119,10 @@ def check(tonight, history, failures, limits):
         by_key.setdefault(R.workload(h), []).append(h)
     lines, regressions = [], 0
     for row in tonight:
+        slow = expected_rule(row, limits)
+        if slow:
+            lines.append(slow)
+            regressions += 1 if limits.expected_fails else 0
         past = by_key.get(R.workload(row))
         if not past:
             lines.append(f"new      {R.experiment(row)}: no earlier night of this workload")

@@ -58,6 +58,17 @@ class GateTest(unittest.TestCase):
         self.assertIn("  likely cause: torch_version 2.11.0 -> 2.12.0", lines)
         self.assertIn("  likely cause: options +--threads-per-device=1", lines)
 
+    def test_row_below_its_expected_throughput_is_flagged_with_its_largest_term(self):
+        slow = row("t", 70, expected_img_s="100.0", vs_expected="0.700", expected_term="exposed_comm")
+        lines, n = check(slow, [])  # flagged without any history
+        self.assertEqual(n, 0)
+        self.assertRegex(lines[0], r"^SLOWER THAN EXPECTED ddp-2x1: 70.0 img/s is 0.70 of the 100.0 img/s .* "
+                                   r"largest term: exposed_comm$")
+        self.assertEqual(gate.check([slow], [], [], gate.Limits(expected_fails=True))[1], 1)
+        self.assertEqual(check(row("t", 85, expected_img_s="100.0", vs_expected="0.850"), [])[0],
+                         ["new      ddp-2x1: no earlier night of this workload"])
+        self.assertFalse(any("EXPECTED" in l for l in check(row("t", 70), [])[0]))  # no prediction: no flag
+
     def test_failed_entry_is_a_regression(self):
         lines, n = check(row("t", 100), [row("n1", 100)],
                          [{"entry": "pmp-2x1", "exit_code": "2", "reason": "--chunks=0: must be at least 1"}])

@@ -1,0 +1,124 @@
+// The run's own expected throughput (expected.h).
+#include "harness/expected.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "harness/calibrate.h"
+#include "harness/config.h"
+#include "harness/dist.h"
+#include "harness/log.h"
+#include "projection/step_model.h"
+#include "strategies/stages.h"
+
+namespace ddpbench {
+
+namespace {
+
+std::string Precision(const RunConfig& c) { return c.amp == "off" ? "float32" : "amp-" + c.amp; }
+
+// A copy from device 0 to device 1 at a few sizes, fitted to a point-to-point
+// link: what a one-process strategy's hand-off or replica copy costs.
+Link MeasureCopyLink(const std::vector<torch::Device>& devices) {
+  std::vector<std::pair<double, double>> points;
+  for (int64_t bytes : {int64_t{256} << 10, int64_t{4} << 20, int64_t{16} << 20}) {
+    torch::Tensor src = torch::ones({bytes / 4}, torch::TensorOptions().device(devices[0]));
+    torch::Tensor dst = torch::empty({bytes / 4}, torch::TensorOptions().device(devices[1]));
+    std::vector<double> s;
+    for (int r = 0; r < 6; ++r) {
+      if (devices[0].is_cuda()) torch::cuda::synchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      dst.copy_(src);
+      if (devices[0].is_cuda()) torch::cuda::synchronize();
+      if (r > 0) s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(s.begin(), s.end());
+    points.emplace_back(static_cast<double>(bytes), s[s.size() / 2]);
+  }
+  return FitLink(points, Collective::kP2P, 2, "measured");
+}
+
+int ExtraInt(const std::map<std::string, std::string>& extras, const char* key, int64_t fallback) {
+  const auto it = extras.find(key);
+  if (it == extras.end() || it->second.empty()) return static_cast<int>(fallback);
+  try {
+    return std::stoi(it->second);
+  } catch (const std::exception&) {
+    return static_cast<int>(fallback);
+  }
+}
+
+StepQuery QueryOf(const RunConfig& c, const DistContext& dist, const std::map<std::string, std::string>& extras,
+                  const Link& link) {
+  StepQuery q;
+  q.strategy = c.strategy;
+  q.batch = c.batch_size;
+  q.bucket_cap_mb = c.bucket_cap_mb;
+  q.topology.per_node = dist.world > 1 ? dist.local_world : c.gpus;
+  q.topology.nodes = dist.world > 1 ? dist.world / std::max(1, dist.local_world) : 1;
+  q.topology.intra = q.topology.inter = link;
+  const auto schedule = extras.find("schedule");
+  q.schedule = ParsePipelineSchedule(schedule != extras.end() && !schedule->second.empty() ? schedule->second : c.schedule);
+  q.micro_batches = ExtraInt(extras, "chunks", c.chunks);
+  q.virtual_stages = ExtraInt(extras, "virtual_stages", c.virtual_stages);
+  return q;
+}
+
+}  // namespace
+
+bool ExpectsThroughput(const RunConfig& c, int world) {
+  return c.expected != "off" && c.strategy != "single" && !c.data_only && std::max(world, c.gpus) > 1;
+}
+
+void CheckExpectedProfile(const RunConfig& c) {
+  if (c.expected == "auto" || c.expected == "off") return;
+  const Profile p = ReadProfile(c.expected);
+  CheckProfileMatches(p, c.model, c.width, RunImageSize(c), Precision(c), "--expected=" + c.expected);
+  if (!p.link)
+    throw ConfigError(fmt::format("--expected={}: the profile has no measured link; calibrate with "
+                                  "--strategy=ddp --gpus=2", c.expected));
+}
+
+std::map<std::string, std::string> ExpectThisRun(const RunConfig& c, const ResNetOptions& options,
+                                                 const std::vector<torch::Device>& devices, DistContext& dist,
+                                                 const std::map<std::string, std::string>& extras) {
+  if (!ExpectsThroughput(c, dist.world)) return {};
+  const bool pipeline = c.strategy == "mp" || c.strategy == "pmp";
+  const int micro = pipeline ? ExtraInt(extras, "chunks", 1) : 1;
+  Profile p;
+  std::string from;
+  if (c.expected == "auto") {
+    std::vector<int64_t> batches{c.batch_size};
+    if (micro > 1 && c.batch_size % micro == 0) batches.push_back(c.batch_size / micro);
+    try {
+      p = MeasureProfile(c, options, devices.front(), dist, batches, {64 << 10, 1 << 20, 4 << 20}, 3);
+      if (!p.link && devices.size() > 1 && dist.world == 1) p.link = MeasureCopyLink(devices);
+    } catch (const std::invalid_argument& e) {  // a fit the timings could not give (a loaded machine)
+      LogWarn("expected_img_s left empty: the link could not be fitted ({})", e.what());
+      return {};
+    }
+    from = "measured after the run";
+  } else {
+    p = ReadProfile(c.expected);
+    from = c.expected;
+  }
+  if (!p.link) return {};
+  try {
+    const StepPrediction s = PredictStep(p, QueryOf(c, dist, extras, *p.link));
+    if (dist.is_root())
+      LogInfo("expected: {:.1f} img/s ({}: step {:.2f} ms = compute {:.2f} + exposed communication {:.2f} + bubble "
+              "{:.2f})", s.ImagesPerSecond(), from, s.step_ms, s.compute_ms, s.exposed_comm_ms, s.bubble_ms);
+    return {{"expected_img_s", fmt::format("{:.1f}", s.ImagesPerSecond())},
+            {"expected_term", s.LargestTerm()},
+            {"expected_from", from}};
+  } catch (const ConfigError& e) {
+    if (dist.is_root()) LogWarn("expected_img_s left empty: {}", e.what());
+    return {};
+  }
+}
+
+}  // namespace ddpbench

@@ -1,0 +1,667 @@
+#!/usr/bin/env python3
+"""Validates the projection (docs/projection.md) against real runs over links
+of known speed on this machine. Not a test: it measures. Needs root (network
+namespaces, tc) and the iproute2 tools.
+
+Two ranks of ddpbench, one in each of two network namespaces joined by a veth
+pair (as tests/e2e/two_hosts_netns.sh does), join with the environment
+launcher (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GLOO_SOCKET_IFNAME bound
+to the veth) and train over the pair. Both ends of the pair are shaped with
+tc's token bucket filter (`tc qdisc replace dev VETH root tbf rate R burst B
+latency L`; this kernel has no netem), so each direction carries at most R.
+The burst is max(R / HZ, 32 KiB) bytes (HZ from /proc/config.gz): a smaller
+bucket does not reach R at 2 Gbit/s here. The latency (--tbf-latency, 100 ms)
+bounds tbf's queue; at 20 ms it dropped packets at 100 Mbit/s. What the link achieves is measured,
+not assumed: a Python socket probe sends TCP both ways at once across the
+namespaces for --probe-seconds and counts the bytes received after the first
+0.5 s (goodput: about 0.957 R at MTU 1500, the rest is Ethernet/IP/TCP
+headers), each time a rate is applied.
+
+For each rate and strategy, two ranks over the shaped pair; and on loopback
+(no namespaces) `--gpus=1` and `--gpus=2` (spawned ranks) per strategy.
+Rounds are interleaved (bench_util.interleaved); the table gives the median
+img/s per configuration and its min-max. Each measured configuration is
+predicted by `ddpbench --project=PROFILE` (two nodes of one device joined by
+`--inter=measured,bw=RATE`, or one node of 1-2 devices with
+`--intra=measured`), PROFILE from --profile or made once with
+`ddpbench --calibrate=FILE --strategy=ddp WORKLOAD --gpus=2`; the error is
+(predicted - measured) / measured. The goal: median |error| <= 10% per
+strategy, none above 20%.
+
+    .venv/bin/python scripts/bench_projection.py --rounds=3 \\
+        --out=results/cpu-2core-projection-validation.csv
+
+--no-predict measures only (prediction columns empty).
+"""
+import argparse
+import csv
+import datetime
+import gzip
+import json
+import math
+import os
+import re
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from bench_util import interleaved, machine, write_results  # noqa: E402
+
+DEFAULT_WORKLOAD = "--model=resnet18 --width=16 --image-size=32 --batch-size=32 --steps=300 --warmup=10 --no-eval"
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
+DEFAULT_OUT = os.path.join("results", "cpu-2core-projection-validation.csv")
+# The driver sets these itself; the workload may not.
+RESERVED = ("--strategy", "--gpus", "--out", "--baseline", "--progress", "--calibrate", "--project", "--device")
+# An outer launcher's variables would change what ddpbench detects (as tests/e2e/lib/launch_common.sh).
+LAUNCHER_ENV = re.compile(r"^(SLURM_|OMPI_|PMIX_|PMI_|TORCHELASTIC_)|^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|"
+                          r"GROUP_RANK|MASTER_ADDR|MASTER_PORT|DDPBENCH_LAUNCHER|GLOO_SOCKET_IFNAME)$")
+RATE_UNITS = {"bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}  # tc's: SI prefixes, bits per second
+MIN_BURST = 32 * 1024
+MASTER_PORT = 29500  # a fresh namespace has every port free
+PROBE_SKIP_S = 0.5   # the probe's first half second (slow start, the full bucket) is not counted
+GOAL_MEDIAN, GOAL_MAX = 10.0, 20.0
+
+# Children alive now (Popen), killed with their process group on any exit.
+LIVE = set()
+
+
+# ---------------------------------------------------------------- rates, burst
+
+def parse_rate(text):
+    """'500mbit' -> 5e8 bits/s (tc's units: bit, kbit, mbit, gbit, SI prefixes)."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)", text.strip().lower())
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(f"{text!r}: expected a rate as tc writes it, e.g. 2gbit, 500mbit, 100mbit")
+    return float(m.group(1)) * RATE_UNITS[m.group(2)]
+
+
+def bw_arg(bits):
+    """A rate for ddpbench's --inter bw=: 2e9 -> '2Gbit/s', 5e8 -> '500Mbit/s'."""
+    if bits >= 1e9 and abs(bits / 1e9 - round(bits / 1e9, 3)) < 1e-9:
+        return f"{bits / 1e9:g}Gbit/s"
+    return f"{bits / 1e6:g}Mbit/s"
+
+
+def kernel_hz():
+    """(HZ, where it came from): CONFIG_HZ of the running kernel, else 250."""
+    try:
+        with gzip.open("/proc/config.gz", "rt") as f:
+            for line in f:
+                if line.startswith("CONFIG_HZ="):
+                    return int(line.split("=", 1)[1]), "/proc/config.gz"
+    except (OSError, ValueError):
+        pass
+    return 250, "assumed (no /proc/config.gz)"
+
+
+def burst_bytes(bits, hz):
+    """tbf's bucket: at least one timer tick of the rate (R / HZ), and 32 KiB."""
+    return max(math.ceil(bits / 8 / hz), MIN_BURST)
+
+
+# ---------------------------------------------------------------- processes
+
+def launcher_free_env(extra=None):
+    env = {k: v for k, v in os.environ.items() if not LAUNCHER_ENV.search(k)}
+    env.update(extra or {})
+    return env
+
+
+def start(argv, log, env=None):
+    p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                         env=env or launcher_free_env(), start_new_session=True)
+    LIVE.add(p)
+    return p
+
+
+def kill(p):
+    """Kills a child we started and its process group (spawned ranks included)."""
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            p.kill()
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    LIVE.discard(p)
+
+
+def wait_all(procs, timeout, what):
+    """Waits for every process; the first failure or the deadline kills the rest and raises."""
+    deadline = time.monotonic() + timeout
+    while True:
+        codes = [p.poll() for p in procs]
+        bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+        if bad or time.monotonic() > deadline:
+            for p in procs:
+                kill(p)
+            why = f"exited {bad[0][1]} (process {bad[0][0]})" if bad else f"ran past {timeout:.0f} s"
+            raise RuntimeError(f"{what}: {why}")
+        if all(c == 0 for c in codes):
+            for p in procs:
+                LIVE.discard(p)
+            return
+        time.sleep(0.1)
+
+
+def run(argv, what, timeout=120):
+    """A short command (ip, tc, --project): its stdout, or an error naming it."""
+    r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout,
+                       stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        raise RuntimeError(f"{what}: `{shlex.join(argv)}` exited {r.returncode}: {r.stderr.strip()[-2000:]}")
+    return r.stdout
+
+
+def tail(path, n=15):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError:
+        return ""
+
+
+def on_signal(sig, _frame):
+    print(f"!! {signal.Signals(sig).name}: stopping; killing the runs and deleting the namespaces", file=sys.stderr,
+          flush=True)
+    raise SystemExit(128 + sig)  # unwinds through every finally: children killed, namespaces deleted
+
+
+# ---------------------------------------------------------------- the link
+
+PROBE = r"""
+import json, socket, sys, time
+mode, host, port, seconds, skip = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+if mode == "recv":
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((host, port)); s.listen(1); s.settimeout(seconds + 30)
+    print("ready", flush=True)
+    c, _ = s.accept(); c.settimeout(seconds + 30)
+    buf = bytearray(1 << 20); t0 = None; n = 0; n_skip = 0; t_skip = None
+    while True:
+        k = c.recv_into(buf)
+        now = time.monotonic()
+        if not k:
+            break
+        if t0 is None:
+            t0 = now
+        n += k
+        if t_skip is None and now - t0 >= skip:
+            t_skip, n_skip = now, n
+    print(json.dumps({"bytes": n - n_skip, "seconds": now - (t_skip or now)}), flush=True)
+else:
+    c = socket.create_connection((host, port), timeout=30)
+    data = b"\0" * (1 << 20); end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        c.sendall(data)
+    c.close()
+"""
+
+
+class Link:
+    """Two namespaces (A, B) joined by a veth pair, each with loopback and its end only."""
+
+    def __init__(self, latency):
+        pid = os.getpid()
+        self.ns = (f"pjA{pid}", f"pjB{pid}")
+        self.veth = (f"pjva{pid}", f"pjvb{pid}")  # interface names: at most 15 characters
+        net = f"10.215.{pid % 250 + 1}"
+        self.addr = (f"{net}.1", f"{net}.2")
+        self.latency = latency
+        self.hz, self.hz_source = kernel_hz()
+        self.made = []
+        self.rate = None
+        self.tc = {}  # rate -> the tc command applied at each end
+
+    def up(self):
+        for n in self.ns:
+            run(["ip", "netns", "add", n], "network namespace")
+            self.made.append(n)
+        run(["ip", "link", "add", self.veth[0], "type", "veth", "peer", "name", self.veth[1]], "veth pair")
+        for i in (0, 1):
+            run(["ip", "link", "set", self.veth[i], "netns", self.ns[i]], "veth into its namespace")
+            run(["ip", "-n", self.ns[i], "addr", "add", f"{self.addr[i]}/24", "dev", self.veth[i]], "address")
+            run(["ip", "-n", self.ns[i], "link", "set", "lo", "up"], "loopback up")
+            run(["ip", "-n", self.ns[i], "link", "set", self.veth[i], "up"], "veth up")
+        for i in (0, 1):
+            names = sorted(line.split(": ")[1].split("@")[0]
+                           for line in run(["ip", "-n", self.ns[i], "-o", "link", "show"], "links").splitlines())
+            if names != sorted(["lo", self.veth[i]]):
+                raise RuntimeError(f"namespace {self.ns[i]} has interfaces {names}")
+
+    def down(self):
+        for n in self.made:
+            subprocess.run(["ip", "netns", "del", n], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.made = []
+        # Only if it never moved into a namespace (deleting a namespace deletes its end and the peer).
+        subprocess.run(["ip", "link", "del", self.veth[0]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def tbf(self, rate):
+        bits = parse_rate(rate)
+        return f"rate {rate} burst {burst_bytes(bits, self.hz)} latency {self.latency}"
+
+    def shape(self, rate):
+        """tbf at both ends (each direction), replacing whatever shaped the pair before."""
+        cmds = []
+        for i in (0, 1):
+            argv = ["tc", "-n", self.ns[i], "qdisc", "replace", "dev", self.veth[i], "root", "tbf",
+                    *self.tbf(rate).split()]
+            run(argv, f"shaping {self.veth[i]} to {rate}")
+            cmds.append(shlex.join(argv))
+        self.rate = rate
+        self.tc[rate] = "; ".join(cmds)
+
+    def exec_argv(self, i, argv, env=None):
+        pre = ["ip", "netns", "exec", self.ns[i]]
+        return pre + (["env", *[f"{k}={v}" for k, v in env.items()]] if env else []) + argv
+
+    def counters(self):
+        """Bytes each end has sent so far (A -> B, B -> A; retransmissions included) and the
+        packets tbf has dropped at both ends together (a full queue: TCP resends them)."""
+        sent, drops = [], 0
+        for i in (0, 1):
+            info = json.loads(run(["ip", "-n", self.ns[i], "-s", "-j", "link", "show", "dev", self.veth[i]], "stats"))
+            sent.append(int(info[0]["stats64"]["tx"]["bytes"]))
+            qdiscs = json.loads(run(["tc", "-n", self.ns[i], "-s", "-j", "qdisc", "show", "dev", self.veth[i]],
+                                    "stats"))
+            drops += sum(int(q.get("drops", 0)) for q in qdiscs)
+        return sent[0], sent[1], drops
+
+    def probe(self, seconds, tmp):
+        """TCP goodput both ways at once (A -> B, B -> A), Mbit/s, after the first PROBE_SKIP_S."""
+        port = (5201, 5202)  # B listens on 5201 for A's data, A on 5202 for B's
+        recv, send = [], []
+        try:
+            for i, (listen, p) in enumerate(((1, port[0]), (0, port[1]))):
+                argv = self.exec_argv(listen, [sys.executable, "-c", PROBE, "recv", self.addr[listen], str(p),
+                                               str(seconds), str(PROBE_SKIP_S)])
+                r = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+                LIVE.add(r)
+                recv.append(r)
+                if r.stdout.readline().strip() != "ready":
+                    raise RuntimeError(f"probe receiver in {self.ns[listen]} did not start: {r.stderr.read()[-500:]}")
+            for sender, (listen, p) in ((0, (1, port[0])), (1, (0, port[1]))):
+                argv = self.exec_argv(sender, [sys.executable, "-c", PROBE, "send", self.addr[listen], str(p),
+                                               str(seconds), str(PROBE_SKIP_S)])
+                send.append(start(argv, subprocess.DEVNULL))
+            wait_all(send, seconds + 30, "probe senders")
+            rates = []
+            for r in recv:
+                out, err = r.communicate(timeout=30)
+                LIVE.discard(r)
+                x = json.loads(out.strip().splitlines()[-1])
+                if x["seconds"] <= 0:
+                    raise RuntimeError(f"probe: no data after the first {PROBE_SKIP_S} s: {err[-500:]}")
+                rates.append(x["bytes"] * 8 / x["seconds"] / 1e6)
+            return tuple(rates)
+        finally:
+            for p in recv + send:
+                kill(p)
+
+
+# ---------------------------------------------------------------- measuring
+
+def read_row(path, what):
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    if len(rows) != 1:
+        raise RuntimeError(f"{what}: expected one row in {path}, found {len(rows)}")
+    return rows[0]
+
+
+def measure_netns(a, link, strategy, tmp):
+    """Two ranks over the shaped pair: (row, wall seconds, (bytes A->B, B->A, tbf drops), rank 0's command)."""
+    out = os.path.join(tmp, f"netns-{strategy}.csv")
+    if os.path.exists(out):
+        os.remove(out)
+    argv = [a.binary, f"--strategy={strategy}", *a.workload_args, "--progress=off", f"--out={out}"]
+    procs, cmds, logs = [], [], []
+    before = link.counters()
+    t0 = time.monotonic()
+    for i in (0, 1):
+        env = {"RANK": str(i), "WORLD_SIZE": "2", "MASTER_ADDR": link.addr[0], "MASTER_PORT": str(MASTER_PORT),
+               "GLOO_SOCKET_IFNAME": link.veth[i]}
+        full = link.exec_argv(i, argv, env)
+        cmds.append(shlex.join(full))
+        logs.append(os.path.join(tmp, f"netns-{strategy}-rank{i}.log"))
+        with open(logs[-1], "w") as log:
+            procs.append(start(full, log))
+    try:
+        wait_all(procs, a.run_timeout, f"{strategy} over {link.rate}")
+    except RuntimeError as e:
+        raise RuntimeError(f"{e}\n--- rank 0:\n{tail(logs[0])}--- rank 1:\n{tail(logs[1])}") from None
+    wall = time.monotonic() - t0
+    after = link.counters()
+    return read_row(out, cmds[0]), wall, tuple(x - y for x, y in zip(after, before)), cmds[0]
+
+
+def measure_loopback(a, strategy, ranks, tmp):
+    out = os.path.join(tmp, f"loopback-{strategy}-{ranks}.csv")
+    if os.path.exists(out):
+        os.remove(out)
+    argv = [a.binary, f"--strategy={strategy}", f"--gpus={ranks}", *a.workload_args, "--progress=off", f"--out={out}"]
+    log = os.path.join(tmp, f"loopback-{strategy}-{ranks}.log")
+    t0 = time.monotonic()
+    with open(log, "w") as f:
+        p = start(argv, f)
+    try:
+        wait_all([p], a.run_timeout, f"{strategy} on loopback, {ranks} rank(s)")
+    except RuntimeError as e:
+        raise RuntimeError(f"{e}\n{tail(log)}") from None
+    return read_row(out, shlex.join(argv)), time.monotonic() - t0, shlex.join(argv)
+
+
+# ---------------------------------------------------------------- predicting
+
+def make_profile(a, path, tmp):
+    """ddpbench --calibrate: the workload's unit times, optimizer and loopback link, as a profile."""
+    argv = [a.binary, f"--calibrate={path}", "--strategy=ddp", *a.workload_args, "--gpus=2", "--progress=off"]
+    log = os.path.join(tmp, "calibrate.log")
+    with open(log, "w") as f:
+        p = start(argv, f)
+    try:
+        wait_all([p], a.run_timeout, "calibration")
+    except RuntimeError as e:
+        raise RuntimeError(f"{e}: {shlex.join(argv)}\n{tail(log)}(--no-predict measures without predictions)") from None
+    if not os.path.exists(path):
+        raise RuntimeError(f"calibration wrote no profile to {path}: {shlex.join(argv)}\n{tail(log)}")
+    return shlex.join(argv)
+
+
+def predict_argv(a, profile, csv_path, link, strategy, ranks, bw_bits):
+    """ddpbench --project for one measured configuration: two nodes of one device over the
+    shaped link (bw = its rate), or one node of `ranks` devices on loopback."""
+    if link == "loopback":
+        topo = ["--nodes=1", f"--gpus-per-node={ranks}", "--intra=measured"]
+    else:
+        topo = ["--nodes=2", "--gpus-per-node=1", f"--inter=measured,bw={bw_arg(bw_bits)}"]
+    return [a.binary, f"--project={profile}", f"--project-csv={csv_path}", f"--strategies={strategy}", *topo]
+
+
+def predict(a, profile, link, strategy, ranks, bw_bits, tmp):
+    """(predicted img/s or None, the command). None: the projection has no row for it."""
+    csv_path = os.path.join(tmp, "project.csv")
+    if os.path.exists(csv_path):
+        os.remove(csv_path)
+    argv = predict_argv(a, profile, csv_path, link, strategy, ranks, bw_bits)
+    run(argv, "prediction")
+    with open(csv_path) as f:
+        rows = [r for r in csv.DictReader(f)
+                if r.get("strategy") == strategy and str(r.get("world", "")).strip() == str(ranks)
+                and r.get("img_s", "").strip()]
+    return (float(rows[0]["img_s"]) if rows else None), shlex.join(argv)
+
+
+# ---------------------------------------------------------------- the table
+
+def fmt(v, spec=".1f"):
+    return "" if v is None else format(v, spec)
+
+
+def summarise(a, entries, runs, probes, link, predictions):
+    """One row per (link, strategy, ranks)."""
+    rows = []
+    for key in entries:
+        kind, strategy, ranks = key
+        mine = [x for x in runs if x["key"] == key]
+        img = [x["img_s"] for x in mine]
+        med = statistics.median(img)
+        pred, pred_cmd = predictions.get(key, (None, ""))
+        comm = [x["comm_ms"] for x in mine if x["comm_ms"] is not None]
+        veth = [x["veth_mb_step"] for x in mine if x["veth_mb_step"] is not None]
+        drops = [x["drops"] for x in mine if x["drops"] is not None]
+        achieved = [v for p in probes.get(kind, []) for v in p]
+        rows.append({
+            "link": kind, "tbf": link.tbf(kind) if kind != "loopback" else "",
+            "link_achieved_mbit_s": fmt(statistics.median(achieved)) if achieved else "",
+            "link_achieved_min_max": f"{min(achieved):.1f}-{max(achieved):.1f}" if achieved else "",
+            "strategy": strategy, "ranks": ranks, "rounds": len(img),
+            "measured_img_s": f"{med:.2f}", "measured_min": f"{min(img):.2f}", "measured_max": f"{max(img):.2f}",
+            "measured_all": ";".join(f"{v:.2f}" for v in img),
+            "run_wall_s": f"{statistics.median(x['wall_s'] for x in mine):.1f}",
+            "comm_ms": fmt(statistics.median(comm), ".2f") if comm else "",
+            "veth_mb_per_step": fmt(statistics.median(veth), ".3f") if veth else "",
+            "tbf_drops": fmt(statistics.median(drops), "g") if drops else "",
+            "predicted_img_s": fmt(pred, ".2f"),
+            "error_pct": fmt((pred - med) / med * 100) if pred is not None else "",
+            "predict_bw": a.predict_bw if kind != "loopback" and pred is not None else "",
+            "workload": a.workload, "command": mine[-1]["command"], "tc": link.tc.get(kind, ""),
+            "predict_command": pred_cmd,
+        })
+    return rows
+
+
+def goal_lines(a, rows):
+    errs = {}
+    for r in rows:
+        if r["error_pct"] != "":
+            errs.setdefault(r["strategy"], []).append(abs(float(r["error_pct"])))
+    if not errs:
+        why = "--no-predict" if a.no_predict else "no prediction came back"
+        return [f"Goal (median |error| <= {GOAL_MEDIAN:g}% per strategy, none above {GOAL_MAX:g}%): "
+                f"not evaluated ({why})."]
+    lines = ["| strategy | configurations | median abs error % | max abs error % | goal |", "|---|---|---|---|---|"]
+    met_all = True
+    for s in a.strategies:
+        e = errs.get(s)
+        if not e:
+            lines.append(f"| {s} | 0 | - | - | not evaluated |")
+            met_all = False
+            continue
+        met = statistics.median(e) <= GOAL_MEDIAN and max(e) <= GOAL_MAX
+        met_all &= met
+        lines.append(f"| {s} | {len(e)} | {statistics.median(e):.1f} | {max(e):.1f} | {'met' if met else 'not met'} |")
+    lines += ["", f"Goal (median |error| <= {GOAL_MEDIAN:g}% per strategy, none above {GOAL_MAX:g}%): "
+                  f"**{'met' if met_all else 'not met'}**."]
+    return lines
+
+
+def rel(path):
+    """A path relative to the checkout when it is inside it, else as given."""
+    return os.path.relpath(path, ROOT) if os.path.abspath(path).startswith(ROOT + os.sep) else path
+
+
+def command_line():
+    """How this driver was started."""
+    return shlex.join([rel(sys.executable), rel(sys.argv[0]), *sys.argv[1:]])
+
+
+def table(a, rows, link, stamp, profile_note):
+    lines = [f"# Projection against runs over shaped links ({stamp})", "",
+             f"machine: {machine()}", "",
+             f"command: `{command_line()}`",
+             "", f"workload: `{a.workload}`; {a.rounds} interleaved round(s), median per configuration (min-max).", ""]
+    if a.rates:
+        lines += [f"link: two network namespaces joined by a veth pair, tbf on both ends "
+                  f"(burst = max(rate/HZ, 32 KiB), "
+                  f"HZ={link.hz} from {link.hz_source}, latency {a.tbf_latency}); achieved = TCP goodput of a "
+                  f"Python socket probe sending both ways at once for {a.probe_seconds:g} s, first {PROBE_SKIP_S} s "
+                  f"not counted, each direction, every time the rate was applied: median (min-max).", ""]
+    lines += [f"prediction: {profile_note}", "",
+              "| link | achieved Mbit/s | strategy | ranks | measured img/s | predicted img/s | error % | "
+              "run wall s | comm ms/step | veth MB/step | tbf drops |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ach = f"{r['link_achieved_mbit_s']} ({r['link_achieved_min_max']})" if r["link_achieved_mbit_s"] else "-"
+        lines.append(f"| {r['link']} | {ach} | {r['strategy']} | {r['ranks']} | {r['measured_img_s']} "
+                     f"({r['measured_min']}-{r['measured_max']}) | {r['predicted_img_s'] or '-'} | "
+                     f"{r['error_pct'] or '-'} | {r['run_wall_s']} | {r['comm_ms'] or '-'} | "
+                     f"{r['veth_mb_per_step'] or '-'} | {r['tbf_drops'] or '-'} |")
+    lines += ["", "comm ms/step: the row's `communication_ms`; veth MB/step: bytes rank 0's end sent over the pair "
+              "during the run (set-up and warm-up included; packets tbf dropped are not counted) / (steps + warm-up); "
+              "tbf drops: packets both ends' tbf dropped during the run (its queue full), median over rounds.", ""]
+    loop = {(r["strategy"], r["ranks"]): r for r in rows if r["link"] == "loopback"}
+    pairs = [s for s in a.strategies if (s, 1) in loop and (s, 2) in loop]
+    if pairs:
+        lines += ["1 -> 2 ranks on loopback:", "", "| strategy | measured 2 ranks / 1 | predicted 2 ranks / 1 |",
+                  "|---|---|---|"]
+        for s in pairs:
+            one, two = loop[(s, 1)], loop[(s, 2)]
+            meas = float(two["measured_img_s"]) / float(one["measured_img_s"])
+            pred = (f"{float(two['predicted_img_s']) / float(one['predicted_img_s']):.2f}x"
+                    if one["predicted_img_s"] and two["predicted_img_s"] else "-")
+            lines.append(f"| {s} | {meas:.2f}x | {pred} |")
+        lines.append("")
+    lines += goal_lines(a, rows)
+    lines += ["", "Every configuration's exact commands (ddpbench, tc, the prediction) are in the CSV beside this "
+              "file (`command`, `tc`, `predict_command`)."]
+    return lines
+
+
+# ---------------------------------------------------------------- main
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--binary", default=os.path.join(ROOT, "build", "ddpbench"))
+    p.add_argument("--rates", default="2gbit,500mbit,100mbit", help="tbf rates, comma-separated ('' for none)")
+    p.add_argument("--strategies", default=",".join(STRATEGIES),
+                   help="comma-separated subset of " + ",".join(STRATEGIES))
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--workload", default=DEFAULT_WORKLOAD, help="ddpbench flags of every run (default: %(default)s)")
+    p.add_argument("--no-loopback", action="store_true", help="skip the 1 -> 2 ranks runs on loopback")
+    p.add_argument("--profile", help="a --calibrate profile for the predictions (default: made once, beside --out)")
+    p.add_argument("--no-predict", action="store_true", help="measure only; the prediction columns stay empty")
+    p.add_argument("--predict-bw", choices=("nominal", "achieved"), default="nominal",
+                   help="bw= of the shaped link's prediction: the tbf rate, or the probe's median goodput")
+    p.add_argument("--tbf-latency", default="100ms",
+                   help="tbf's latency: the longest a packet may queue before tbf drops it "
+                        "(default %(default)s: no drops here; at 20ms tbf dropped packets at 100mbit)")
+    p.add_argument("--probe-seconds", type=float, default=4.0, help="length of each throughput probe")
+    p.add_argument("--run-timeout", type=float, default=1200, help="seconds before one run is killed")
+    p.add_argument("--out", default=os.path.join(ROOT, DEFAULT_OUT),
+                   help="CSV, one row per configuration (appended); a .md table beside it")
+    a = p.parse_args(argv)
+    try:
+        a.rates = [r.strip().lower() for r in a.rates.split(",") if r.strip()]
+        for r in a.rates:
+            parse_rate(r)
+    except ValueError as e:
+        p.error(f"--rates: {e}")
+    a.strategies = [s.strip() for s in a.strategies.split(",") if s.strip()]
+    bad = [s for s in a.strategies if s not in STRATEGIES]
+    if bad or not a.strategies:
+        p.error(f"--strategies: {','.join(bad) or 'none given'} not accepted; accepted: {','.join(STRATEGIES)}")
+    a.workload_args = shlex.split(a.workload)
+    given = [x for x in a.workload_args if x.split("=", 1)[0] in RESERVED]
+    if given:
+        p.error(f"--workload: {' '.join(given)}: the driver sets {', '.join(RESERVED)} itself")
+    if a.rounds < 1:
+        p.error(f"--rounds={a.rounds}: expected an integer >= 1")
+    if a.probe_seconds <= PROBE_SKIP_S:
+        p.error(f"--probe-seconds={a.probe_seconds:g}: expected more than {PROBE_SKIP_S} s")
+    if not a.rates and a.no_loopback:
+        p.error("nothing to measure: no --rates and --no-loopback")
+    if not os.access(a.binary, os.X_OK):
+        p.error(f"--binary={a.binary}: not an executable (build it with scripts/setup.sh ddpbench)")
+    if a.profile and not os.path.isfile(a.profile):
+        p.error(f"--profile={a.profile}: no such file")
+    if a.rates:
+        if os.geteuid() != 0:
+            p.error("shaped links need root (network namespaces, tc); --rates='' runs the loopback part alone")
+        for tool in ("ip", "tc"):
+            if subprocess.run(["sh", "-c", f"command -v {tool}"], stdout=subprocess.DEVNULL).returncode:
+                p.error(f"{tool} not installed: Debian's iproute2 (scripts/setup.sh installs it)")
+    return a
+
+
+def main():
+    a = parse_args()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) != signal.SIG_IGN:  # nohup's SIGHUP, a background job's SIGINT stay ignored
+            signal.signal(sig, on_signal)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    entries = [(rate, s, 2) for rate in a.rates for s in a.strategies]
+    if not a.no_loopback:
+        entries += [("loopback", s, n) for s in a.strategies for n in (1, 2)]
+    link = Link(a.tbf_latency)
+    probes = {}  # rate -> [(A->B, B->A) Mbit/s]
+    with tempfile.TemporaryDirectory(prefix="bench_projection.") as tmp:
+        try:
+            profile, profile_note = a.profile, "--no-predict: none"
+            if not a.no_predict:
+                if not profile:
+                    base = os.path.splitext(a.out)[0]
+                    profile = f"{base}-profile-{stamp.replace('-', '').replace(':', '')}.json"
+                    os.makedirs(os.path.dirname(os.path.abspath(profile)), exist_ok=True)
+                    print(f"calibrating: {profile}", flush=True)
+                    cal = make_profile(a, profile, tmp)
+                    profile_note = f"profile `{rel(profile)}` made by `{cal}`"
+                else:
+                    profile_note = f"profile `{profile}` (--profile)"
+                profile_note += (f"; shaped links predicted with bw = the "
+                                 f"{'tbf rate' if a.predict_bw == 'nominal' else 'probe median goodput'}")
+                # Fail before the long measurement if the projection cannot run at all.
+                predict(a, profile, "loopback", a.strategies[0], 2, None, tmp)
+            if a.rates:
+                link.up()
+            calls = [0]
+            probed = set()
+
+            def one(key):
+                kind, strategy, ranks = key
+                rnd = calls[0] // len(entries)
+                calls[0] += 1
+                if kind != "loopback":
+                    if link.rate != kind:
+                        link.shape(kind)
+                    if (rnd, kind) not in probed:  # every rate's goodput, once a round
+                        probed.add((rnd, kind))
+                        ab = link.probe(a.probe_seconds, tmp)
+                        probes.setdefault(kind, []).append(ab)
+                        print(f"link {kind:8s} ({link.tbf(kind)}): achieved {ab[0]:.1f} / {ab[1]:.1f} Mbit/s "
+                              f"(A->B / B->A)", flush=True)
+                    row, wall, veth, cmd = measure_netns(a, link, strategy, tmp)
+                    steps = int(row["steps"]) + int(row["warmup"] or 0)
+                    veth_mb, drops = veth[0] / 1e6 / steps, veth[2]
+                else:
+                    row, wall, cmd = measure_loopback(a, strategy, ranks, tmp)
+                    veth_mb, drops = None, None
+                img = float(row["throughput_img_s"])
+                comm = float(row["communication_ms"]) if row.get("communication_ms") else None
+                print(f"{kind:8s} {strategy:6s} {ranks} rank(s): {img:8.1f} img/s, {wall:6.1f} s wall"
+                      + (f", comm {comm:.1f} ms/step" if comm is not None else "")
+                      + (f", veth {veth_mb:.3f} MB/step, tbf dropped {drops} packets" if veth_mb is not None else ""),
+                      flush=True)
+                return {"img_s": img, "wall_s": wall, "comm_ms": comm, "veth_mb_step": veth_mb, "drops": drops,
+                        "command": cmd}
+
+            runs = [{"round": r, "key": key, **res} for r, key, res in interleaved(entries, a.rounds, one)]
+
+            predictions = {}
+            if not a.no_predict:
+                for key in entries:
+                    kind, strategy, ranks = key
+                    bw = None
+                    if kind != "loopback":
+                        bw = parse_rate(kind)
+                        if a.predict_bw == "achieved":
+                            bw = statistics.median(v for p in probes[kind] for v in p) * 1e6
+                    try:
+                        predictions[key] = predict(a, profile, kind, strategy, ranks, bw, tmp)
+                    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
+                        print(f"!! prediction of {key} failed: {e}", file=sys.stderr, flush=True)
+        finally:  # also on an error or a signal (SIGINT, SIGTERM, SIGHUP): no child, namespace or veth outlives us
+            for p in list(LIVE):
+                kill(p)
+            link.down()
+    rows = summarise(a, entries, runs, probes, link, predictions)
+    lines = table(a, rows, link, stamp, profile_note)
+    print("\n".join(lines))
+    if a.out:
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+        write_results(a.out, rows, stamp, lines)
+        print(f"wrote {a.out} and {os.path.splitext(a.out)[0]}.md")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Tests of scripts/bench_projection.py's parts that need neither root nor a
+run: tc rates, the tbf burst, the prediction command and the reading of its
+CSV (a stand-in binary writes it), and the goal's verdict."""
+import os
+import stat
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import bench_projection as B  # noqa: E402
+
+
+class Rates(unittest.TestCase):
+    def test_tc_units_are_si_bits(self):
+        self.assertEqual(B.parse_rate("2gbit"), 2e9)
+        self.assertEqual(B.parse_rate("500mbit"), 5e8)
+        self.assertEqual(B.parse_rate("100MBIT"), 1e8)
+        self.assertEqual(B.parse_rate("1.5gbit"), 1.5e9)
+        self.assertEqual(B.parse_rate("64kbit"), 64e3)
+
+    def test_bad_rates_are_refused(self):
+        for bad in ("", "fast", "100", "100mb", "0mbit", "-5mbit", "100 Mbit/s"):
+            with self.assertRaises(ValueError, msg=bad):
+                B.parse_rate(bad)
+
+    def test_bandwidth_for_the_projection(self):
+        self.assertEqual(B.bw_arg(2e9), "2Gbit/s")
+        self.assertEqual(B.bw_arg(5e8), "500Mbit/s")
+        self.assertEqual(B.bw_arg(1e8), "100Mbit/s")
+        self.assertEqual(B.bw_arg(1910.4e6), "1910.4Mbit/s")
+
+    def test_burst_is_a_timer_tick_of_the_rate_and_at_least_32_kib(self):
+        self.assertEqual(B.burst_bytes(2e9, 250), 1_000_000)
+        self.assertEqual(B.burst_bytes(5e8, 250), 250_000)
+        self.assertEqual(B.burst_bytes(1e8, 250), 50_000)
+        self.assertEqual(B.burst_bytes(1e7, 250), 32 * 1024)
+        self.assertEqual(B.burst_bytes(2e9, 1000), 250_000)
+
+
+FAKE = """#!/bin/sh
+# Stands in for ddpbench --project: writes a table with a row per strategy and world.
+for a in "$@"; do case "$a" in --project-csv=*) out="${a#--project-csv=}";; esac; done
+echo "$@" > "$out.args"
+cat > "$out" <<EOF
+strategy,schedule,nodes,gpus_per_node,world,batch_per_device,global_batch,step_ms,compute_ms,exposed_comm_ms,bubble_ms,img_s
+ddp,,2,1,2,32,64,40,30,10,0,1600.5
+zero3,,2,1,2,32,64,50,30,20,0,1280.25
+ddp,,1,1,1,32,32,30,30,0,0,
+EOF
+"""
+
+
+class Prediction(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.bin = os.path.join(self.tmp.name, "ddpbench")
+        with open(self.bin, "w") as f:
+            f.write(FAKE)
+        os.chmod(self.bin, os.stat(self.bin).st_mode | stat.S_IXUSR)
+        self.a = B.parse_args(["--binary", self.bin, "--rates=", "--out", os.path.join(self.tmp.name, "o.csv")])
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_shaped_link_is_two_nodes_of_one_device_at_the_rate(self):
+        img, cmd = B.predict(self.a, "p.json", "500mbit", "zero3", 2, 5e8, self.tmp.name)
+        self.assertEqual(img, 1280.25)
+        self.assertIn("--project=p.json", cmd)
+        self.assertIn("--strategies=zero3 --nodes=2 --gpus-per-node=1 --inter=measured,bw=500Mbit/s", cmd)
+
+    def test_loopback_is_one_node(self):
+        img, cmd = B.predict(self.a, "p.json", "loopback", "ddp", 2, None, self.tmp.name)
+        self.assertEqual(img, 1600.5)
+        self.assertIn("--nodes=1 --gpus-per-node=2 --intra=measured", cmd)
+
+    def test_no_row_or_empty_img_s_is_no_prediction(self):
+        self.assertIsNone(B.predict(self.a, "p.json", "loopback", "ddp", 1, None, self.tmp.name)[0])
+        self.assertIsNone(B.predict(self.a, "p.json", "loopback", "zero1", 2, None, self.tmp.name)[0])
+
+
+class Verdict(unittest.TestCase):
+    def args(self, **kw):
+        return type("A", (), {"strategies": ["ddp", "zero3"], "no_predict": False, **kw})()
+
+    def test_met_only_when_median_and_max_are_within(self):
+        rows = [{"strategy": "ddp", "error_pct": e} for e in ("5", "-8", "12")] + \
+               [{"strategy": "zero3", "error_pct": e} for e in ("-3", "25")]
+        text = "\n".join(B.goal_lines(self.args(), rows))
+        self.assertIn("| ddp | 3 | 8.0 | 12.0 | met |", text)
+        self.assertIn("| zero3 | 2 | 14.0 | 25.0 | not met |", text)
+        self.assertIn("**not met**", text)
+
+    def test_without_predictions_nothing_is_judged(self):
+        text = "\n".join(B.goal_lines(self.args(no_predict=True), [{"strategy": "ddp", "error_pct": ""}]))
+        self.assertIn("not evaluated (--no-predict)", text)
+
+
+class Arguments(unittest.TestCase):
+    def test_the_driver_owns_strategy_gpus_and_out(self):
+        for bad in ("--strategy=ddp", "--gpus=2", "--out=x.csv"):
+            with self.assertRaises(SystemExit, msg=bad), open(os.devnull, "w") as null:
+                stderr, sys.stderr = sys.stderr, null
+                try:
+                    B.parse_args(["--binary", sys.executable, "--rates=", f"--workload=--steps=3 {bad}"])
+                finally:
+                    sys.stderr = stderr
+
+    def test_unknown_strategies_and_rates_are_refused(self):
+        for bad in (["--strategies=pmp"], ["--rates=fast"]):
+            with self.assertRaises(SystemExit, msg=bad), open(os.devnull, "w") as null:
+                stderr, sys.stderr = sys.stderr, null
+                try:
+                    B.parse_args(["--binary", sys.executable, *bad])
+                finally:
+                    sys.stderr = stderr
+
+
+if __name__ == "__main__":
+    unittest.main()
