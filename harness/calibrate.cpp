@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -102,6 +104,63 @@ double MeasureStepOverhead(ResNet model, const RunConfig& config, torch::Device 
   return std::max(0.0, (ms[2] + ms[3]) / 2 - units_ms - optimizer_ms);
 }
 
+// One forward and backward of `model` on (x, y), in ms, while `beside` runs
+// on another thread (none: alone). Every
+// rank runs it at the same time (a 1-element all-reduce lines them up).
+// The median of 7 after 1 untimed.
+double TimeComputeBeside(ResNet model, const torch::Tensor& x, const torch::Tensor& y, DistContext& dist,
+                         const std::function<void()>& beside) {
+  std::vector<double> ms;
+  for (int r = 0; r < 8; ++r) {
+    std::vector<at::Tensor> one{torch::ones({1}, torch::TensorOptions().device(dist.device))};
+    dist.group->allreduce(one)->wait();
+    std::thread comm;
+    if (beside) comm = std::thread(beside);
+    const auto t0 = Clock::now();
+    model->zero_grad();
+    ClassificationLoss(model->forward(x), y).backward();
+    Synchronize(x.device());
+    if (r > 0) ms.push_back(SecondsSince(t0) * 1000);
+    if (comm.joinable()) comm.join();
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// What collectives beside the computation cost it (Profile::comm_compute_*):
+// the computation alone, and with n all-reduces of 64 KiB and of 4 MiB
+// issued back to back beside it (n the same on every rank, small enough for
+// them to end before it does); the extra ms per call at the two sizes give a
+// cost per call and per MiB.
+void MeasureInterference(ResNet model, const RunConfig& config, DistContext& dist, const LinkMeasurement& idle,
+                         Profile* p) {
+  const int64_t size = RunImageSize(config);
+  const torch::Tensor x = torch::randn({config.batch_size, model->options().in_channels, size, size})
+                              .to(dist.device, model->options().dtype);
+  const torch::Tensor y = torch::randint(model->options().num_classes, {config.batch_size},
+                                         torch::TensorOptions().dtype(torch::kLong).device(dist.device));
+  const double alone = TimeComputeBeside(model, x, y, dist, nullptr);
+  std::vector<std::pair<double, double>> cost;  // (MiB, extra ms per call)
+  for (int64_t bytes : {int64_t{64} << 10, int64_t{4} << 20}) {
+    double idle_s = idle.points.back().second;
+    for (const auto& [b, t] : idle.points)
+      if (b == static_cast<double>(bytes)) idle_s = t;
+    torch::Tensor n = torch::full({1}, std::clamp(std::floor(0.6 * alone / (idle_s * 1000)), 1.0, 20.0),
+                                  torch::TensorOptions().device(dist.device));
+    std::vector<at::Tensor> nv{n};
+    dist.group->allreduce(nv, c10d::AllreduceOptions{c10d::ReduceOp::MIN})->wait();
+    const int calls = static_cast<int>(n.item<double>());
+    std::vector<at::Tensor> buffer{torch::ones({bytes / 4}, torch::TensorOptions().device(dist.device))};
+    const double with = TimeComputeBeside(model, x, y, dist, [&] {
+      for (int i = 0; i < calls; ++i) dist.group->allreduce(buffer)->wait();
+    });
+    cost.emplace_back(static_cast<double>(bytes) / (1024.0 * 1024.0), std::max(0.0, with - alone) / calls);
+  }
+  const double per_mb = std::max(0.0, (cost[1].second - cost[0].second) / (cost[1].first - cost[0].first));
+  p->comm_compute_ms_per_mb = per_mb;
+  p->comm_compute_ms_per_call = std::max(0.0, cost[0].second - per_mb * cost[0].first);
+}
+
 }  // namespace
 
 std::vector<int64_t> CalibrationBatches(int64_t batch) {
@@ -161,15 +220,16 @@ Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, to
   p.step_overhead_ms = MeasureStepOverhead(model, config, device, units_ms,
                                            p.optimizer_ms_per_mb * static_cast<double>(p.Parameters()) *
                                                static_cast<double>(p.element_bytes) / (1024.0 * 1024.0));
-  p.comm_uses_compute = !device.is_cuda();  // a CPU device moves a collective's bytes itself
   if (processes && !link_sizes.empty()) {
     const LinkMeasurement m = MeasureAllReduce(dist, link_sizes, link_repeats);
+    if (!device.is_cuda()) MeasureInterference(model, config, dist, m, &p);  // GPUs copy on their own engines
     if (!dist.is_root()) return p;  // rank 0 fits, writes and predicts
     p.link = FitLink(m.points, Collective::kAllReduce, dist.world, "measured");
     p.link_ranks = dist.world;
     p.link_points.push_back(m);
-    LogInfo("link over {} ranks: alpha {:.1f} us, {:.3f} GB/s ({})", dist.world, p.link->alpha_s * 1e6,
-              p.link->bandwidth / 1e9, p.link->source);
+    LogInfo("link over {} ranks: alpha {:.1f} us, {:.3f} GB/s ({}); beside the computation each collective costs "
+            "it {:.3f} ms + {:.3f} ms/MiB", dist.world, p.link->alpha_s * 1e6, p.link->bandwidth / 1e9,
+            p.link->source, p.comm_compute_ms_per_call, p.comm_compute_ms_per_mb);
   }
   return p;
 }
@@ -177,7 +237,7 @@ Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, to
 int RunCalibration(const RunConfig& config, const ResNetOptions& options, torch::Device device, DistContext& dist) {
   const std::vector<int64_t> batches = CalibrationBatches(config.batch_size);
   const Profile p = MeasureProfile(config, options, device, dist, batches,
-                                   {16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20}, 5);
+                                   {16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20}, 9);
   dist.Shutdown();
   if (dist.is_root()) {
     WriteProfile(p, config.calibrate);

@@ -271,11 +271,13 @@ void ValidateProjectionFlags(const RunConfig& c) {
     throw ConfigError("--calibrate and --project: give one of them (calibrate first, then project its file)");
   if (c.project.empty())
     for (const char* flag : {"--project-csv", "--strategies", "--nodes", "--gpus-per-node", "--nics-per-node",
-                             "--intra", "--inter", "--device-memory-gb"})
+                             "--intra", "--inter", "--device-memory-gb", "--device-img-s"})
       if (c.given.count(flag))
         throw ConfigError(fmt::format("{}={}: applies to --project only", flag, c.given.at(flag)));
   CheckAtLeast("--gpus-per-node", c.gpus_per_node, 1);
   CheckAtLeast("--nics-per-node", c.nics_per_node, 0);
+  if (!(c.device_img_s >= 0) || !std::isfinite(c.device_img_s))
+    throw ConfigError(fmt::format("--device-img-s={}: must be a positive number of images per second", c.device_img_s));
   if (!(c.device_memory_gb >= 0) || !std::isfinite(c.device_memory_gb))
     throw ConfigError(fmt::format("--device-memory-gb={}: must be a positive number of GB", c.device_memory_gb));
   if (!c.calibrate.empty() && (c.verify || !c.snapshot_dir.empty() || c.TrainsToAnswer() || c.data_only))
@@ -513,6 +515,8 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
                  "and/or alpha=TIME,bw=RATE (default: measured, else nvlink4)");
   app.add_option("--inter", c.inter, "--project: link between nodes, as --intra (default: measured, else ib-ndr400)");
   app.add_option("--device-memory-gb", c.device_memory_gb, "--project: device memory for the largest batch that fits");
+  app.add_option("--device-img-s", c.device_img_s, "--project: one device's img/s (measured elsewhere or "
+                 "published) that the profile's compute times are scaled to");
   app.add_option("--expected", c.expected, "multi-device runs: auto (default: predict the run from its own unit "
                  "times and link, measured after the timed steps)|off|PROFILE (a --calibrate file)");
   GroupHelp(app);

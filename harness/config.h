@@ -125,6 +125,7 @@ struct RunConfig {
   std::string intra;               // --project: link inside a node ("" : measured, else nvlink4)
   std::string inter;               // --project: link between nodes ("" : measured, else ib-ndr400)
   double device_memory_gb = 0;     // --project: for the largest batch that fits (0: not asked)
+  double device_img_s = 0;         // --project: one device's img/s to scale the profile's compute to (0: as measured)
   std::string expected = "auto";   // auto|off|PROFILE: multi-device rows' expected_img_s (harness/expected.h)
 
   // The flags given on the command line (name -> value as typed), so that a

@@ -29,7 +29,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Topics() {
                                  "--snapshot-dir", "--snapshot-every", "--snapshot-keep", "--resume", "--epoch-csv"}},
       {"GPU", {"--tf32", "--cuda-graphs"}},
       {"Projection", {"--calibrate", "--project", "--project-csv", "--strategies", "--nodes", "--gpus-per-node",
-                      "--nics-per-node", "--intra", "--inter", "--device-memory-gb", "--expected"}},
+                      "--nics-per-node", "--intra", "--inter", "--device-memory-gb", "--device-img-s", "--expected"}},
   };
   return topics;
 }

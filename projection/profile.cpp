@@ -60,7 +60,8 @@ void WriteProfile(const Profile& p, const std::string& path) {
                       {"concurrent", p.concurrent}, {"machine", p.machine}, {"command", p.command},
                       {"torch_version", p.torch_version}, {"git_sha", p.git_sha}, {"created", p.created},
                       {"optimizer_ms_per_mb", p.optimizer_ms_per_mb}, {"step_overhead_ms", p.step_overhead_ms},
-                      {"comm_uses_compute", p.comm_uses_compute}, {"units", units}};
+                      {"comm_compute_ms_per_call", p.comm_compute_ms_per_call},
+                      {"comm_compute_ms_per_mb", p.comm_compute_ms_per_mb}, {"units", units}};
   if (p.link) {
     nlohmann::json points = nlohmann::json::array();
     for (const LinkMeasurement& m : p.link_points)
@@ -136,7 +137,8 @@ Profile ReadProfile(const std::string& path) {
   p.command = Field<std::string>(j, "command", path);
   p.optimizer_ms_per_mb = Field<double>(j, "optimizer_ms_per_mb", path);
   if (j.contains("step_overhead_ms")) p.step_overhead_ms = std::max(0.0, Field<double>(j, "step_overhead_ms", path));
-  if (j.contains("comm_uses_compute")) p.comm_uses_compute = Field<bool>(j, "comm_uses_compute", path);
+  if (j.contains("comm_compute_ms_per_call")) p.comm_compute_ms_per_call = std::max(0.0, Field<double>(j, "comm_compute_ms_per_call", path));
+  if (j.contains("comm_compute_ms_per_mb")) p.comm_compute_ms_per_mb = std::max(0.0, Field<double>(j, "comm_compute_ms_per_mb", path));
   auto optional = [&](const char* key) { return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : ""; };
   p.torch_version = optional("torch_version");
   p.git_sha = optional("git_sha");

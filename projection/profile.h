@@ -47,9 +47,12 @@ struct Profile {
   // A whole training step (loss, zeroing gradients, autograd's own work)
   // minus its units and optimizer, measured at the profile's batch.
   double step_overhead_ms = 0;
-  // Collectives cost the devices compute time too: CPU devices that leave
-  // no core idle move the bytes themselves (GPUs have copy engines).
-  bool comm_uses_compute = false;
+  // What a collective running beside the computation costs the computation
+  // (CPU devices: the cores that compute also move and sum the bytes, and
+  // wake for every message; GPUs: 0): compute ms per call and per MiB,
+  // measured by timing a step's computation alone and with collectives
+  // running at the same time on every rank.
+  double comm_compute_ms_per_call = 0, comm_compute_ms_per_mb = 0;
   std::optional<Link> link;        // fitted over the calibration's own ranks
   int link_ranks = 0;
   std::vector<LinkMeasurement> link_points;

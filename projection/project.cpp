@@ -96,6 +96,22 @@ std::string CannotRun(const Profile& p, const RunConfig& c, const std::string& s
   }
 }
 
+// The profile with its compute (units, step overhead, optimizer) scaled so
+// that one device runs `img_s` at `batch`: a device measured elsewhere or a
+// published figure, with the model's structure (bytes per unit) from the
+// profile. The measured interference of collectives with the computation
+// belongs to the measured device and is dropped.
+Profile ScaledToDevice(Profile p, int64_t batch, double img_s) {
+  StepQuery one{"single", Topology{}, batch};
+  one.topology.intra = one.topology.inter = Link{"none", 0, 1, ""};
+  const double k = batch * 1000.0 / img_s / PredictStep(p, one).step_ms;
+  for (UnitProfile& u : p.units)
+    for (auto& [b, c] : u.cost) c.forward_ms *= k, c.backward_ms *= k;
+  p.step_overhead_ms *= k, p.optimizer_ms_per_mb *= k;
+  p.comm_compute_ms_per_call = p.comm_compute_ms_per_mb = 0;
+  return p;
+}
+
 }  // namespace
 
 const std::vector<std::string>& ProjectionColumns() {
@@ -106,7 +122,9 @@ const std::vector<std::string>& ProjectionColumns() {
   return kColumns;
 }
 
-std::vector<Row> ProjectRows(const Profile& p, const RunConfig& c) {
+std::vector<Row> ProjectRows(const Profile& measured, const RunConfig& c) {
+  const int64_t profile_batch = c.given.count("--batch-size") ? c.batch_size : measured.batch_size;
+  const Profile p = c.device_img_s > 0 ? ScaledToDevice(measured, profile_batch, c.device_img_s) : measured;
   const bool given = !c.strategies.empty();
   const std::vector<std::string> strategies =
       given ? SplitNames(c.strategies) : std::vector<std::string>{"ddp", "zero1", "zero2", "zero3", "dp", "pmp"};
@@ -145,6 +163,8 @@ int RunProjection(const RunConfig& c) {
   const std::vector<Row> rows = ProjectRows(p, c);
   fmt::print("profile {}: {} width {} at {} px, batch {}, {}, measured on {} ({})\n", c.project, p.model, p.width,
              p.image_size, p.batch_size, p.precision, p.device, p.machine);
+  if (c.device_img_s > 0)
+    fmt::print("compute scaled to {} img/s on one device (--device-img-s); links as given\n", c.device_img_s);
   fmt::print("{:<7} {:<12} {:>5} {:>4} {:>6} {:>11} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>5}\n", "strat",
              "schedule", "nodes", "gpn", "world", "img/s", "eff", "step ms", "compute", "exposed", "bubble", "mem MB",
              "error", "extr");

@@ -107,8 +107,8 @@ class StepBuilder {
   }
   int Collective(Collective kind, double bytes, std::vector<int> after) {
     const int id = Add(1, Ms(TopologySeconds(t_, kind, bytes)), std::move(after));
-    if (p_.comm_uses_compute && p_.link)
-      Compute(Ms(CollectiveTerms(kind, t_.world()).second * bytes / p_.link->bandwidth));
+    const double interference = p_.comm_compute_ms_per_call + p_.comm_compute_ms_per_mb * bytes / kMiB;
+    if (interference > 0) Add(0, interference, {});  // counted as communication, not compute
     return id;
   }
   StepPrediction Finish() const {

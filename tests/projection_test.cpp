@@ -255,6 +255,12 @@ TEST(Project, CliTableAndBadInputs) {
   EXPECT_EQ(table.rfind("strategy,schedule,nodes,gpus_per_node,world,", 0), 0u) << table;
   EXPECT_NE(table.find("\nzero3,,2,2,4,32,128,"), std::string::npos) << table;
   EXPECT_NE(table.find("\npmp,1f1b,1,2,2,"), std::string::npos) << table;
+  // Compute scaled to a given device: one device then runs exactly that.
+  const auto scaled = RunDdpbench(Args({"--project=" + dir.path() + "/p.json", "--strategies=ddp", "--gpus-per-node=1",
+                                        "--device-img-s=2470", "--project-csv=" + csv}));
+  ASSERT_EQ(scaled.exit_code, 0) << scaled.output;
+  EXPECT_NE(ReadFile(csv).find("\nddp,,1,1,1,32,32,"), std::string::npos) << ReadFile(csv);
+  EXPECT_NE(ReadFile(csv).find(",2470.0,1.000,"), std::string::npos) << ReadFile(csv);
   struct Bad {
     std::vector<std::string> args;
     std::string says;
@@ -268,6 +274,7 @@ TEST(Project, CliTableAndBadInputs) {
            {{prof, "--strategies=pmp", "--gpus-per-node=16"}, "a pipeline of 16 stages needs as many units"},
            {{prof, "--strategies=zero3", "--gpus-per-node=1"}, "accepted"},
            {{prof, "--nodes=0"}, "--nodes=0: want a comma list of whole numbers >= 1"},
+           {{prof, "--device-img-s=-3"}, "--device-img-s=-3: must be a positive number of images per second"},
            {{"--project=" + dir.path() + "/none.json"}, "cannot open the profile"},
            {{"--nodes=2"}, "--nodes=2: applies to --project only"},
        }) {
