@@ -485,8 +485,9 @@ void CollectFigures(const PreparedRun& run, const std::vector<LoopTimes>& sectio
   for (int p = 0; p < kNumPhases; ++p) result->phase_ms[p] = sections.back().phase_ms[p] / counted;
   result->data = DescribeData(sections.back(), run.process_batch);
   result->extras = strategy.Extras();
-  for (auto& [k, v] : ExpectThisRun(run.config, run.model, run.devices, dist, result->extras)) result->extras[k] = v;
   result->ranks = GatherRanks(MeasureRank(run, sections, strategy), dist);
+  // After the memory figures: the prediction's own measurements allocate.
+  for (auto& [k, v] : ExpectThisRun(run.config, run.model, run.devices, dist, result->extras)) result->extras[k] = v;
 }
 
 GoalFigures DescribeGoal(const TrainingGoal& goal, const LoopState& start) {
