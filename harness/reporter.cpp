@@ -320,6 +320,8 @@ const std::vector<SummaryItem>& SummaryItems() {
       {"accuracy", {"accuracy", "test_loss"}, "{accuracy} (test loss {test_loss})"},
       {"final loss", {"final_loss"}, "{final_loss}"},
       {"scaling eff.", {"scaling_efficiency"}, "{scaling_efficiency} (single: {baseline_throughput_img_s} img/s)"},
+      {"expected", {"vs_expected"}, "{expected_img_s} img/s from its own parts and link; measured is {vs_expected} "
+                                     "of it (largest term: {expected_term})"},
       {"parity", {"parity_max_abs_diff"}, "{parity_max_abs_diff} (ok: {parity_ok}; {parity_model})"},
       {"split", {"split"}, "{split}"},
       {"  units", {"units"}, "{units}"},
