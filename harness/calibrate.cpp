@@ -16,7 +16,9 @@
 #include "harness/dist.h"
 #include "harness/log.h"
 #include "harness/memory.h"
+#include "harness/run_result.h"
 #include "harness/training.h"
+#include "strategies/device_workers.h"
 #include "strategies/stages.h"
 
 namespace ddpbench {
@@ -27,26 +29,30 @@ using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-void Synchronize(const torch::Device& device) {
-  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+// A batch of the run's shape and random labels on `device`.
+std::pair<torch::Tensor, torch::Tensor> RandomBatch(const ResNet& model, const RunConfig& config, torch::Device device) {
+  const int64_t size = RunImageSize(config);
+  return {torch::randn({config.batch_size, model->options().in_channels, size, size}).to(device, model->options().dtype),
+          torch::randint(model->options().num_classes, {config.batch_size},
+                         torch::TensorOptions().dtype(torch::kLong).device(device))};
 }
 
 // Per unit: bytes of each trainable tensor, and per image the bytes its
 // forward leaves allocated until the backward (activations kept for the
 // gradient, and its output) and the bytes of its output.
 void MeasureUnitBytes(ResNet model, const RunConfig& config, torch::Device device, Profile* p) {
-  const int64_t size = RunImageSize(config), batch = config.batch_size;
-  torch::Tensor x = torch::randn({batch, model->options().in_channels, size, size}).to(device, model->options().dtype);
+  const int64_t batch = config.batch_size;
+  torch::Tensor x = RandomBatch(model, config, device).first;
   std::vector<torch::Tensor> keep;  // every output stays alive, as in a real forward
   size_t u = 0;
   for (auto& module : *model->units()) {
     UnitProfile& unit = p->units[u++];
     for (const auto& t : module.ptr()->parameters())
       if (t.requires_grad()) unit.param_bytes.push_back(static_cast<double>(t.numel() * t.element_size()));
-    Synchronize(device);
+    WaitForCurrentStream(device);
     const int64_t before = AllocatedBytesNow(device, 0);
     x = module.forward(x);
-    Synchronize(device);
+    WaitForCurrentStream(device);
     unit.activation_bytes = static_cast<double>(std::max<int64_t>(0, AllocatedBytesNow(device, 0) - before)) / batch;
     unit.output_bytes = static_cast<double>(x.numel() * x.element_size()) / batch;
     keep.push_back(x);
@@ -69,14 +75,13 @@ double MeasureOptimizer(const ResNet& model, const RunConfig& config, torch::Dev
   for (int i = 0; i < 2; ++i) opt->step();
   std::vector<double> ms;
   for (int i = 0; i < 7; ++i) {
-    Synchronize(device);
+    WaitForCurrentStream(device);
     const auto t0 = Clock::now();
     opt->step();
-    Synchronize(device);
+    WaitForCurrentStream(device);
     ms.push_back(SecondsSince(t0) * 1000);
   }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2] / (bytes / (1024.0 * 1024.0));
+  return Median(ms) / (bytes / (1024.0 * 1024.0));
 }
 
 // A whole training step of `model` (zero the gradients, forward, loss,
@@ -84,24 +89,19 @@ double MeasureOptimizer(const ResNet& model, const RunConfig& config, torch::Dev
 // minus its units and optimizer: what the step costs beyond them.
 double MeasureStepOverhead(ResNet model, const RunConfig& config, torch::Device device, double units_ms,
                            double optimizer_ms) {
-  const int64_t size = RunImageSize(config);
-  torch::Tensor x = torch::randn({config.batch_size, model->options().in_channels, size, size})
-                        .to(device, model->options().dtype);
-  torch::Tensor y = torch::randint(model->options().num_classes, {config.batch_size},
-                                   torch::TensorOptions().dtype(torch::kLong).device(device));
+  const auto [x, y] = RandomBatch(model, config, device);
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(config.lr).momentum(config.momentum));
   std::vector<double> ms;
   for (int i = 0; i < 8; ++i) {
-    Synchronize(device);
+    WaitForCurrentStream(device);
     const auto t0 = Clock::now();
     opt.zero_grad();
     ClassificationLoss(model->forward(x), y).backward();
     opt.step();
-    Synchronize(device);
+    WaitForCurrentStream(device);
     if (i >= 2) ms.push_back(SecondsSince(t0) * 1000);
   }
-  std::sort(ms.begin(), ms.end());
-  return std::max(0.0, (ms[2] + ms[3]) / 2 - units_ms - optimizer_ms);
+  return std::max(0.0, Median(ms) - units_ms - optimizer_ms);
 }
 
 // One forward and backward of `model` on (x, y), in ms, while `beside` runs
@@ -112,19 +112,17 @@ double TimeComputeBeside(ResNet model, const torch::Tensor& x, const torch::Tens
                          const std::function<void()>& beside) {
   std::vector<double> ms;
   for (int r = 0; r < 8; ++r) {
-    std::vector<at::Tensor> one{torch::ones({1}, torch::TensorOptions().device(dist.device))};
-    dist.group->allreduce(one)->wait();
+    dist.AllReduceSum(0);  // start together
     std::thread comm;
     if (beside) comm = std::thread(beside);
     const auto t0 = Clock::now();
     model->zero_grad();
     ClassificationLoss(model->forward(x), y).backward();
-    Synchronize(x.device());
+    WaitForCurrentStream(x.device());
     if (r > 0) ms.push_back(SecondsSince(t0) * 1000);
     if (comm.joinable()) comm.join();
   }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return Median(ms);
 }
 
 // What collectives beside the computation cost it (Profile::comm_compute_*):
@@ -134,22 +132,15 @@ double TimeComputeBeside(ResNet model, const torch::Tensor& x, const torch::Tens
 // cost per call and per MiB.
 void MeasureInterference(ResNet model, const RunConfig& config, DistContext& dist, const LinkMeasurement& idle,
                          Profile* p) {
-  const int64_t size = RunImageSize(config);
-  const torch::Tensor x = torch::randn({config.batch_size, model->options().in_channels, size, size})
-                              .to(dist.device, model->options().dtype);
-  const torch::Tensor y = torch::randint(model->options().num_classes, {config.batch_size},
-                                         torch::TensorOptions().dtype(torch::kLong).device(dist.device));
+  const auto [x, y] = RandomBatch(model, config, dist.device);
   const double alone = TimeComputeBeside(model, x, y, dist, nullptr);
   std::vector<std::pair<double, double>> cost;  // (MiB, extra ms per call)
   for (int64_t bytes : {int64_t{64} << 10, int64_t{4} << 20}) {
     double idle_s = idle.points.back().second;
     for (const auto& [b, t] : idle.points)
       if (b == static_cast<double>(bytes)) idle_s = t;
-    torch::Tensor n = torch::full({1}, std::clamp(std::floor(0.6 * alone / (idle_s * 1000)), 1.0, 20.0),
-                                  torch::TensorOptions().device(dist.device));
-    std::vector<at::Tensor> nv{n};
-    dist.group->allreduce(nv, c10d::AllreduceOptions{c10d::ReduceOp::MIN})->wait();
-    const int calls = static_cast<int>(n.item<double>());
+    const double fits = std::clamp(std::floor(0.6 * alone / (idle_s * 1000)), 1.0, 20.0);
+    const int calls = static_cast<int>(-dist.AllReduceMax(-fits));  // the fewest any rank can take
     std::vector<at::Tensor> buffer{torch::ones({bytes / 4}, torch::TensorOptions().device(dist.device))};
     const double with = TimeComputeBeside(model, x, y, dist, [&] {
       for (int i = 0; i < calls; ++i) dist.group->allreduce(buffer)->wait();
@@ -175,16 +166,14 @@ LinkMeasurement MeasureAllReduce(DistContext& dist, const std::vector<int64_t>& 
     std::vector<at::Tensor> t{torch::ones({std::max<int64_t>(1, bytes / 4)}, torch::TensorOptions().device(dist.device))};
     std::vector<double> s;
     for (int r = 0; r <= repeats; ++r) {
-      std::vector<at::Tensor> one{torch::ones({1}, torch::TensorOptions().device(dist.device))};
-      dist.group->allreduce(one)->wait();  // start together
-      Synchronize(dist.device);
+      dist.AllReduceSum(0);  // start together
+      WaitForCurrentStream(dist.device);
       const auto t0 = Clock::now();
       dist.group->allreduce(t)->wait();
-      Synchronize(dist.device);
+      WaitForCurrentStream(dist.device);
       if (r > 0) s.push_back(SecondsSince(t0));
     }
-    std::sort(s.begin(), s.end());
-    m.points.emplace_back(static_cast<double>(bytes), s[s.size() / 2]);
+    m.points.emplace_back(static_cast<double>(bytes), Median(s));
   }
   return m;
 }

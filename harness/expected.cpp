@@ -12,14 +12,14 @@
 #include "harness/config.h"
 #include "harness/dist.h"
 #include "harness/log.h"
+#include "harness/run_result.h"
+#include "harness/step_loop.h"
 #include "projection/step_model.h"
 #include "strategies/stages.h"
 
 namespace ddpbench {
 
 namespace {
-
-std::string Precision(const RunConfig& c) { return c.amp == "off" ? "float32" : "amp-" + c.amp; }
 
 // A copy from device 0 to device 1 at a few sizes, fitted to a point-to-point
 // link: what a one-process strategy's hand-off or replica copy costs.
@@ -30,14 +30,13 @@ Link MeasureCopyLink(const std::vector<torch::Device>& devices) {
     torch::Tensor dst = torch::empty({bytes / 4}, torch::TensorOptions().device(devices[1]));
     std::vector<double> s;
     for (int r = 0; r < 6; ++r) {
-      if (devices[0].is_cuda()) torch::cuda::synchronize();
+      SynchronizeDevices(devices);
       const auto t0 = std::chrono::steady_clock::now();
       dst.copy_(src);
-      if (devices[0].is_cuda()) torch::cuda::synchronize();
+      SynchronizeDevices(devices);
       if (r > 0) s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
-    std::sort(s.begin(), s.end());
-    points.emplace_back(static_cast<double>(bytes), s[s.size() / 2]);
+    points.emplace_back(static_cast<double>(bytes), Median(s));
   }
   return FitLink(points, Collective::kP2P, 2, "measured");
 }
@@ -77,7 +76,7 @@ bool ExpectsThroughput(const RunConfig& c, int world) {
 void CheckExpectedProfile(const RunConfig& c) {
   if (c.expected == "auto" || c.expected == "off") return;
   const Profile p = ReadProfile(c.expected);
-  CheckProfileMatches(p, c.model, c.width, RunImageSize(c), Precision(c), "--expected=" + c.expected);
+  CheckProfileMatches(p, c.model, c.width, RunImageSize(c), PrecisionName(c.amp), "--expected=" + c.expected);
   if (!p.link)
     throw ConfigError(fmt::format("--expected={}: the profile has no measured link; calibrate with "
                                   "--strategy=ddp --gpus=2", c.expected));

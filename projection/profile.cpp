@@ -15,6 +15,8 @@
 
 namespace ddpbench {
 
+std::string PrecisionName(const std::string& amp) { return amp == "off" ? "float32" : "amp-" + amp; }
+
 double UnitProfile::ParamBytes() const { return std::accumulate(param_bytes.begin(), param_bytes.end(), 0.0); }
 
 int64_t Profile::Parameters() const {

@@ -64,6 +64,9 @@ struct Profile {
   std::vector<UnitCost> CostAt(int64_t batch, bool* scaled = nullptr) const;
 };
 
+// The profile's precision for --amp: "float32" (off) or "amp-bf16", "amp-fp16".
+std::string PrecisionName(const std::string& amp);
+
 // JSON in and out. ReadProfile: DataError naming the file and the field on a
 // missing or malformed one.
 void WriteProfile(const Profile& profile, const std::string& path);

@@ -83,17 +83,12 @@ Row MakeRow(const RunConfig& c, const std::string& strategy, const Topology& t, 
              {"profile", c.project}};
 }
 
-// Why `strategy` cannot run on `t` ("" : it can): left out of a default table.
-std::string CannotRun(const Profile& p, const RunConfig& c, const std::string& strategy, const Topology& t) {
-  StepQuery q{strategy, t, c.given.count("--batch-size") ? c.batch_size : p.batch_size};
+// The query of `strategy` on `t` with the run's pmp and bucket flags.
+StepQuery QueryFor(const RunConfig& c, const std::string& strategy, const Topology& t, int64_t batch) {
+  StepQuery q{strategy, t, batch};
   q.schedule = ParsePipelineSchedule(c.schedule), q.micro_batches = static_cast<int>(c.chunks);
   q.virtual_stages = static_cast<int>(c.virtual_stages), q.bucket_cap_mb = c.bucket_cap_mb;
-  try {
-    PredictStep(p, q);
-    return "";
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
+  return q;
 }
 
 // The profile with its compute (units, step overhead, optimizer) scaled so
@@ -123,12 +118,11 @@ const std::vector<std::string>& ProjectionColumns() {
 }
 
 std::vector<Row> ProjectRows(const Profile& measured, const RunConfig& c) {
-  const int64_t profile_batch = c.given.count("--batch-size") ? c.batch_size : measured.batch_size;
-  const Profile p = c.device_img_s > 0 ? ScaledToDevice(measured, profile_batch, c.device_img_s) : measured;
+  const int64_t batch = c.given.count("--batch-size") ? c.batch_size : measured.batch_size;
+  const Profile p = c.device_img_s > 0 ? ScaledToDevice(measured, batch, c.device_img_s) : measured;
   const bool given = !c.strategies.empty();
   const std::vector<std::string> strategies =
       given ? SplitNames(c.strategies) : std::vector<std::string>{"ddp", "zero1", "zero2", "zero3", "dp", "pmp"};
-  const int64_t batch = c.given.count("--batch-size") ? c.batch_size : p.batch_size;
   StepQuery base{"single", MakeTopology(p, c, 1), batch};
   base.topology.per_node = 1;
   const double single = PredictStep(p, base).ImagesPerSecond();
@@ -136,17 +130,12 @@ std::vector<Row> ProjectRows(const Profile& measured, const RunConfig& c) {
   for (int nodes : ParseCounts("--nodes", c.nodes)) {
     const Topology t = MakeTopology(p, c, nodes);
     for (const std::string& s : strategies) {
-      StepQuery q{s, t, batch};
-      q.schedule = ParsePipelineSchedule(c.schedule), q.micro_batches = static_cast<int>(c.chunks);
-      q.virtual_stages = static_cast<int>(c.virtual_stages), q.bucket_cap_mb = c.bucket_cap_mb;
-      if (!given) {
-        const std::string why = CannotRun(p, c, s, t);
-        if (!why.empty()) {
-          fmt::print(stderr, "ddpbench: {} on {} x {} left out: {}\n", s, nodes, c.gpus_per_node, why);
-          continue;
-        }
+      try {
+        rows.push_back(MakeRow(c, s, t, batch, PredictStep(p, QueryFor(c, s, t, batch)), single));
+      } catch (const ConfigError& e) {
+        if (given) throw;  // a size the named strategy cannot run is an error
+        fmt::print(stderr, "ddpbench: {} on {} x {} left out: {}\n", s, nodes, c.gpus_per_node, e.what());
       }
-      rows.push_back(MakeRow(c, s, t, batch, PredictStep(p, q), single));
     }
   }
   return rows;
@@ -159,7 +148,7 @@ int RunProjection(const RunConfig& c) {
   };
   CheckProfileMatches(p, want("--model", c.model, p.model), std::stoll(want("--width", std::to_string(c.width), std::to_string(p.width))),
                       std::stoll(want("--image-size", std::to_string(c.image_size), std::to_string(p.image_size))),
-                      want("--amp", c.amp == "off" ? "float32" : "amp-" + c.amp, p.precision), c.project);
+                      want("--amp", PrecisionName(c.amp), p.precision), c.project);
   const std::vector<Row> rows = ProjectRows(p, c);
   fmt::print("profile {}: {} width {} at {} px, batch {}, {}, measured on {} ({})\n", c.project, p.model, p.width,
              p.image_size, p.batch_size, p.precision, p.device, p.machine);

@@ -212,8 +212,8 @@ StepPrediction PredictZero(const Profile& p, const std::vector<UnitCost>& cost, 
 }
 
 StepPrediction PredictDp(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t) {
-  double params = 0, compute = p.step_overhead_ms;
-  for (const UnitProfile& u : p.units) params += u.ParamBytes();
+  const double params = AllParamBytes(p);
+  double compute = p.step_overhead_ms;
   for (const UnitCost& c : cost) compute += c.forward_ms + c.backward_ms;
   const int g = t.per_node;
   const double comm = Ms(TopologySeconds(t, Collective::kBroadcast, params)) +
@@ -286,20 +286,31 @@ ChunkTimes PipelineChunkTimes(const Profile& p, const PipelineTable& table, cons
   return times;
 }
 
-// Memory of the fullest device: its chunks' model states and, per chunk, its
-// activations times the micro-batches the schedule holds at once.
-void SetPipelineMemory(const Profile& p, const PipelineTable& table, const std::vector<int>& counts,
-                       const PipelineSimulation& sim, int64_t micro, int64_t batch, StepPrediction* out) {
-  std::vector<double> params(table.devices, 0), act(table.devices, 0);
+// Per device: the parameter bytes of its chunks, and the largest activation
+// bytes per image of one of its chunks.
+struct DeviceBytes {
+  std::vector<double> params, largest_chunk_activation;
+};
+DeviceBytes BytesPerDevice(const Profile& p, const PipelineTable& table, const std::vector<int>& counts) {
+  DeviceBytes d{std::vector<double>(table.devices, 0), std::vector<double>(table.devices, 0)};
   int first = 0;
   for (size_t c = 0; c < counts.size(); ++c) {
     double pb = 0, ab = 0;
     for (int u = first; u < first + counts[c]; ++u) pb += p.units[u].ParamBytes(), ab += p.units[u].activation_bytes;
-    params[table.DeviceOf(c)] += pb;
-    act[table.DeviceOf(c)] = std::max(act[table.DeviceOf(c)], ab);
+    d.params[table.DeviceOf(c)] += pb;
+    d.largest_chunk_activation[table.DeviceOf(c)] = std::max(d.largest_chunk_activation[table.DeviceOf(c)], ab);
     first += counts[c];
   }
-  for (int d = 0; d < table.devices; ++d) {
+  return d;
+}
+
+// Memory of the fullest device: its chunks' model states and, per chunk, its
+// activations times the micro-batches the schedule holds at once.
+void SetPipelineMemory(const Profile& p, const DeviceBytes& bytes, const PipelineSimulation& sim, int64_t micro,
+                       int64_t batch, StepPrediction* out) {
+  const std::vector<double>& params = bytes.params;
+  const std::vector<double>& act = bytes.largest_chunk_activation;
+  for (size_t d = 0; d < params.size(); ++d) {
     const auto elements = static_cast<int64_t>(params[d] / static_cast<double>(p.element_bytes));
     const double states = ZeroExpectedMb(0, elements, 1, StateBytes(p));
     const double acts = sim.peak_in_flight[d] * act[d] * static_cast<double>(micro) / kMiB;
@@ -327,11 +338,9 @@ StepPrediction PredictPipeline(const Profile& p, const StepQuery& q) {
   const PipelineSimulation with = SimulatePipeline(table, PipelineChunkTimes(p, table, counts, cost, micro, &q.topology));
   if (plain.deadlock || with.deadlock)
     throw ConfigError(fmt::format("--schedule={}: its table deadlocks on {} devices", PipelineScheduleName(schedule), S));
+  const DeviceBytes bytes = BytesPerDevice(p, table, counts);
   double opt = 0;
-  std::vector<double> device_params(S, 0);
-  for (int c = 0, first = 0; c < static_cast<int>(counts.size()); first += counts[c], ++c)
-    for (int u = first; u < first + counts[c]; ++u) device_params[table.DeviceOf(c)] += p.units[u].ParamBytes();
-  for (double b : device_params) opt = std::max(opt, OptimizerMs(p, b));
+  for (double b : bytes.params) opt = std::max(opt, OptimizerMs(p, b));
   const double busiest = *std::max_element(plain.busy.begin(), plain.busy.end());
   out.step_ms = with.makespan + opt + p.step_overhead_ms;
   out.compute_ms = busiest + opt + p.step_overhead_ms;
@@ -339,7 +348,7 @@ StepPrediction PredictPipeline(const Profile& p, const StepQuery& q) {
   out.exposed_comm_ms = with.makespan - plain.makespan;
   out.images = q.batch;
   out.micro_batches = M, out.virtual_stages = V;
-  SetPipelineMemory(p, table, counts, plain, micro, q.batch, &out);
+  SetPipelineMemory(p, bytes, plain, micro, q.batch, &out);
   return out;
 }
 
