@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <stdexcept>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -105,75 +107,112 @@ double MeasureStepOverhead(ResNet model, const RunConfig& config, torch::Device 
 }
 
 // One forward and backward of `model` on (x, y), in ms, while `beside` runs
-// on another thread (none: alone). Every
-// rank runs it at the same time (a 1-element all-reduce lines them up).
-// The median of 7 after 1 untimed.
-double TimeComputeBeside(ResNet model, const torch::Tensor& x, const torch::Tensor& y, DistContext& dist,
-                         const std::function<void()>& beside) {
-  std::vector<double> ms;
+// on another thread (none: alone), and the ms `beside` took. Every rank runs
+// it at the same time (a 1-element all-reduce lines them up). Medians of 7
+// after 1 untimed.
+std::pair<double, double> TimeComputeBeside(ResNet model, const torch::Tensor& x, const torch::Tensor& y,
+                                            DistContext& dist, const std::function<void()>& beside) {
+  std::vector<double> ms, beside_ms;
   for (int r = 0; r < 8; ++r) {
     dist.AllReduceSum(0);  // start together
     std::thread comm;
-    if (beside) comm = std::thread(beside);
     const auto t0 = Clock::now();
+    if (beside) comm = std::thread([&] {
+        beside();
+        if (r > 0) beside_ms.push_back(SecondsSince(t0) * 1000);
+      });
     model->zero_grad();
     ClassificationLoss(model->forward(x), y).backward();
     WaitForCurrentStream(x.device());
     if (r > 0) ms.push_back(SecondsSince(t0) * 1000);
     if (comm.joinable()) comm.join();
   }
-  return Median(ms);
+  return {Median(ms), beside_ms.empty() ? 0.0 : Median(beside_ms)};
 }
 
-// What collectives beside the computation cost it (Profile::comm_compute_*):
-// the computation alone, and with n all-reduces of 64 KiB and of 4 MiB
+// A cost a + b x MiB through two (MiB, ms) points, neither part below 0.
+std::pair<double, double> PerCallAndPerMiB(const std::vector<std::pair<double, double>>& two) {
+  const double per_mb = std::max(0.0, (two[1].second - two[0].second) / (two[1].first - two[0].first));
+  return {std::max(0.0, two[0].second - per_mb * two[0].first), per_mb};
+}
+
+// What collectives and the computation cost each other when they run at the
+// same time (CPU devices: the same cores compute, move and sum the bytes).
+// The computation alone, and with n all-reduces of 64 KiB and of 4 MiB
 // issued back to back beside it (n the same on every rank, small enough for
-// them to end before it does); the extra ms per call at the two sizes give a
-// cost per call and per MiB.
-void MeasureInterference(ResNet model, const RunConfig& config, DistContext& dist, const LinkMeasurement& idle,
-                         Profile* p) {
+// them to end before it does): the computation's extra ms per call at the
+// two sizes give Profile::comm_compute_* (per call and per MiB), and the
+// calls' own time beside it, against the same calls alone,
+// Profile::comm_loaded_*.
+void MeasureInterference(ResNet model, const RunConfig& config, DistContext& dist, Profile* p) {
   const auto [x, y] = RandomBatch(model, config, dist.device);
-  const double alone = TimeComputeBeside(model, x, y, dist, nullptr);
-  std::vector<std::pair<double, double>> cost;  // (MiB, extra ms per call)
-  for (int64_t bytes : {int64_t{64} << 10, int64_t{4} << 20}) {
-    double idle_s = idle.points.back().second;
-    for (const auto& [b, t] : idle.points)
-      if (b == static_cast<double>(bytes)) idle_s = t;
+  const double alone = TimeComputeBeside(model, x, y, dist, nullptr).first;
+  const LinkMeasurement idle = MeasureCollective(dist, Collective::kAllReduce, {int64_t{64} << 10, int64_t{4} << 20}, 5);
+  // (MiB, extra ms per call) of the computation, and of the collectives themselves
+  std::vector<std::pair<double, double>> compute_cost, comm_cost;
+  for (const auto& [bytes, idle_s] : idle.points) {
     const double fits = std::clamp(std::floor(0.6 * alone / (idle_s * 1000)), 1.0, 20.0);
     const int calls = static_cast<int>(-dist.AllReduceMax(-fits));  // the fewest any rank can take
-    std::vector<at::Tensor> buffer{torch::ones({bytes / 4}, torch::TensorOptions().device(dist.device))};
-    const double with = TimeComputeBeside(model, x, y, dist, [&] {
+    std::vector<at::Tensor> buffer{torch::ones({static_cast<int64_t>(bytes) / 4}, torch::TensorOptions().device(dist.device))};
+    const auto [with, comm_ms] = TimeComputeBeside(model, x, y, dist, [&] {
       for (int i = 0; i < calls; ++i) dist.group->allreduce(buffer)->wait();
     });
-    cost.emplace_back(static_cast<double>(bytes) / (1024.0 * 1024.0), std::max(0.0, with - alone) / calls);
+    const double mib = bytes / (1024.0 * 1024.0);
+    compute_cost.emplace_back(mib, std::max(0.0, with - alone) / calls);
+    comm_cost.emplace_back(mib, std::max(0.0, comm_ms / calls - idle_s * 1000));
   }
-  const double per_mb = std::max(0.0, (cost[1].second - cost[0].second) / (cost[1].first - cost[0].first));
-  p->comm_compute_ms_per_mb = per_mb;
-  p->comm_compute_ms_per_call = std::max(0.0, cost[0].second - per_mb * cost[0].first);
+  std::tie(p->comm_compute_ms_per_call, p->comm_compute_ms_per_mb) = PerCallAndPerMiB(compute_cost);
+  std::tie(p->comm_loaded_ms_per_call, p->comm_loaded_ms_per_mb) = PerCallAndPerMiB(comm_cost);
 }
 
 }  // namespace
 
 std::vector<int64_t> CalibrationBatches(int64_t batch) {
   std::vector<int64_t> out{batch};
-  while (out.size() < 4 && out.back() % 2 == 0 && out.back() > 1) out.push_back(out.back() / 2);
+  // Not below 2: batch norm cannot train on one value per channel (one image at 1x1 after layer4).
+  while (out.size() < 4 && out.back() % 2 == 0 && out.back() / 2 >= 2) out.push_back(out.back() / 2);
   return out;
 }
 
-LinkMeasurement MeasureAllReduce(DistContext& dist, const std::vector<int64_t>& sizes, int repeats) {
-  LinkMeasurement m{"all-reduce", dist.world, {}};
+namespace {
+
+// Starts one `c` of `in` (the whole buffer, S bytes) as the strategies run it
+// on this backend: zero_sharded reduces-scatters over Gloo with an all-to-all
+// of the same bytes (Gloo has no reduce-scatter of one buffer).
+c10::intrusive_ptr<c10d::Work> Issue(DistContext& dist, Collective c, at::Tensor& in, at::Tensor& out) {
+  std::vector<at::Tensor> one{in};
+  std::vector<int64_t> equal_splits;
+  switch (c) {
+    case Collective::kReduceScatter:
+      return dist.backend == "gloo" ? dist.group->alltoall_base(out, in, equal_splits, equal_splits)
+                                    : dist.group->_reduce_scatter_base(out, in);
+    case Collective::kAllGather: return dist.group->_allgather_base(out, in);
+    default: return dist.group->allreduce(one);
+  }
+}
+
+}  // namespace
+
+LinkMeasurement MeasureCollective(DistContext& dist, Collective c, const std::vector<int64_t>& sizes, int repeats) {
+  LinkMeasurement m{CollectiveName(c), dist.world, {}};
+  const auto options = torch::TensorOptions().device(dist.device);
   for (int64_t bytes : sizes) {
-    std::vector<at::Tensor> t{torch::ones({std::max<int64_t>(1, bytes / 4)}, torch::TensorOptions().device(dist.device))};
+    const int64_t numel = std::max<int64_t>(1, bytes / 4 / dist.world) * dist.world;  // S, divisible by the ranks
+    at::Tensor whole = torch::ones({numel}, options);
+    at::Tensor slice = torch::ones({numel / dist.world}, options);
+    at::Tensor in = c == Collective::kAllGather ? slice : whole;
+    at::Tensor out = c == Collective::kAllGather || dist.backend == "gloo" ? torch::empty_like(whole)
+                                                                          : torch::empty_like(slice);
     std::vector<double> s;
     for (int r = 0; r <= repeats; ++r) {
       dist.AllReduceSum(0);  // start together
       WaitForCurrentStream(dist.device);
       const auto t0 = Clock::now();
-      dist.group->allreduce(t)->wait();
+      Issue(dist, c, in, out)->wait();
       WaitForCurrentStream(dist.device);
       if (r > 0) s.push_back(SecondsSince(t0));
     }
-    m.points.emplace_back(static_cast<double>(bytes), Median(s));
+    m.points.emplace_back(static_cast<double>(numel * 4), Median(s));
   }
   return m;
 }
@@ -210,15 +249,32 @@ Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, to
                                            p.optimizer_ms_per_mb * static_cast<double>(p.Parameters()) *
                                                static_cast<double>(p.element_bytes) / (1024.0 * 1024.0));
   if (processes && !link_sizes.empty()) {
-    const LinkMeasurement m = MeasureAllReduce(dist, link_sizes, link_repeats);
-    if (!device.is_cuda()) MeasureInterference(model, config, dist, m, &p);  // GPUs copy on their own engines
+    const LinkMeasurement m = MeasureCollective(dist, Collective::kAllReduce, link_sizes, link_repeats);
+    std::vector<LinkMeasurement> sharded;  // what zero1/2/3 run instead of an all-reduce
+    for (Collective c : {Collective::kReduceScatter, Collective::kAllGather})
+      sharded.push_back(MeasureCollective(dist, c, link_sizes, link_repeats));
+    if (!device.is_cuda()) MeasureInterference(model, config, dist, &p);  // GPUs copy on their own engines
     if (!dist.is_root()) return p;  // rank 0 fits, writes and predicts
     p.link = FitLink(m.points, Collective::kAllReduce, dist.world, "measured");
     p.link_ranks = dist.world;
     p.link_points.push_back(m);
+    for (const LinkMeasurement& s : sharded) {
+      p.link_points.push_back(s);
+      const Collective c = *CollectiveFromName(s.collective);
+      try {
+        const Link fit = FitLink(s.points, c, dist.world, "measured");
+        p.link->own[c] = {fit.alpha_s, fit.bandwidth};
+        LogInfo("{} over {} ranks: alpha {:.1f} us, {:.3f} GB/s", s.collective, dist.world, fit.alpha_s * 1e6,
+                fit.bandwidth / 1e9);
+      } catch (const std::invalid_argument& e) {  // noisy timings: the all-reduce's fit stands for it
+        LogWarn("{} over {} ranks not fitted ({}); the all-reduce's fit stands for it", s.collective, dist.world,
+                e.what());
+      }
+    }
     LogInfo("link over {} ranks: alpha {:.1f} us, {:.3f} GB/s ({}); beside the computation each collective costs "
-            "it {:.3f} ms + {:.3f} ms/MiB", dist.world, p.link->alpha_s * 1e6, p.link->bandwidth / 1e9,
-            p.link->source, p.comm_compute_ms_per_call, p.comm_compute_ms_per_mb);
+            "it {:.3f} ms + {:.3f} ms/MiB and takes {:.3f} ms + {:.3f} ms/MiB longer", dist.world,
+            p.link->alpha_s * 1e6, p.link->bandwidth / 1e9, p.link->source, p.comm_compute_ms_per_call,
+            p.comm_compute_ms_per_mb, p.comm_loaded_ms_per_call, p.comm_loaded_ms_per_mb);
   }
   return p;
 }

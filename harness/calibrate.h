@@ -4,8 +4,9 @@
 // pipeline would run, its parameter tensors, the activation bytes it holds
 // until its backward, the optimizer's time per parameter byte, and, when the
 // run has several ranks (--strategy=ddp --gpus=N, or under a launcher), the
-// all-reduce over the run's own process group at sizes from 16 KiB to 16 MiB,
-// fitted to an alpha-beta link. Rank 0 writes the file.
+// all-reduce, reduce-scatter and all-gather over the run's own process group
+// at sizes from 16 KiB to 16 MiB, each fitted to an alpha-beta link. Rank 0
+// writes the file.
 #pragma once
 
 #include <torch/types.h>
@@ -31,11 +32,14 @@ Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, to
 int RunCalibration(const RunConfig& config, const ResNetOptions& model, torch::Device device, DistContext& dist);
 
 // The batch sizes the units are timed at: the batch, then halved while it
-// divides evenly, down to 1/8 of it (and at least 1).
+// divides evenly, down to 1/8 of it and not below 2 (batch norm trains on
+// no fewer than 2 values per channel; smaller micro-batches scale linearly).
 std::vector<int64_t> CalibrationBatches(int64_t batch);
 
-// The all-reduce over `dist`'s group at each of `sizes` bytes: (bytes,
-// seconds), the median of `repeats` timed calls after one untimed call.
-LinkMeasurement MeasureAllReduce(DistContext& dist, const std::vector<int64_t>& sizes, int repeats);
+// Collective `c` (all-reduce, reduce-scatter or all-gather, as the
+// strategies issue it on this backend) over `dist`'s group at each of
+// `sizes` bytes of the whole buffer: (bytes, seconds), the median of
+// `repeats` timed calls after one untimed call.
+LinkMeasurement MeasureCollective(DistContext& dist, Collective c, const std::vector<int64_t>& sizes, int repeats);
 
 }  // namespace ddpbench

@@ -24,21 +24,28 @@ std::string CollectiveName(Collective c) {
   return "?";
 }
 
+std::optional<Collective> CollectiveFromName(const std::string& name) {
+  for (Collective c : {Collective::kAllReduce, Collective::kAllReduceTree, Collective::kReduceScatter,
+                       Collective::kAllGather, Collective::kBroadcast, Collective::kP2P})
+    if (CollectiveName(c) == name) return c;
+  return std::nullopt;
+}
+
 const std::vector<Link>& LinkPresets() {
   // Bandwidth per device and direction from the published specifications;
   // alpha is the order of magnitude of one step's latency on such a link.
   static const std::vector<Link> kPresets = {
-      {"nvlink2", 3e-6, 150e9, "V100 SXM2: 6 NVLink 2 links x 25 GB/s per direction"},
-      {"nvlink3", 3e-6, 300e9, "A100 SXM: NVLink 3, 600 GB/s per GPU in both directions"},
-      {"nvlink4", 3e-6, 450e9, "H100 SXM: NVLink 4, 900 GB/s per GPU in both directions"},
-      {"pcie3", 5e-6, 15.75e9, "PCIe 3.0 x16: 8 GT/s x 16 lanes, 128b/130b"},
-      {"pcie4", 5e-6, 31.5e9, "PCIe 4.0 x16: 16 GT/s x 16 lanes, 128b/130b"},
-      {"pcie5", 5e-6, 63e9, "PCIe 5.0 x16: 32 GT/s x 16 lanes, 128b/130b"},
-      {"ib-hdr200", 5e-6, 25e9, "InfiniBand HDR: 200 Gb/s per port (ConnectX-6)"},
-      {"ib-ndr400", 5e-6, 50e9, "InfiniBand NDR: 400 Gb/s per port (ConnectX-7)"},
-      {"100gbe", 20e-6, 12.5e9, "IEEE 802.3 100 Gb/s Ethernet"},
-      {"25gbe", 30e-6, 3.125e9, "IEEE 802.3 25 Gb/s Ethernet"},
-      {"10gbe", 30e-6, 1.25e9, "IEEE 802.3 10 Gb/s Ethernet"},
+      {"nvlink2", 3e-6, 150e9, "V100 SXM2: 6 NVLink 2 links x 25 GB/s per direction", {}},
+      {"nvlink3", 3e-6, 300e9, "A100 SXM: NVLink 3, 600 GB/s per GPU in both directions", {}},
+      {"nvlink4", 3e-6, 450e9, "H100 SXM: NVLink 4, 900 GB/s per GPU in both directions", {}},
+      {"pcie3", 5e-6, 15.75e9, "PCIe 3.0 x16: 8 GT/s x 16 lanes, 128b/130b", {}},
+      {"pcie4", 5e-6, 31.5e9, "PCIe 4.0 x16: 16 GT/s x 16 lanes, 128b/130b", {}},
+      {"pcie5", 5e-6, 63e9, "PCIe 5.0 x16: 32 GT/s x 16 lanes, 128b/130b", {}},
+      {"ib-hdr200", 5e-6, 25e9, "InfiniBand HDR: 200 Gb/s per port (ConnectX-6)", {}},
+      {"ib-ndr400", 5e-6, 50e9, "InfiniBand NDR: 400 Gb/s per port (ConnectX-7)", {}},
+      {"100gbe", 20e-6, 12.5e9, "IEEE 802.3 100 Gb/s Ethernet", {}},
+      {"25gbe", 30e-6, 3.125e9, "IEEE 802.3 25 Gb/s Ethernet", {}},
+      {"10gbe", 30e-6, 1.25e9, "IEEE 802.3 10 Gb/s Ethernet", {}},
   };
   return kPresets;
 }
@@ -96,6 +103,7 @@ Link ParseLink(const std::string& spec, const Link* measured, const std::string&
   Link link;
   const bool have_base = parts[0].find('=') == std::string::npos;
   if (have_base) link = BaseLink(parts[0], measured, where);
+  const Link base = link;
   bool have_alpha = false, have_bw = false;
   for (size_t i = have_base ? 1 : 0; i < parts.size(); ++i) {
     const size_t eq = parts[i].find('=');
@@ -114,6 +122,11 @@ Link ParseLink(const std::string& spec, const Link* measured, const std::string&
   }
   if (!have_base && !(have_alpha && have_bw))
     throw ConfigError(fmt::format("{}: give a preset or measured, or both alpha= and bw=", where));
+  // The collectives' own fits move with the link they were measured on.
+  for (auto& [c, fit] : link.own) {
+    if (have_bw) fit.bandwidth *= link.bandwidth / base.bandwidth;
+    if (have_alpha) fit.alpha_s = base.alpha_s > 0 ? fit.alpha_s * link.alpha_s / base.alpha_s : link.alpha_s;
+  }
   if (have_alpha || have_bw) {
     link.name = spec;
     link.source = have_base ? link.source + " (given: " + spec + ")" : "given: " + spec;
@@ -144,11 +157,21 @@ double BusBwFactor(Collective c, int n) {
   }
 }
 
+Link ScaleLink(Link link, double alpha_factor, double bw_factor) {
+  link.alpha_s *= alpha_factor;
+  link.bandwidth *= bw_factor;
+  for (auto& [c, fit] : link.own) fit = {fit.alpha_s * alpha_factor, fit.bandwidth * bw_factor};
+  return link;
+}
+
 double CollectiveSeconds(const Link& link, Collective c, int ranks, double bytes) {
   auto time = [&](Collective k) {
     const auto [a, f] = CollectiveTerms(k, ranks);
-    return a * link.alpha_s + f * bytes / link.bandwidth;
+    const auto own = link.own.find(k);
+    const LinkFit fit = own != link.own.end() ? own->second : LinkFit{link.alpha_s, link.bandwidth};
+    return a * fit.alpha_s + f * bytes / fit.bandwidth;
   };
+  if (c == Collective::kAllReduce && link.own.count(c)) return time(c);
   if (c == Collective::kAllReduce) return std::min(time(Collective::kAllReduce), time(Collective::kAllReduceTree));
   return time(c);
 }
@@ -157,9 +180,8 @@ double TopologySeconds(const Topology& t, Collective c, double bytes, bool acros
   if (t.nodes == 1) return CollectiveSeconds(t.intra, c, t.per_node, bytes);
   if (c == Collective::kP2P) return CollectiveSeconds(across || t.per_node == 1 ? t.inter : t.intra, c, 2, bytes);
   // The node's devices cross at once, each over its share of the NICs.
-  Link shared = t.inter;
   const int nics = t.nics > 0 ? t.nics : t.per_node;
-  shared.bandwidth *= std::min(1.0, static_cast<double>(nics) / t.per_node);
+  const Link shared = ScaleLink(t.inter, 1.0, std::min(1.0, static_cast<double>(nics) / t.per_node));
   const double share = bytes / t.per_node;
   if (c == Collective::kAllReduce || c == Collective::kAllReduceTree)
     return CollectiveSeconds(t.intra, Collective::kReduceScatter, t.per_node, bytes) +
@@ -188,7 +210,8 @@ Link FitLink(const std::vector<std::pair<double, double>>& points, Collective c,
   const double x0 = (s11 * r0 - s01 * r1) / det, x1 = (s00 * r1 - s01 * r0) / det;
   if (!(x1 > 0)) throw std::invalid_argument("fit: the times do not grow with the size; no bandwidth fits");
   return Link{name, std::max(x0, 0.0) / count, factor / x1,
-              fmt::format("fitted to {} measured {} points on {} ranks", points.size(), CollectiveName(c), ranks)};
+              fmt::format("fitted to {} measured {} points on {} ranks", points.size(), CollectiveName(c), ranks),
+              {}};
 }
 
 }  // namespace ddpbench

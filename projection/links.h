@@ -14,22 +14,38 @@
 // Pure logic, no LibTorch.
 #pragma once
 
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace ddpbench {
 
+enum class Collective { kAllReduce, kAllReduceTree, kReduceScatter, kAllGather, kBroadcast, kP2P };
+
+struct LinkFit {
+  double alpha_s = 0, bandwidth = 0;
+};
+
 struct Link {
   std::string name;
   double alpha_s = 0;      // per message (one step of a collective)
   double bandwidth = 0;    // bytes/s per direction of one device's connection
   std::string source;
+  // Collectives measured on their own (a calibrated link: Gloo runs its
+  // reduce-scatter as an all-to-all and its all-gather its own way, each with
+  // its own cost): their fit replaces (alpha_s, bandwidth) in their formula.
+  std::map<Collective, LinkFit> own;
 };
 
-enum class Collective { kAllReduce, kAllReduceTree, kReduceScatter, kAllGather, kBroadcast, kP2P };
+// `link` with every alpha (its own fits' too) times `alpha_factor` and every
+// bandwidth times `bw_factor`: an override or a shared NIC keeps what the
+// calibration measured about each collective relative to the others.
+Link ScaleLink(Link link, double alpha_factor, double bw_factor);
 
 std::string CollectiveName(Collective c);
+std::optional<Collective> CollectiveFromName(const std::string& name);
 
 // The named presets: nvlink3, nvlink4, pcie3, pcie4, pcie5, ib-hdr200,
 // ib-ndr400, 100gbe, 25gbe.
@@ -45,8 +61,9 @@ Link ParseLink(const std::string& spec, const Link* measured, const std::string&
 // (alpha count, bytes factor): t = count x alpha + factor x S / bandwidth.
 std::pair<double, double> CollectiveTerms(Collective c, int ranks);
 double BusBwFactor(Collective c, int ranks);
-// Seconds for `c` of `bytes` on `ranks` devices joined by `link`. All-reduce
-// takes the faster of ring and tree, as NCCL's tuner does.
+// Seconds for `c` of `bytes` on `ranks` devices joined by `link`: the
+// collective's own fit where the link has one, else all-reduce takes the
+// faster of ring and tree, as NCCL's tuner does.
 double CollectiveSeconds(const Link& link, Collective c, int ranks, double bytes);
 
 // Devices: `per_node` on the intra link in each of `nodes` nodes; each node's

@@ -63,13 +63,18 @@ void WriteProfile(const Profile& p, const std::string& path) {
                       {"torch_version", p.torch_version}, {"git_sha", p.git_sha}, {"created", p.created},
                       {"optimizer_ms_per_mb", p.optimizer_ms_per_mb}, {"step_overhead_ms", p.step_overhead_ms},
                       {"comm_compute_ms_per_call", p.comm_compute_ms_per_call},
-                      {"comm_compute_ms_per_mb", p.comm_compute_ms_per_mb}, {"units", units}};
+                      {"comm_compute_ms_per_mb", p.comm_compute_ms_per_mb},
+                      {"comm_loaded_ms_per_call", p.comm_loaded_ms_per_call},
+                      {"comm_loaded_ms_per_mb", p.comm_loaded_ms_per_mb}, {"units", units}};
   if (p.link) {
     nlohmann::json points = nlohmann::json::array();
     for (const LinkMeasurement& m : p.link_points)
       points.push_back({{"collective", m.collective}, {"ranks", m.ranks}, {"points", m.points}});
+    nlohmann::json own = nlohmann::json::object();
+    for (const auto& [c, fit] : p.link->own)
+      own[CollectiveName(c)] = {{"alpha_us", fit.alpha_s * 1e6}, {"bandwidth_gb_s", fit.bandwidth / 1e9}};
     j["link"] = {{"alpha_us", p.link->alpha_s * 1e6}, {"bandwidth_gb_s", p.link->bandwidth / 1e9},
-                 {"ranks", p.link_ranks}, {"source", p.link->source}, {"measured", points}};
+                 {"ranks", p.link_ranks}, {"source", p.link->source}, {"collectives", own}, {"measured", points}};
   }
   ReplaceFile(path, j.dump(1) + "\n");
 }
@@ -85,6 +90,18 @@ T Field(const nlohmann::json& j, const char* key, const std::string& path) {
     return j.at(key).get<T>();
   } catch (const nlohmann::json::exception&) {
     throw ConfigError(fmt::format("{}: field '{}' has the wrong type", path, key));
+  }
+}
+
+// The link's fits per collective ("collectives": {"reduce-scatter": {...}}).
+void ReadOwnFits(const nlohmann::json& own, const std::string& path, Link* link) {
+  for (const auto& [name, fit] : own.items()) {
+    const std::optional<Collective> c = CollectiveFromName(name);
+    if (!c) throw ConfigError(fmt::format("{}: link.collectives: unknown collective '{}'", path, name));
+    const LinkFit f{Field<double>(fit, "alpha_us", path) * 1e-6, Field<double>(fit, "bandwidth_gb_s", path) * 1e9};
+    if (!(f.bandwidth > 0) || !(f.alpha_s >= 0))
+      throw ConfigError(fmt::format("{}: link.collectives.{} needs alpha >= 0 and bandwidth > 0", path, name));
+    link->own[*c] = f;
   }
 }
 
@@ -141,6 +158,9 @@ Profile ReadProfile(const std::string& path) {
   if (j.contains("step_overhead_ms")) p.step_overhead_ms = std::max(0.0, Field<double>(j, "step_overhead_ms", path));
   if (j.contains("comm_compute_ms_per_call")) p.comm_compute_ms_per_call = std::max(0.0, Field<double>(j, "comm_compute_ms_per_call", path));
   if (j.contains("comm_compute_ms_per_mb")) p.comm_compute_ms_per_mb = std::max(0.0, Field<double>(j, "comm_compute_ms_per_mb", path));
+  for (auto [key, field] : {std::pair{"comm_loaded_ms_per_call", &p.comm_loaded_ms_per_call},
+                             std::pair{"comm_loaded_ms_per_mb", &p.comm_loaded_ms_per_mb}})
+    if (j.contains(key)) *field = std::max(0.0, Field<double>(j, key, path));
   auto optional = [&](const char* key) { return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : ""; };
   p.torch_version = optional("torch_version");
   p.git_sha = optional("git_sha");
@@ -156,9 +176,10 @@ Profile ReadProfile(const std::string& path) {
   if (j.contains("link")) {
     const auto& l = j["link"];
     Link link{"measured", Field<double>(l, "alpha_us", path) * 1e-6, Field<double>(l, "bandwidth_gb_s", path) * 1e9,
-              Field<std::string>(l, "source", path)};
+              Field<std::string>(l, "source", path), {}};
     if (!(link.bandwidth > 0) || !(link.alpha_s >= 0))
       throw ConfigError(fmt::format("{}: the measured link needs alpha >= 0 and bandwidth > 0", path));
+    if (l.contains("collectives")) ReadOwnFits(l["collectives"], path, &link);
     p.link = link;
     p.link_ranks = Field<int>(l, "ranks", path);
   }

@@ -53,6 +53,11 @@ struct Profile {
   // measured by timing a step's computation alone and with collectives
   // running at the same time on every rank.
   double comm_compute_ms_per_call = 0, comm_compute_ms_per_mb = 0;
+  // And what the computation costs a collective: how much longer each call
+  // takes while the cores compute than on idle ones (its thread waits for a
+  // core, and sums on a shared one), per call and per MiB, measured with the
+  // same all-reduces beside a forward and backward.
+  double comm_loaded_ms_per_call = 0, comm_loaded_ms_per_mb = 0;
   std::optional<Link> link;        // fitted over the calibration's own ranks
   int link_ranks = 0;
   std::vector<LinkMeasurement> link_points;

@@ -98,12 +98,12 @@ StepQuery QueryFor(const RunConfig& c, const std::string& strategy, const Topolo
 // belongs to the measured device and is dropped.
 Profile ScaledToDevice(Profile p, int64_t batch, double img_s) {
   StepQuery one{"single", Topology{}, batch};
-  one.topology.intra = one.topology.inter = Link{"none", 0, 1, ""};
+  one.topology.intra = one.topology.inter = Link{"none", 0, 1, "", {}};
   const double k = batch * 1000.0 / img_s / PredictStep(p, one).step_ms;
   for (UnitProfile& u : p.units)
     for (auto& [b, c] : u.cost) c.forward_ms *= k, c.backward_ms *= k;
   p.step_overhead_ms *= k, p.optimizer_ms_per_mb *= k;
-  p.comm_compute_ms_per_call = p.comm_compute_ms_per_mb = 0;
+  p.comm_compute_ms_per_call = p.comm_compute_ms_per_mb = p.comm_loaded_ms_per_call = p.comm_loaded_ms_per_mb = 0;
   return p;
 }
 

@@ -92,10 +92,11 @@ std::vector<std::vector<int>> ReducerBuckets(const std::vector<double>& param_by
 namespace {
 
 // A step's operations on the two streams (timeline.h) as a strategy issues
-// them: compute counted as it is added; each collective on the link, and on
-// devices that move the bytes themselves (Profile::comm_uses_compute) its
-// byte time on the measured link also taken from the compute stream, right
-// where it is issued.
+// them: compute counted as it is added; each collective on the link (plus
+// the time a loaded CPU adds to it, Profile::comm_loaded_*; none on one
+// device, where the strategies issue no collectives), and
+// on devices that move the bytes themselves what it costs the computation
+// (Profile::comm_compute_*) taken from the compute stream where it is issued.
 class StepBuilder {
  public:
   StepBuilder(const Profile& p, const Topology& t) : p_(p), t_(t) {
@@ -106,7 +107,9 @@ class StepBuilder {
     return Add(0, ms, std::move(after));
   }
   int Collective(Collective kind, double bytes, std::vector<int> after) {
-    const int id = Add(1, Ms(TopologySeconds(t_, kind, bytes)), std::move(after));
+    if (t_.world() == 1) return Add(1, 0, std::move(after));  // one rank: the strategies issue none
+    const double loaded = p_.comm_loaded_ms_per_call + p_.comm_loaded_ms_per_mb * bytes / kMiB;
+    const int id = Add(1, Ms(TopologySeconds(t_, kind, bytes)) + loaded, std::move(after));
     const double interference = p_.comm_compute_ms_per_call + p_.comm_compute_ms_per_mb * bytes / kMiB;
     if (interference > 0) Add(0, interference, {});  // counted as communication, not compute
     return id;

@@ -320,30 +320,45 @@ def read_row(path, what):
     return rows[0]
 
 
-def measure_netns(a, link, strategy, tmp):
-    """Two ranks over the shaped pair: (row, wall seconds, (bytes A->B, B->A, tbf drops), rank 0's command)."""
-    out = os.path.join(tmp, f"netns-{strategy}.csv")
-    if os.path.exists(out):
-        os.remove(out)
-    argv = [a.binary, f"--strategy={strategy}", *a.workload_args, "--progress=off", f"--out={out}"]
+def launch_netns(a, link, argv, what, tmp):
+    """`argv` as two ranks, one in each namespace, joined over the pair: (wall seconds, rank 0's command)."""
     procs, cmds, logs = [], [], []
-    before = link.counters()
     t0 = time.monotonic()
     for i in (0, 1):
         env = {"RANK": str(i), "WORLD_SIZE": "2", "MASTER_ADDR": link.addr[0], "MASTER_PORT": str(MASTER_PORT),
                "GLOO_SOCKET_IFNAME": link.veth[i]}
         full = link.exec_argv(i, argv, env)
         cmds.append(shlex.join(full))
-        logs.append(os.path.join(tmp, f"netns-{strategy}-rank{i}.log"))
+        logs.append(os.path.join(tmp, f"netns-rank{i}.log"))
         with open(logs[-1], "w") as log:
             procs.append(start(full, log))
     try:
-        wait_all(procs, a.run_timeout, f"{strategy} over {link.rate}")
+        wait_all(procs, a.run_timeout, f"{what} over {link.rate}")
     except RuntimeError as e:
         raise RuntimeError(f"{e}\n--- rank 0:\n{tail(logs[0])}--- rank 1:\n{tail(logs[1])}") from None
-    wall = time.monotonic() - t0
+    return time.monotonic() - t0, cmds[0]
+
+
+def measure_netns(a, link, strategy, tmp):
+    """Two ranks over the shaped pair: (row, wall seconds, (bytes A->B, B->A, tbf drops), rank 0's command)."""
+    out = os.path.join(tmp, f"netns-{strategy}.csv")
+    if os.path.exists(out):
+        os.remove(out)
+    argv = [a.binary, f"--strategy={strategy}", *a.workload_args, "--progress=off", f"--out={out}"]
+    before = link.counters()
+    wall, cmd = launch_netns(a, link, argv, strategy, tmp)
     after = link.counters()
-    return read_row(out, cmds[0]), wall, tuple(x - y for x, y in zip(after, before)), cmds[0]
+    return read_row(out, cmd), wall, tuple(x - y for x, y in zip(after, before)), cmd
+
+
+def calibrate_netns(a, link, path, tmp):
+    """ddpbench --calibrate with its two ranks across the shaped pair: the link's own profile
+    (its all-reduce, reduce-scatter and all-gather fitted over the link itself)."""
+    argv = [a.binary, f"--calibrate={path}", "--strategy=ddp", *a.workload_args, "--progress=off"]
+    _, cmd = launch_netns(a, link, argv, "calibration", tmp)
+    if not os.path.exists(path):
+        raise RuntimeError(f"calibration wrote no profile to {path}: {cmd}")
+    return cmd
 
 
 def measure_loopback(a, strategy, ranks, tmp):
@@ -381,11 +396,13 @@ def make_profile(a, path, tmp):
 
 def predict_argv(a, profile, csv_path, link, strategy, ranks, bw_bits):
     """ddpbench --project for one measured configuration: two nodes of one device over the
-    shaped link (bw = its rate), or one node of `ranks` devices on loopback."""
+    shaped link (bw = its rate, or bw_bits None: the link as its own profile measured it), or
+    one node of `ranks` devices on loopback."""
     if link == "loopback":
         topo = ["--nodes=1", f"--gpus-per-node={ranks}", "--intra=measured"]
     else:
-        topo = ["--nodes=2", "--gpus-per-node=1", f"--inter=measured,bw={bw_arg(bw_bits)}"]
+        inter = "measured" if bw_bits is None else f"measured,bw={bw_arg(bw_bits)}"
+        topo = ["--nodes=2", "--gpus-per-node=1", f"--inter={inter}"]
     return [a.binary, f"--project={profile}", f"--project-csv={csv_path}", f"--strategies={strategy}", *topo]
 
 
@@ -531,8 +548,10 @@ def parse_args(argv=None):
     p.add_argument("--no-loopback", action="store_true", help="skip the 1 -> 2 ranks runs on loopback")
     p.add_argument("--profile", help="a --calibrate profile for the predictions (default: made once, beside --out)")
     p.add_argument("--no-predict", action="store_true", help="measure only; the prediction columns stay empty")
-    p.add_argument("--predict-bw", choices=("nominal", "achieved"), default="nominal",
-                   help="bw= of the shaped link's prediction: the tbf rate, or the probe's median goodput")
+    p.add_argument("--predict-bw", choices=("calibrated", "nominal", "achieved"), default="calibrated",
+                   help="the shaped link's prediction: calibrated (default: a profile calibrated over that link, "
+                        "its collectives fitted there), or the loopback profile with bw= the tbf rate (nominal) "
+                        "or the probe's median goodput (achieved)")
     p.add_argument("--tbf-latency", default="100ms",
                    help="tbf's latency: the longest a packet may queue before tbf drops it "
                         "(default %(default)s: no drops here; at 20ms tbf dropped packets at 100mbit)")
@@ -588,24 +607,30 @@ def main():
     with tempfile.TemporaryDirectory(prefix="bench_projection.") as tmp:
         try:
             profile, profile_note = a.profile, "--no-predict: none"
+            profile_base = f"{os.path.splitext(a.out)[0]}-profile-{stamp.replace('-', '').replace(':', '')}"
             if not a.no_predict:
                 if not profile:
-                    base = os.path.splitext(a.out)[0]
-                    profile = f"{base}-profile-{stamp.replace('-', '').replace(':', '')}.json"
+                    profile = profile_base + ".json"
                     os.makedirs(os.path.dirname(os.path.abspath(profile)), exist_ok=True)
                     print(f"calibrating: {profile}", flush=True)
                     cal = make_profile(a, profile, tmp)
                     profile_note = f"profile `{rel(profile)}` made by `{cal}`"
                 else:
                     profile_note = f"profile `{profile}` (--profile)"
-                profile_note += (f"; shaped links predicted with bw = the "
-                                 f"{'tbf rate' if a.predict_bw == 'nominal' else 'probe median goodput'}")
+                profile_note += {
+                    "nominal": "; shaped links predicted with bw = the tbf rate",
+                    "achieved": "; shaped links predicted with bw = the probe median goodput",
+                    "calibrated": "; each shaped link predicted from a profile calibrated over it (`ddpbench "
+                                  "--calibrate` with its two ranks across the pair: the link's all-reduce, "
+                                  "reduce-scatter and all-gather fitted there; files in the CSV's "
+                                  "predict_command)"}[a.predict_bw]
                 # Fail before the long measurement if the projection cannot run at all.
                 predict(a, profile, "loopback", a.strategies[0], 2, None, tmp)
             if a.rates:
                 link.up()
             calls = [0]
             probed = set()
+            link_profiles = {}  # rate -> its profile (--predict-bw=calibrated)
 
             def one(key):
                 kind, strategy, ranks = key
@@ -620,6 +645,12 @@ def main():
                         probes.setdefault(kind, []).append(ab)
                         print(f"link {kind:8s} ({link.tbf(kind)}): achieved {ab[0]:.1f} / {ab[1]:.1f} Mbit/s "
                               f"(A->B / B->A)", flush=True)
+                    if a.predict_bw == "calibrated" and not a.no_predict and kind not in link_profiles:
+                        path = f"{profile_base}-{kind}.json"
+                        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+                        print(f"calibrating over {kind}: {path}", flush=True)
+                        calibrate_netns(a, link, path, tmp)
+                        link_profiles[kind] = path
                     row, wall, veth, cmd = measure_netns(a, link, strategy, tmp)
                     steps = int(row["steps"]) + int(row["warmup"] or 0)
                     veth_mb, drops = veth[0] / 1e6 / steps, veth[2]
@@ -641,13 +672,15 @@ def main():
             if not a.no_predict:
                 for key in entries:
                     kind, strategy, ranks = key
-                    bw = None
-                    if kind != "loopback":
+                    bw, source = None, profile
+                    if kind != "loopback" and a.predict_bw == "calibrated":
+                        source = link_profiles[kind]
+                    elif kind != "loopback":
                         bw = parse_rate(kind)
                         if a.predict_bw == "achieved":
                             bw = statistics.median(v for p in probes[kind] for v in p) * 1e6
                     try:
-                        predictions[key] = predict(a, profile, kind, strategy, ranks, bw, tmp)
+                        predictions[key] = predict(a, source, kind, strategy, ranks, bw, tmp)
                     except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
                         print(f"!! prediction of {key} failed: {e}", file=sys.stderr, flush=True)
         finally:  # also on an error or a signal (SIGINT, SIGTERM, SIGHUP): no child, namespace or veth outlives us

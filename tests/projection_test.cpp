@@ -18,7 +18,7 @@ namespace ddpbench {
 namespace {
 using namespace ddpbench::testing;
 
-Link TestLink(double alpha_s, double bandwidth) { return Link{"test", alpha_s, bandwidth, ""}; }
+Link TestLink(double alpha_s, double bandwidth) { return Link{"test", alpha_s, bandwidth, "", {}}; }
 
 // Units of 1 ms forward and 2 ms backward at every batch, each with one
 // tensor of `bytes`, 1 KiB of activations and 100 B of output per image.
@@ -76,6 +76,23 @@ TEST(Links, FitRecoversAKnownLinkFromSyntheticTimes) {
   EXPECT_NEAR(fit.bandwidth / truth.bandwidth, 1.0, 1e-9);
   EXPECT_THROW(FitLink({{1e3, 1e-3}, {1e3, 2e-3}}, Collective::kAllGather, 4, "x"), std::invalid_argument);
   EXPECT_THROW(FitLink({{1e3, 2e-3}, {1e6, 1e-3}}, Collective::kAllGather, 4, "x"), std::invalid_argument);
+}
+
+TEST(Links, ACollectivesOwnFitReplacesTheLinkInItsFormula) {
+  Link l = TestLink(1e-5, 1e9);
+  l.own[Collective::kReduceScatter] = {2e-5, 0.5e9};  // measured slower than the all-reduce's fit
+  EXPECT_NEAR(CollectiveSeconds(l, Collective::kReduceScatter, 4, 4e8), 3 * 2e-5 + 0.75 * 4e8 / 0.5e9, 1e-12);
+  EXPECT_NEAR(CollectiveSeconds(l, Collective::kAllGather, 4, 4e8), 3e-5 + 0.3, 1e-12);  // no own fit
+  l.own[Collective::kAllReduce] = {1e-5, 1e9};  // a measured all-reduce is taken as it is: no tree
+  EXPECT_NEAR(CollectiveSeconds(l, Collective::kAllReduce, 4, 0), 6e-5, 1e-12);
+  // Overriding the measured link's bandwidth or alpha moves every fit by the same factor.
+  const Link half = ParseLink("measured,bw=500MB/s,alpha=20us", &l, "--inter");
+  EXPECT_DOUBLE_EQ(half.own.at(Collective::kReduceScatter).bandwidth, 0.25e9);
+  EXPECT_DOUBLE_EQ(half.own.at(Collective::kReduceScatter).alpha_s, 4e-5);
+  Topology t;  // two devices of a node share one NIC: each fit crosses at half its rate
+  t.per_node = 2, t.nodes = 2, t.nics = 1, t.intra = TestLink(0, 1e18), t.inter = l;
+  EXPECT_NEAR(TopologySeconds(t, Collective::kReduceScatter, 4e8),
+              2e-5 + 0.5 * 2e8 / 0.25e9 + CollectiveSeconds(t.intra, Collective::kReduceScatter, 2, 4e8), 1e-9);
 }
 
 TEST(Links, ParseTakesPresetsMeasuredAndOverrides) {
@@ -137,6 +154,18 @@ TEST(StepModel, DdpExposesWhatTheLastBucketLeavesAfterBackward) {
   // A slower link queues the buckets: each 3 ms: [5,8] [8,11] [11,14]: 5 ms exposed.
   const StepPrediction slow = PredictDdp(p, p.CostAt(8), OneNode(2, TestLink(0, 1024.0 * 1024 * 1000 / 3)), 1.0);
   EXPECT_NEAR(slow.exposed_comm_ms, 5.0, 1e-9);
+  // A loaded CPU adds 2 ms to each call: [5,8] [8,11] [11,14] again, 5 ms exposed, none of it compute.
+  p.comm_loaded_ms_per_call = 2.0;
+  const StepPrediction loaded = PredictDdp(p, p.CostAt(8), t, 1.0);
+  EXPECT_NEAR(loaded.exposed_comm_ms, 5.0, 1e-9);
+  EXPECT_NEAR(loaded.compute_ms, 9.0, 1e-9);
+  // Per MiB alike (1 MiB buckets). What each call costs the computation (0.5 ms after each
+  // backward unit that issues one: B0 ends at 10, its 0.5 at 10.5) hides under the queue ending at 14.
+  // One device issues no collectives, so nothing is added there.
+  p.comm_loaded_ms_per_call = 0, p.comm_loaded_ms_per_mb = 2.0, p.comm_compute_ms_per_call = 0.5;
+  EXPECT_NEAR(PredictDdp(p, p.CostAt(8), t, 1.0).step_ms, 14.0, 1e-9);
+  EXPECT_NEAR(PredictDdp(p, p.CostAt(8), OneNode(1, TestLink(0, 1024.0 * 1024 * 1000)), 1.0).step_ms, 9.0, 1e-9);
+  p.comm_loaded_ms_per_mb = 0, p.comm_compute_ms_per_call = 0;
   // The optimizer runs after the last all-reduce: 0.5 ms per MiB x 3 MiB.
   p.optimizer_ms_per_mb = 0.5;
   EXPECT_NEAR(PredictDdp(p, p.CostAt(8), t, 1.0).step_ms, 11.5, 1e-9);
@@ -216,12 +245,18 @@ TEST(Profile, RoundTripsAndRefusesAnotherModel) {
   TempDir dir;
   Profile p = UniformProfile(3, 4096, 8);
   p.link = TestLink(2e-4, 1.5e9);
+  p.link->own[Collective::kAllGather] = {3e-4, 0.7e9};
   p.link_ranks = 2;
+  p.comm_loaded_ms_per_call = 0.25;
   WriteProfile(p, dir.path() + "/p.json");
   const Profile back = ReadProfile(dir.path() + "/p.json");
   EXPECT_EQ(back.units.size(), 3u);
   EXPECT_EQ(back.units[1].cost.at(4).backward_ms, 1.0);
   EXPECT_NEAR(back.link->bandwidth, 1.5e9, 1);
+  ASSERT_EQ(back.link->own.size(), 1u);
+  EXPECT_NEAR(back.link->own.at(Collective::kAllGather).alpha_s, 3e-4, 1e-12);
+  EXPECT_NEAR(back.link->own.at(Collective::kAllGather).bandwidth, 0.7e9, 1);
+  EXPECT_DOUBLE_EQ(back.comm_loaded_ms_per_call, 0.25);
   EXPECT_EQ(back.Parameters(), 3 * 1024);
   EXPECT_THROW(CheckProfileMatches(back, "resnet50", 16, 32, "float32", "p.json"), ConfigError);
   EXPECT_THROW(CheckProfileMatches(back, "resnet18", 16, 32, "amp-bf16", "p.json"), ConfigError);

@@ -72,6 +72,11 @@ class Prediction(unittest.TestCase):
         self.assertIn("--project=p.json", cmd)
         self.assertIn("--strategies=zero3 --nodes=2 --gpus-per-node=1 --inter=measured,bw=500Mbit/s", cmd)
 
+    def test_a_calibrated_link_is_its_profiles_own_measurement(self):
+        img, cmd = B.predict(self.a, "p-100mbit.json", "100mbit", "zero1", 2, None, self.tmp.name)
+        self.assertIn("--project=p-100mbit.json", cmd)
+        self.assertTrue(cmd.endswith("--nodes=2 --gpus-per-node=1 --inter=measured"), cmd)
+
     def test_loopback_is_one_node(self):
         img, cmd = B.predict(self.a, "p.json", "loopback", "ddp", 2, None, self.tmp.name)
         self.assertEqual(img, 1600.5)

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The projection's calibration end to end through the real binary (issue 23):
+# --calibrate on 2 spawned ranks writes a profile with every unit, the link's
+# all-reduce fit and its own reduce-scatter and all-gather fits (what zero1/2/3
+# run), each with its measured points; --project reads it back (measured link,
+# an override of it); --expected=PROFILE takes it for a run's expected figure;
+# a profile of another model and a file that is not a profile are one message,
+# exit 2, and no row.
+set -euo pipefail
+BIN="$1"; SRC="$2"
+TMP="$(mktemp -d)"; trap 'rm -rf "$TMP"' EXIT
+PY="$SRC/.venv/bin/python"; [[ -x "$PY" ]] || PY=python3
+fail() { echo "FAIL: $*"; exit 1; }
+WORK=(--device=cpu --model=resnet18 --width=8 --image-size=16 --batch-size=8 --progress=off)
+
+"$BIN" --calibrate="$TMP/p.json" --strategy=ddp --gpus=2 "${WORK[@]}" > "$TMP/cal.log" 2>&1 \
+  || { cat "$TMP/cal.log"; fail "--calibrate failed"; }
+"$PY" - "$TMP/p.json" <<'EOF'
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["model"] == "resnet18" and p["width"] == 8 and p["batch_size"] == 8, p["model"]
+assert len(p["units"]) == 10, [u["name"] for u in p["units"]]
+link = p["link"]
+assert link["ranks"] == 2 and link["bandwidth_gb_s"] > 0 and link["alpha_us"] >= 0, link
+own = link["collectives"]
+assert set(own) == {"reduce-scatter", "all-gather"}, own
+assert all(f["bandwidth_gb_s"] > 0 and f["alpha_us"] >= 0 for f in own.values()), own
+measured = {m["collective"]: m["points"] for m in link["measured"]}
+assert set(measured) == {"all-reduce", "reduce-scatter", "all-gather"}, measured.keys()
+assert all(len(v) == 5 and all(t > 0 for _, t in v) for v in measured.values()), measured
+print("profile ok:", {k: (round(f["alpha_us"], 1), round(f["bandwidth_gb_s"], 3)) for k, f in own.items()})
+EOF
+
+for inter in measured "measured,bw=100Mbit/s"; do
+  "$BIN" --project="$TMP/p.json" --nodes=1,2 --gpus-per-node=2 --inter="$inter" --strategies=ddp,zero1,zero3 \
+    --project-csv="$TMP/t.csv" > "$TMP/proj.log" 2>&1 || { cat "$TMP/proj.log"; fail "--project --inter=$inter"; }
+  "$PY" - "$TMP/t.csv" <<'EOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+got = {(r["strategy"], r["world"]) for r in rows if float(r["img_s"]) > 0}
+assert {("ddp", "4"), ("zero1", "4"), ("zero3", "4")} <= got, got
+EOF
+done
+# Slower link between the nodes: zero1 across 2 nodes at 100 Mbit/s below itself on the measured link.
+"$BIN" --project="$TMP/p.json" --nodes=2 --gpus-per-node=1 --inter=measured --strategies=zero1 \
+  --project-csv="$TMP/fast.csv" > /dev/null
+"$BIN" --project="$TMP/p.json" --nodes=2 --gpus-per-node=1 --inter="measured,bw=100Mbit/s" --strategies=zero1 \
+  --project-csv="$TMP/slow.csv" > /dev/null
+"$PY" - "$TMP/fast.csv" "$TMP/slow.csv" <<'EOF'
+import csv, sys
+fast, slow = (float(list(csv.DictReader(open(p)))[0]["img_s"]) for p in sys.argv[1:])
+assert slow < fast, (slow, fast)
+EOF
+
+# A run takes the profile for its expected figure.
+"$BIN" --strategy=zero1 --gpus=2 "${WORK[@]}" --steps=3 --warmup=1 --no-eval --expected="$TMP/p.json" \
+  --out="$TMP/r.csv" > "$TMP/run.log" 2>&1 || { cat "$TMP/run.log"; fail "--expected=PROFILE run"; }
+"$PY" - "$TMP/r.csv" "$TMP/p.json" <<'EOF'
+import csv, sys
+row = list(csv.DictReader(open(sys.argv[1])))[-1]
+assert float(row["expected_img_s"]) > 0 and row["expected_from"] == sys.argv[2], row
+EOF
+
+# Bad inputs: one message naming the value, exit 2, the results file untouched.
+cp "$TMP/r.csv" "$TMP/before.csv"
+bad() {
+  local want="$1"; shift
+  set +e; "$BIN" "$@" --out="$TMP/r.csv" > "$TMP/bad.log" 2>&1; local rc=$?; set -e
+  [[ $rc -eq 2 ]] || { cat "$TMP/bad.log"; fail "exit $rc (want 2): $*"; }
+  grep -q -- "$want" "$TMP/bad.log" || { cat "$TMP/bad.log"; fail "no '$want' in the message: $*"; }
+  cmp -s "$TMP/r.csv" "$TMP/before.csv" || fail "the results file changed: $*"
+}
+bad "resnet50" --strategy=ddp --gpus=2 --device=cpu --model=resnet50 --width=8 --image-size=16 --batch-size=8 \
+  --progress=off --steps=2 --expected="$TMP/p.json"
+echo '{"version": 1}' > "$TMP/not.json"
+bad "field 'model' is missing" --strategy=ddp --gpus=2 "${WORK[@]}" --steps=2 --expected="$TMP/not.json"
+echo "calibrate e2e ok"
