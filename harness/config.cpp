@@ -285,7 +285,34 @@ void ValidateProjectionFlags(const RunConfig& c) {
                       "--epochs, --time-budget, --target-accuracy, --data-only");
 }
 
+// --batch-size (over --grad-accum) and pmp's micro-batches against what batch
+// norm can train on, where the image size is given (a dataset's native size
+// is checked by pmp's shape choice once the dataset is open).
+void CheckBatchNormImages(const RunConfig& c) {
+  if (c.image_size <= 0) return;
+  const int64_t fewest = FewestTrainingImages(c, c.image_size);
+  const auto why = [&] {
+    return fmt::format("batch norm (--norm=batch) needs at least {} images per device at --image-size={}, where the "
+                       "last stage's map is 1x1", fewest, c.image_size);
+  };
+  if (c.batch_size / c.grad_accum < fewest)
+    throw ConfigError(fmt::format("--batch-size={}{}: {}; accepted: --batch-size>={}{}, a larger --image-size, or "
+                                  "--norm=group", c.batch_size, c.grad_accum > 1 ? fmt::format(" --grad-accum={}", c.grad_accum) : "",
+                                  why(), fewest * c.grad_accum, c.grad_accum > 1 ? " (per micro-batch)" : ""));
+  if (c.strategy == "pmp" && c.chunks > 0 && c.batch_size % c.chunks == 0 && c.batch_size / c.chunks < fewest)
+    throw ConfigError(fmt::format("--chunks={}: micro-batches of {} image(s) of --batch-size={}; {}; accepted: "
+                                  "--chunks<={}", c.chunks, c.batch_size / c.chunks, c.batch_size, why(),
+                                  c.batch_size / fewest));
+}
+
 }  // namespace
+
+int64_t FewestTrainingImages(const RunConfig& c, int64_t image_size) {
+  if (c.norm != "batch") return 1;
+  int64_t side = image_size;
+  for (int halvings = c.small_input ? 3 : 5; halvings > 0; --halvings) side = (side + 1) / 2;
+  return side * side >= 2 ? 1 : 2;
+}
 
 void ValidateConfig(const RunConfig& c) {
   FindStrategy(c.strategy);  // names the registered strategies if unknown
@@ -370,6 +397,7 @@ void ValidateConfig(const RunConfig& c) {
   CheckMember("--units", c.units, {"auto", "blocks", "half-blocks"});
   CheckRebalance(c);
   if (c.given.count("--chunks")) CheckAtLeast("--chunks", c.chunks, int64_t{1});
+  CheckBatchNormImages(c);
   const PipelineSchedule schedule = ParsePipelineSchedule(c.schedule);
   CheckMember("--fill-waits", c.fill_waits, {"on", "off"});
   // The schedule is fixed by --schedule, or by --chunks (then 1f1b unless given).

@@ -151,6 +151,12 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config);
 // Range and combination checks shared by the CLI and the tests.
 void ValidateConfig(const RunConfig& config);
 
+// The fewest images one device may train on at once with `image_size` px
+// inputs: 2 where batch norm (--norm=batch) would otherwise see one value per
+// channel (the last stage's map is the image halved, rounded up, 5 times, or
+// 3 with --small-input: 1x1 up to 32 px), else 1.
+int64_t FewestTrainingImages(const RunConfig& config, int64_t image_size);
+
 // The strategies a strategy-specific flag applies to ("zero*": every
 // strategy whose name starts with "zero"); empty for a flag every strategy
 // takes. The one table of which flag belongs to which strategies.

@@ -208,9 +208,9 @@ std::vector<int> FastestSplit(const PipelineTable& table, const UnitTimes& measu
   return best;
 }
 
-std::vector<int> MicroBatchCandidates(int64_t batch_size, int devices) {
+std::vector<int> MicroBatchCandidates(int64_t batch_size, int devices, int64_t fewest_images) {
   std::vector<int> out;
-  for (int64_t m = std::min<int64_t>(devices, batch_size); m <= batch_size; ++m)
+  for (int64_t m = std::min<int64_t>(devices, batch_size); m * fewest_images <= batch_size; ++m)
     if (batch_size % m == 0) out.push_back(static_cast<int>(m));
   return out;
 }
@@ -223,8 +223,15 @@ PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, 
   CheckGivenShape(config, names, devices);
   const int units = static_cast<int>(names.size());
   const bool open = config.chunks <= 0 || config.given.count("--schedule") == 0;
+  const int64_t fewest = FewestTrainingImages(config, RunImageSize(config));
   std::vector<int> counts = config.chunks > 0 ? std::vector<int>{static_cast<int>(config.chunks)}
-                                              : MicroBatchCandidates(config.batch_size, devices);
+                                              : MicroBatchCandidates(config.batch_size, devices, fewest);
+  if (counts.empty() && config.batch_size < devices)  // too small for any schedule: said below
+    counts = MicroBatchCandidates(config.batch_size, devices);
+  if (counts.empty())
+    throw ConfigError(fmt::format("--batch-size={}: no micro-batch count from --gpus={} up leaves batch norm its {} "
+                                  "images per micro-batch at {} px; accepted: --batch-size>={}, or --norm=group",
+                                  config.batch_size, devices, fewest, RunImageSize(config), devices * fewest));
   // Every micro-batch size that some schedule accepts, measured together in
   // interleaved rounds (the shapes are compared on times taken side by
   // side), and on CPU logical devices on every device's share of the

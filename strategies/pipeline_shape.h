@@ -88,8 +88,9 @@ double PredictStepMs(const PipelineTable& table, const StagePlan& plan);
 std::vector<int> FastestSplit(const PipelineTable& table, const UnitTimes& measured);
 
 // The micro-batch counts tried when --chunks is not given: divisors of the
-// batch from the device count up (at least 1), in increasing order.
-std::vector<int> MicroBatchCandidates(int64_t batch_size, int devices);
+// batch from the device count up (at least 1), in increasing order, each
+// leaving micro-batches of at least `fewest_images` (FewestTrainingImages).
+std::vector<int> MicroBatchCandidates(int64_t batch_size, int devices, int64_t fewest_images = 1);
 
 // --chunks, --schedule and --virtual-stages as given, the rest chosen by
 // predicted step time (see above); logs each candidate and the choice. With

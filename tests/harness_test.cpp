@@ -61,6 +61,29 @@ TEST(Config, DefaultsAndForms) {
   EXPECT_EQ(e.epochs, 2);
 }
 
+TEST(Config, BatchNormNeedsTwoValuesPerChannelOfTheLastStage) {
+  RunConfig c;  // --norm=batch
+  EXPECT_EQ(FewestTrainingImages(c, 32), 2);  // 32 -> 16 -> 8 -> 4 -> 2 -> 1: 1x1
+  EXPECT_EQ(FewestTrainingImages(c, 33), 1);  // ... -> 3 -> 2: 2x2
+  c.small_input = true;                       // stride 8
+  EXPECT_EQ(FewestTrainingImages(c, 8), 2);
+  EXPECT_EQ(FewestTrainingImages(c, 16), 1);
+  c.small_input = false, c.norm = "group";
+  EXPECT_EQ(FewestTrainingImages(c, 32), 1);
+  EXPECT_NE(ParseError({"--image-size=32", "--batch-size=1"})
+                .find("--batch-size=1: batch norm (--norm=batch) needs at least 2 images per device at "
+                      "--image-size=32"),
+            std::string::npos);
+  EXPECT_NE(ParseError({"--image-size=32", "--batch-size=2", "--grad-accum=2", "--strategy=ddp"})
+                .find("--batch-size=2 --grad-accum=2: batch norm"),
+            std::string::npos);
+  EXPECT_EQ(ParseError({"--image-size=32", "--batch-size=1", "--norm=group"}), "");
+  EXPECT_EQ(ParseError({"--image-size=64", "--batch-size=1"}), "");
+  EXPECT_NE(ParseError({"--strategy=pmp", "--gpus=2", "--image-size=32", "--batch-size=8", "--chunks=8"})
+                .find("--chunks=8: micro-batches of 1 image(s) of --batch-size=8; batch norm"),
+            std::string::npos);
+}
+
 struct BadFlag {
   std::string arg;
   std::string expect;  // the bad value and a word of what is accepted

@@ -539,6 +539,9 @@ TEST(PipelineShape, CandidatesAndPrediction) {
   EXPECT_EQ(MicroBatchCandidates(32, 2), (std::vector<int>{2, 4, 8, 16, 32}));
   EXPECT_EQ(MicroBatchCandidates(12, 3), (std::vector<int>{3, 4, 6, 12}));
   EXPECT_EQ(MicroBatchCandidates(1, 2), (std::vector<int>{1}));
+  // Batch norm at 1x1 needs 2 images a micro-batch: 16 and 32 micro-batches of 32 are left out.
+  EXPECT_EQ(MicroBatchCandidates(32, 2, 2), (std::vector<int>{2, 4, 8, 16}));
+  EXPECT_TRUE(MicroBatchCandidates(2, 2, 2).empty());
   // Four equal units (forward 1, backward 2) on 2 devices, 2 micro-batches:
   // 1F1B runs (M+S-1) x 6 = 18; interleaved with 4 chunks of 1 unit runs
   // (V*M+S-1) x 3 = 15.

@@ -82,7 +82,7 @@ class Runs {
     ctx.dist = &dist;
     ctx.devices.assign(c.devices, torch::kCPU);
     ctx.model.width = 4;
-    ctx.model.small_input = true;
+    ctx.model.small_input = config.small_input = true;  // as --small-input sets both
     ctx.model.num_classes = 10;
     ctx.lr = config.lr;
     ctx.timer = &timer;
