@@ -212,10 +212,35 @@ LinkMeasurement MeasureCollective(DistContext& dist, Collective c, const std::ve
       WaitForCurrentStream(dist.device);
       if (r > 0) s.push_back(SecondsSince(t0));
     }
-    m.points.emplace_back(static_cast<double>(numel * 4), Median(s));
+    // A collective ends for all when the slowest rank's part does; every
+    // rank keeps the same points (and so fits the same link).
+    m.points.emplace_back(static_cast<double>(numel * 4), dist.AllReduceMax(Median(s)));
   }
   return m;
 }
+
+namespace {
+
+// The all-reduce over `dist`'s group, measured and fitted; measured again
+// (more repeats) while the times do not grow with the size (a machine busy
+// with something else), at most 3 times. Every rank decides alike: the
+// points are the same on every rank.
+std::pair<LinkMeasurement, Link> MeasureAllReduceLink(DistContext& dist, const std::vector<int64_t>& sizes,
+                                                      int repeats) {
+  for (int attempt = 1;; ++attempt, repeats *= 2) {
+    LinkMeasurement m = MeasureCollective(dist, Collective::kAllReduce, sizes, repeats);
+    try {
+      Link link = FitLink(m.points, Collective::kAllReduce, dist.world, "measured");
+      return {std::move(m), std::move(link)};
+    } catch (const std::invalid_argument& e) {
+      if (attempt == 3) throw;
+      LogWarn("all-reduce over {} ranks not fitted ({}); measuring again with {} repeats", dist.world, e.what(),
+              repeats * 2);
+    }
+  }
+}
+
+}  // namespace
 
 Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, torch::Device device,
                        DistContext& dist, const std::vector<int64_t>& batches, const std::vector<int64_t>& link_sizes,
@@ -249,13 +274,13 @@ Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, to
                                            p.optimizer_ms_per_mb * static_cast<double>(p.Parameters()) *
                                                static_cast<double>(p.element_bytes) / (1024.0 * 1024.0));
   if (processes && !link_sizes.empty()) {
-    const LinkMeasurement m = MeasureCollective(dist, Collective::kAllReduce, link_sizes, link_repeats);
+    auto [m, fitted] = MeasureAllReduceLink(dist, link_sizes, link_repeats);
     std::vector<LinkMeasurement> sharded;  // what zero1/2/3 run instead of an all-reduce
     for (Collective c : {Collective::kReduceScatter, Collective::kAllGather})
       sharded.push_back(MeasureCollective(dist, c, link_sizes, link_repeats));
     if (!device.is_cuda()) MeasureInterference(model, config, dist, &p);  // GPUs copy on their own engines
     if (!dist.is_root()) return p;  // rank 0 fits, writes and predicts
-    p.link = FitLink(m.points, Collective::kAllReduce, dist.world, "measured");
+    p.link = std::move(fitted);
     p.link_ranks = dist.world;
     p.link_points.push_back(m);
     for (const LinkMeasurement& s : sharded) {
