@@ -286,26 +286,30 @@ void ValidateProjectionFlags(const RunConfig& c) {
 }
 
 // --batch-size (over --grad-accum) and pmp's micro-batches against what batch
-// norm can train on, where the image size is given (a dataset's native size
-// is checked by pmp's shape choice once the dataset is open).
+// norm can train on, where the image size is given (pmp checks a dataset's
+// native size again once the dataset is open: CheckPipelineShape).
 void CheckBatchNormImages(const RunConfig& c) {
   if (c.image_size <= 0) return;
   const int64_t fewest = FewestTrainingImages(c, c.image_size);
-  const auto why = [&] {
-    return fmt::format("batch norm (--norm=batch) needs at least {} images per device at --image-size={}, where the "
-                       "last stage's map is 1x1", fewest, c.image_size);
-  };
   if (c.batch_size / c.grad_accum < fewest)
-    throw ConfigError(fmt::format("--batch-size={}{}: {}; accepted: --batch-size>={}{}, a larger --image-size, or "
-                                  "--norm=group", c.batch_size, c.grad_accum > 1 ? fmt::format(" --grad-accum={}", c.grad_accum) : "",
-                                  why(), fewest * c.grad_accum, c.grad_accum > 1 ? " (per micro-batch)" : ""));
-  if (c.strategy == "pmp" && c.chunks > 0 && c.batch_size % c.chunks == 0 && c.batch_size / c.chunks < fewest)
-    throw ConfigError(fmt::format("--chunks={}: micro-batches of {} image(s) of --batch-size={}; {}; accepted: "
-                                  "--chunks<={}", c.chunks, c.batch_size / c.chunks, c.batch_size, why(),
-                                  c.batch_size / fewest));
+    throw ConfigError(fmt::format("--batch-size={}{}: batch norm (--norm=batch) needs at least {} images per device at "
+                                  "--image-size={}, where the last stage's map is 1x1; accepted: --batch-size>={}{}, "
+                                  "a larger --image-size, or --norm=group", c.batch_size,
+                                  c.grad_accum > 1 ? fmt::format(" --grad-accum={}", c.grad_accum) : "", fewest,
+                                  c.image_size, fewest * c.grad_accum, c.grad_accum > 1 ? " (per micro-batch)" : ""));
+  if (c.strategy == "pmp" && c.chunks > 0 && c.batch_size % c.chunks == 0) CheckMicroBatchImages(c, c.image_size);
 }
 
 }  // namespace
+
+void CheckMicroBatchImages(const RunConfig& c, int64_t image_size) {
+  const int64_t fewest = FewestTrainingImages(c, image_size);
+  if (c.batch_size / c.chunks >= fewest) return;
+  throw ConfigError(fmt::format("--chunks={}: micro-batches of {} image(s) of --batch-size={}; batch norm (--norm=batch) "
+                                "needs at least {} images per device at {} px, where the last stage's map is 1x1; "
+                                "accepted: --chunks<={}, or --norm=group", c.chunks, c.batch_size / c.chunks,
+                                c.batch_size, fewest, image_size, c.batch_size / fewest));
+}
 
 int64_t FewestTrainingImages(const RunConfig& c, int64_t image_size) {
   if (c.norm != "batch") return 1;

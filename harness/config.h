@@ -157,6 +157,10 @@ void ValidateConfig(const RunConfig& config);
 // 3 with --small-input: 1x1 up to 32 px), else 1.
 int64_t FewestTrainingImages(const RunConfig& config, int64_t image_size);
 
+// pmp's --chunks against FewestTrainingImages: a ConfigError naming it when
+// its micro-batches (of a --batch-size it divides) hold too few images.
+void CheckMicroBatchImages(const RunConfig& config, int64_t image_size);
+
 // The strategies a strategy-specific flag applies to ("zero*": every
 // strategy whose name starts with "zero"); empty for a flag every strategy
 // takes. The one table of which flag belongs to which strategies.

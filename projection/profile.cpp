@@ -155,11 +155,12 @@ Profile ReadProfile(const std::string& path) {
   p.machine = Field<std::string>(j, "machine", path);
   p.command = Field<std::string>(j, "command", path);
   p.optimizer_ms_per_mb = Field<double>(j, "optimizer_ms_per_mb", path);
-  if (j.contains("step_overhead_ms")) p.step_overhead_ms = std::max(0.0, Field<double>(j, "step_overhead_ms", path));
-  if (j.contains("comm_compute_ms_per_call")) p.comm_compute_ms_per_call = std::max(0.0, Field<double>(j, "comm_compute_ms_per_call", path));
-  if (j.contains("comm_compute_ms_per_mb")) p.comm_compute_ms_per_mb = std::max(0.0, Field<double>(j, "comm_compute_ms_per_mb", path));
-  for (auto [key, field] : {std::pair{"comm_loaded_ms_per_call", &p.comm_loaded_ms_per_call},
-                             std::pair{"comm_loaded_ms_per_mb", &p.comm_loaded_ms_per_mb}})
+  // Optional in older profiles; never below 0.
+  for (auto [key, field] : {std::pair{"step_overhead_ms", &p.step_overhead_ms},
+                            std::pair{"comm_compute_ms_per_call", &p.comm_compute_ms_per_call},
+                            std::pair{"comm_compute_ms_per_mb", &p.comm_compute_ms_per_mb},
+                            std::pair{"comm_loaded_ms_per_call", &p.comm_loaded_ms_per_call},
+                            std::pair{"comm_loaded_ms_per_mb", &p.comm_loaded_ms_per_mb}})
     if (j.contains(key)) *field = std::max(0.0, Field<double>(j, key, path));
   auto optional = [&](const char* key) { return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : ""; };
   p.torch_version = optional("torch_version");

@@ -122,11 +122,7 @@ void CheckPipelineShape(const RunConfig& c, int devices) {
     throw ConfigError(fmt::format(
         "--chunks={}: --batch-size={} does not divide into {} equal micro-batches; accepted: a divisor of {} ({})",
         c.chunks, c.batch_size, c.chunks, c.batch_size, Divisors(c.batch_size)));
-  const int64_t fewest = FewestTrainingImages(c, RunImageSize(c));
-  if (c.batch_size / c.chunks < fewest)
-    throw ConfigError(fmt::format("--chunks={}: micro-batches of {} image(s); batch norm (--norm=batch) needs at least "
-                                  "{} at {} px; accepted: --chunks<={}, or --norm=group", c.chunks,
-                                  c.batch_size / c.chunks, fewest, RunImageSize(c), c.batch_size / fewest));
+  CheckMicroBatchImages(c, RunImageSize(c));
   const PipelineSchedule schedule = ParsePipelineSchedule(c.schedule);
   const int least = MinMicroBatches(schedule, devices);
   if (c.chunks < least)

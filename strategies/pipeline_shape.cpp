@@ -223,7 +223,8 @@ PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, 
   CheckGivenShape(config, names, devices);
   const int units = static_cast<int>(names.size());
   const bool open = config.chunks <= 0 || config.given.count("--schedule") == 0;
-  const int64_t fewest = FewestTrainingImages(config, RunImageSize(config));
+  const int64_t image_size = RunImageSize(config);  // a dataset's native size: opens the dataset
+  const int64_t fewest = FewestTrainingImages(config, image_size);
   std::vector<int> counts = config.chunks > 0 ? std::vector<int>{static_cast<int>(config.chunks)}
                                               : MicroBatchCandidates(config.batch_size, devices, fewest);
   if (counts.empty() && config.batch_size < devices)  // too small for any schedule: said below
@@ -231,7 +232,7 @@ PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, 
   if (counts.empty())
     throw ConfigError(fmt::format("--batch-size={}: no micro-batch count from --gpus={} up leaves batch norm its {} "
                                   "images per micro-batch at {} px; accepted: --batch-size>={}, or --norm=group",
-                                  config.batch_size, devices, fewest, RunImageSize(config), devices * fewest));
+                                  config.batch_size, devices, fewest, image_size, devices * fewest));
   // Every micro-batch size that some schedule accepts, measured together in
   // interleaved rounds (the shapes are compared on times taken side by
   // side), and on CPU logical devices on every device's share of the
