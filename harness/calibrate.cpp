@@ -194,28 +194,38 @@ c10::intrusive_ptr<c10d::Work> Issue(DistContext& dist, Collective c, at::Tensor
 }  // namespace
 
 LinkMeasurement MeasureCollective(DistContext& dist, Collective c, const std::vector<int64_t>& sizes, int repeats) {
-  LinkMeasurement m{CollectiveName(c), dist.world, {}};
   const auto options = torch::TensorOptions().device(dist.device);
+  struct Buffers {
+    double bytes;  // the whole buffer's
+    at::Tensor in, out;
+  };
+  std::vector<Buffers> buffers;
   for (int64_t bytes : sizes) {
     const int64_t numel = std::max<int64_t>(1, bytes / 4 / dist.world) * dist.world;  // S, divisible by the ranks
     at::Tensor whole = torch::ones({numel}, options);
     at::Tensor slice = torch::ones({numel / dist.world}, options);
-    at::Tensor in = c == Collective::kAllGather ? slice : whole;
-    at::Tensor out = c == Collective::kAllGather || dist.backend == "gloo" ? torch::empty_like(whole)
-                                                                          : torch::empty_like(slice);
-    std::vector<double> s;
-    for (int r = 0; r <= repeats; ++r) {
+    buffers.push_back({static_cast<double>(numel * 4), c == Collective::kAllGather ? slice : whole,
+                       c == Collective::kAllGather || dist.backend == "gloo" ? torch::empty_like(whole)
+                                                                             : torch::empty_like(slice)});
+  }
+  // Rounds over every size in turn (the first untimed): a moment when the
+  // machine is busy with something else slows one round of every size, which
+  // the median leaves out, instead of every repeat of one size.
+  std::vector<std::vector<double>> s(sizes.size());
+  for (int r = 0; r <= repeats; ++r)
+    for (size_t i = 0; i < sizes.size(); ++i) {
       dist.AllReduceSum(0);  // start together
       WaitForCurrentStream(dist.device);
       const auto t0 = Clock::now();
-      Issue(dist, c, in, out)->wait();
+      Issue(dist, c, buffers[i].in, buffers[i].out)->wait();
       WaitForCurrentStream(dist.device);
-      if (r > 0) s.push_back(SecondsSince(t0));
+      if (r > 0) s[i].push_back(SecondsSince(t0));
     }
-    // A collective ends for all when the slowest rank's part does; every
-    // rank keeps the same points (and so fits the same link).
-    m.points.emplace_back(static_cast<double>(numel * 4), dist.AllReduceMax(Median(s)));
-  }
+  // A collective ends for all when the slowest rank's part does; every
+  // rank keeps the same points (and so fits the same link).
+  LinkMeasurement m{CollectiveName(c), dist.world, {}};
+  for (size_t i = 0; i < sizes.size(); ++i)
+    m.points.emplace_back(buffers[i].bytes, dist.AllReduceMax(Median(s[i])));
   return m;
 }
 
@@ -283,9 +293,11 @@ Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, to
     p.link = std::move(fitted);
     p.link_ranks = dist.world;
     p.link_points.push_back(m);
+    AddToTable(&*p.link, Collective::kAllReduce, dist.world, m.points);
     for (const LinkMeasurement& s : sharded) {
       p.link_points.push_back(s);
       const Collective c = *CollectiveFromName(s.collective);
+      AddToTable(&*p.link, c, dist.world, s.points);
       try {
         const Link fit = FitLink(s.points, c, dist.world, "measured");
         p.link->own[c] = {fit.alpha_s, fit.bandwidth};
@@ -307,7 +319,8 @@ Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, to
 int RunCalibration(const RunConfig& config, const ResNetOptions& options, torch::Device device, DistContext& dist) {
   const std::vector<int64_t> batches = CalibrationBatches(config.batch_size);
   const Profile p = MeasureProfile(config, options, device, dist, batches,
-                                   {16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20}, 9);
+                                   {16 << 10, 64 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20, 16 << 20},
+                                   9);
   dist.Shutdown();
   if (dist.is_root()) {
     WriteProfile(p, config.calibrate);

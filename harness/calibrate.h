@@ -5,8 +5,9 @@
 // until its backward, the optimizer's time per parameter byte, and, when the
 // run has several ranks (--strategy=ddp --gpus=N, or under a launcher), the
 // all-reduce, reduce-scatter and all-gather over the run's own process group
-// at sizes from 16 KiB to 16 MiB, each fitted to an alpha-beta link. Rank 0
-// writes the file.
+// at sizes from 16 KiB to 16 MiB, each kept as measured (the link's table,
+// read between those sizes) and fitted to an alpha-beta link. Rank 0 writes
+// the file.
 #pragma once
 
 #include <torch/types.h>
@@ -39,7 +40,8 @@ std::vector<int64_t> CalibrationBatches(int64_t batch);
 // Collective `c` (all-reduce, reduce-scatter or all-gather, as the
 // strategies issue it on this backend) over `dist`'s group at each of
 // `sizes` bytes of the whole buffer: (bytes, seconds), the median of
-// `repeats` timed calls after one untimed call.
+// `repeats` timed calls after one untimed call, the sizes taken in turn in
+// each round.
 LinkMeasurement MeasureCollective(DistContext& dist, Collective c, const std::vector<int64_t>& sizes, int repeats);
 
 }  // namespace ddpbench

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <iterator>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -128,6 +129,7 @@ Link ParseLink(const std::string& spec, const Link* measured, const std::string&
     if (have_alpha) fit.alpha_s = base.alpha_s > 0 ? fit.alpha_s * link.alpha_s / base.alpha_s : link.alpha_s;
   }
   if (have_alpha || have_bw) {
+    link.table.clear();  // times measured on another link
     link.name = spec;
     link.source = have_base ? link.source + " (given: " + spec + ")" : "given: " + spec;
   }
@@ -161,10 +163,38 @@ Link ScaleLink(Link link, double alpha_factor, double bw_factor) {
   link.alpha_s *= alpha_factor;
   link.bandwidth *= bw_factor;
   for (auto& [c, fit] : link.own) fit = {fit.alpha_s * alpha_factor, fit.bandwidth * bw_factor};
+  if (alpha_factor != 1.0 || bw_factor != 1.0) link.table.clear();
   return link;
 }
 
+void AddToTable(Link* link, Collective c, int ranks, std::vector<std::pair<double, double>> points) {
+  if (ranks < 2 || points.size() < 2) return;
+  if (link->table.empty()) link->table_ranks = ranks;
+  if (ranks != link->table_ranks) return;
+  std::sort(points.begin(), points.end());
+  link->table[c] = std::move(points);
+}
+
+namespace {
+
+// `bytes` read from measured (bytes, seconds) points sorted by size: linear
+// between the two neighbouring sizes; nullopt outside them.
+std::optional<double> Interpolate(const std::vector<std::pair<double, double>>& points, double bytes) {
+  if (points.size() < 2 || bytes < points.front().first || bytes > points.back().first) return std::nullopt;
+  auto hi = std::lower_bound(points.begin(), points.end(), bytes,
+                             [](const std::pair<double, double>& p, double b) { return p.first < b; });
+  if (hi == points.begin()) return hi->second;
+  auto lo = std::prev(hi);
+  const double f = (bytes - lo->first) / (hi->first - lo->first);
+  return lo->second + f * (hi->second - lo->second);
+}
+
+}  // namespace
+
 double CollectiveSeconds(const Link& link, Collective c, int ranks, double bytes) {
+  if (ranks > 1 && ranks == link.table_ranks)
+    if (auto row = link.table.find(c); row != link.table.end())
+      if (const auto t = Interpolate(row->second, bytes)) return *t;
   auto time = [&](Collective k) {
     const auto [a, f] = CollectiveTerms(k, ranks);
     const auto own = link.own.find(k);

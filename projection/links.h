@@ -37,12 +37,27 @@ struct Link {
   // reduce-scatter as an all-to-all and its all-gather its own way, each with
   // its own cost): their fit replaces (alpha_s, bandwidth) in their formula.
   std::map<Collective, LinkFit> own;
+  // The calibration's own times, (bytes, seconds) by size, of each collective
+  // on `table_ranks` ranks: between its smallest and largest size a
+  // collective on that many ranks is read from it (linear between the
+  // neighbouring sizes), as one reads an nccl-tests table, so what a fit
+  // smooths over (a shaped link's burst, a size the transport handles its
+  // own way) stays in the prediction; outside it, and on other rank counts,
+  // the fits. Overrides and shared NICs describe another link: they drop it.
+  std::map<Collective, std::vector<std::pair<double, double>>> table{};
+  int table_ranks = 0;
 };
 
 // `link` with every alpha (its own fits' too) times `alpha_factor` and every
 // bandwidth times `bw_factor`: an override or a shared NIC keeps what the
-// calibration measured about each collective relative to the others.
+// calibration measured about each collective relative to the others (its
+// table goes unless both factors are 1).
 Link ScaleLink(Link link, double alpha_factor, double bw_factor);
+
+// Keeps measured (bytes, seconds) points of `c` on `ranks` ranks as the
+// link's table (sorted by size). Every collective in a table is on the same
+// ranks: points on other ranks than the table's are not kept.
+void AddToTable(Link* link, Collective c, int ranks, std::vector<std::pair<double, double>> points);
 
 std::string CollectiveName(Collective c);
 std::optional<Collective> CollectiveFromName(const std::string& name);
@@ -61,9 +76,10 @@ Link ParseLink(const std::string& spec, const Link* measured, const std::string&
 // (alpha count, bytes factor): t = count x alpha + factor x S / bandwidth.
 std::pair<double, double> CollectiveTerms(Collective c, int ranks);
 double BusBwFactor(Collective c, int ranks);
-// Seconds for `c` of `bytes` on `ranks` devices joined by `link`: the
-// collective's own fit where the link has one, else all-reduce takes the
-// faster of ring and tree, as NCCL's tuner does.
+// Seconds for `c` of `bytes` on `ranks` devices joined by `link`: read from
+// the link's table where it covers them, else the collective's own fit where
+// the link has one, else all-reduce takes the faster of ring and tree, as
+// NCCL's tuner does.
 double CollectiveSeconds(const Link& link, Collective c, int ranks, double bytes);
 
 // Devices: `per_node` on the intra link in each of `nodes` nodes; each node's

@@ -105,6 +105,25 @@ void ReadOwnFits(const nlohmann::json& own, const std::string& path, Link* link)
   }
 }
 
+// The calibration's measured points ("measured": [{"collective", "ranks",
+// "points": [[bytes, seconds], ...]}]), kept in the profile and as the
+// link's table (links.h).
+void ReadMeasured(const nlohmann::json& measured, const std::string& path, Profile* p) {
+  if (!measured.is_array()) throw ConfigError(fmt::format("{}: link.measured must be a list", path));
+  for (const auto& m : measured) {
+    LinkMeasurement lm{Field<std::string>(m, "collective", path), Field<int>(m, "ranks", path),
+                       Field<std::vector<std::pair<double, double>>>(m, "points", path)};
+    const std::optional<Collective> c = CollectiveFromName(lm.collective);
+    if (!c) throw ConfigError(fmt::format("{}: link.measured: unknown collective '{}'", path, lm.collective));
+    for (const auto& [bytes, seconds] : lm.points)
+      if (!(bytes > 0) || !(seconds > 0) || !std::isfinite(bytes) || !std::isfinite(seconds))
+        throw ConfigError(fmt::format("{}: link.measured: {} point ({}, {}): bytes and seconds must be positive",
+                                      path, lm.collective, bytes, seconds));
+    AddToTable(&*p->link, *c, lm.ranks, lm.points);
+    p->link_points.push_back(std::move(lm));
+  }
+}
+
 UnitProfile ReadUnit(const nlohmann::json& j, const std::string& path) {
   UnitProfile u;
   u.name = Field<std::string>(j, "name", path);
@@ -183,6 +202,7 @@ Profile ReadProfile(const std::string& path) {
     if (l.contains("collectives")) ReadOwnFits(l["collectives"], path, &link);
     p.link = link;
     p.link_ranks = Field<int>(l, "ranks", path);
+    if (l.contains("measured")) ReadMeasured(l["measured"], path, &p);
   }
   return p;
 }

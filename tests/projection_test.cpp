@@ -95,6 +95,29 @@ TEST(Links, ACollectivesOwnFitReplacesTheLinkInItsFormula) {
               2e-5 + 0.5 * 2e8 / 0.25e9 + CollectiveSeconds(t.intra, Collective::kReduceScatter, 2, 4e8), 1e-9);
 }
 
+TEST(Links, AMeasuredTableIsReadBetweenItsSizesOnItsRanks) {
+  Link l = TestLink(1e-4, 1e8);  // the fit: 2e-4 + S / 1e8 s for an all-reduce on 2 ranks
+  // A shaped link's burst: the small size far faster than the fit says. Given unsorted.
+  AddToTable(&l, Collective::kAllReduce, 2, {{4e6, 0.05}, {1e6, 0.004}, {2e6, 0.02}});
+  EXPECT_EQ(l.table_ranks, 2);
+  EXPECT_DOUBLE_EQ(CollectiveSeconds(l, Collective::kAllReduce, 2, 1e6), 0.004);  // a measured size
+  EXPECT_NEAR(CollectiveSeconds(l, Collective::kAllReduce, 2, 1.5e6), 0.012, 1e-12);  // halfway between
+  EXPECT_NEAR(CollectiveSeconds(l, Collective::kAllReduce, 2, 3e6), 0.035, 1e-12);
+  // Outside its sizes, on other ranks and for collectives it lacks: the fit.
+  EXPECT_NEAR(CollectiveSeconds(l, Collective::kAllReduce, 2, 8e6), 2e-4 + 8e6 / 1e8, 1e-12);
+  EXPECT_NEAR(CollectiveSeconds(l, Collective::kAllReduce, 2, 1e5), 2e-4 + 1e5 / 1e8, 1e-12);
+  EXPECT_NEAR(CollectiveSeconds(l, Collective::kAllReduce, 4, 2e6),
+              std::min(6e-4 + 1.5 * 2e6 / 1e8, 4 * 1e-4 + 2 * 2e6 / 1e8), 1e-12);
+  EXPECT_NEAR(CollectiveSeconds(l, Collective::kAllGather, 2, 2e6), 1e-4 + 1e6 / 1e8, 1e-12);
+  AddToTable(&l, Collective::kAllGather, 4, {{1e6, 1.0}, {2e6, 2.0}});  // other ranks than the table's: not kept
+  EXPECT_EQ(l.table.count(Collective::kAllGather), 0u);
+  // Another link (an override, a shared NIC) drops the table; a factor of 1 keeps it.
+  EXPECT_TRUE(ParseLink("measured,bw=50MB/s", &l, "--inter").table.empty());
+  EXPECT_FALSE(ParseLink("measured", &l, "--inter").table.empty());
+  EXPECT_TRUE(ScaleLink(l, 1.0, 0.5).table.empty());
+  EXPECT_FALSE(ScaleLink(l, 1.0, 1.0).table.empty());
+}
+
 TEST(Links, ParseTakesPresetsMeasuredAndOverrides) {
   const Link measured = TestLink(100e-6, 1e9);
   EXPECT_DOUBLE_EQ(ParseLink("nvlink4", nullptr, "--intra").bandwidth, 450e9);
@@ -247,9 +270,14 @@ TEST(Profile, RoundTripsAndRefusesAnotherModel) {
   p.link = TestLink(2e-4, 1.5e9);
   p.link->own[Collective::kAllGather] = {3e-4, 0.7e9};
   p.link_ranks = 2;
+  p.link_points.push_back({"all-gather", 2, {{1e6, 0.002}, {2e6, 0.003}}});
   p.comm_loaded_ms_per_call = 0.25;
   WriteProfile(p, dir.path() + "/p.json");
   const Profile back = ReadProfile(dir.path() + "/p.json");
+  // The measured points come back as the link's table.
+  EXPECT_EQ(back.link->table_ranks, 2);
+  EXPECT_NEAR(CollectiveSeconds(*back.link, Collective::kAllGather, 2, 1.5e6), 0.0025, 1e-12);
+  ASSERT_EQ(back.link_points.size(), 1u);
   EXPECT_EQ(back.units.size(), 3u);
   EXPECT_EQ(back.units[1].cost.at(4).backward_ms, 1.0);
   EXPECT_NEAR(back.link->bandwidth, 1.5e9, 1);
@@ -261,6 +289,17 @@ TEST(Profile, RoundTripsAndRefusesAnotherModel) {
   EXPECT_THROW(CheckProfileMatches(back, "resnet50", 16, 32, "float32", "p.json"), ConfigError);
   EXPECT_THROW(CheckProfileMatches(back, "resnet18", 16, 32, "amp-bf16", "p.json"), ConfigError);
   EXPECT_NO_THROW(CheckProfileMatches(back, "resnet18", 16, 32, "float32", "p.json"));
+  std::string text = ReadFile(dir.path() + "/p.json");
+  const size_t point = text.find("0.003");
+  ASSERT_NE(point, std::string::npos);
+  WriteFile(dir.path() + "/negative.json", text.replace(point, 5, "-0.003"));
+  try {
+    ReadProfile(dir.path() + "/negative.json");
+    FAIL() << "a negative measured time was read";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("all-gather point (2000000, -0.003): bytes and seconds must be positive"),
+              std::string::npos) << e.what();
+  }
   WriteFile(dir.path() + "/bad.json", "{\"version\": 1}");
   try {
     ReadProfile(dir.path() + "/bad.json");

@@ -2,7 +2,7 @@
 # The projection's calibration end to end through the real binary (issue 23):
 # --calibrate on 2 spawned ranks writes a profile with every unit, the link's
 # all-reduce fit and its own reduce-scatter and all-gather fits (what zero1/2/3
-# run), each with its measured points; --project reads it back (measured link,
+# run), each with its measured points at 8 sizes (the link's table); --project reads it back (measured link,
 # an override of it); --expected=PROFILE takes it for a run's expected figure;
 # a profile of another model and a file that is not a profile are one message,
 # exit 2, and no row.
@@ -27,7 +27,8 @@ assert set(own) == {"reduce-scatter", "all-gather"}, own
 assert all(f["bandwidth_gb_s"] > 0 and f["alpha_us"] >= 0 for f in own.values()), own
 measured = {m["collective"]: m["points"] for m in link["measured"]}
 assert set(measured) == {"all-reduce", "reduce-scatter", "all-gather"}, measured.keys()
-assert all(len(v) == 5 and all(t > 0 for _, t in v) for v in measured.values()), measured
+sizes = [16 << 10, 64 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20, 16 << 20]
+assert all([b for b, _ in v] == sizes and all(t > 0 for _, t in v) for v in measured.values()), measured
 print("profile ok:", {k: (round(f["alpha_us"], 1), round(f["bandwidth_gb_s"], 3)) for k, f in own.items()})
 EOF
 
