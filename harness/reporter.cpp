@@ -196,6 +196,15 @@ double Median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
+double TrimmedMean(std::vector<double> values, double trim) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const auto cut = static_cast<size_t>(std::floor(trim * static_cast<double>(values.size())));
+  double sum = 0;
+  for (size_t i = cut; i < values.size() - cut; ++i) sum += values[i];
+  return sum / static_cast<double>(values.size() - 2 * cut);
+}
+
 double MedianAbsoluteDeviation(const std::vector<double>& values) {
   const double m = Median(values);
   std::vector<double> dev;

@@ -122,6 +122,10 @@ double Percentile(std::vector<double> values, double p);
 // The median (mean of the middle two for an even count; 0 for none) and the
 // median absolute deviation from it (raw; x1.4826 estimates a sigma).
 double Median(std::vector<double> values);
+// The mean of `values` without the `trim` share (0 <= trim < 0.5) of the
+// lowest and of the highest (0 for none): a cost paid on every call, where a
+// mean is what adds up, with rare outliers left out.
+double TrimmedMean(std::vector<double> values, double trim);
 double MedianAbsoluteDeviation(const std::vector<double>& values);
 
 // The one console line a run ends with.

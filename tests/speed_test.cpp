@@ -193,6 +193,14 @@ TEST(ModelFlops, PeakTableByDeviceAndPrecision) {
   EXPECT_DOUBLE_EQ(PeakFlops("Some Future GPU", "bf16", "on"), 0);
 }
 
+TEST(Repeat, TrimmedMeanLeavesOutTheExtremes) {
+  // Bimodal calls (0.4 and 3.5 ms): the mean counts both as they add up; the outlier goes.
+  EXPECT_DOUBLE_EQ(TrimmedMean({0.4, 3.5, 0.4, 3.5, 0.4, 3.5, 0.4, 3.5, 0.4, 90}, 0.1), (4 * 0.4 + 4 * 3.5) / 8);
+  EXPECT_DOUBLE_EQ(TrimmedMean({1, 2, 6}, 0.0), 3);
+  EXPECT_DOUBLE_EQ(TrimmedMean({1, 2, 6}, 0.2), 3);  // 0.6 of a value: nothing cut
+  EXPECT_DOUBLE_EQ(TrimmedMean({}, 0.1), 0);
+}
+
 TEST(Repeat, MedianAndMedianAbsoluteDeviation) {
   EXPECT_DOUBLE_EQ(Median({3, 1, 2}), 2);
   EXPECT_DOUBLE_EQ(Median({4, 1, 3, 2}), 2.5);
