@@ -259,7 +259,7 @@ std::pair<LinkMeasurement, Link> MeasureAllReduceLink(DistContext& dist, const s
 
 Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, torch::Device device,
                        DistContext& dist, const std::vector<int64_t>& batches, const std::vector<int64_t>& link_sizes,
-                       int link_repeats) {
+                       int link_repeats, bool sharded_collectives) {
   const ResNet model = BuildModel(options, config.seed, device);
   Profile p;
   p.model = config.model, p.width = config.width, p.image_size = RunImageSize(config);
@@ -291,8 +291,9 @@ Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, to
   if (processes && !link_sizes.empty()) {
     auto [m, fitted] = MeasureAllReduceLink(dist, link_sizes, link_repeats);
     std::vector<LinkMeasurement> sharded;  // what zero1/2/3 run instead of an all-reduce
-    for (Collective c : {Collective::kReduceScatter, Collective::kAllGather})
-      sharded.push_back(MeasureCollective(dist, c, link_sizes, link_repeats));
+    if (sharded_collectives)
+      for (Collective c : {Collective::kReduceScatter, Collective::kAllGather})
+        sharded.push_back(MeasureCollective(dist, c, link_sizes, link_repeats));
     if (!device.is_cuda()) MeasureInterference(model, config, dist, &p);  // GPUs copy on their own engines
     if (!dist.is_root()) return p;  // rank 0 fits, writes and predicts
     p.link = std::move(fitted);
@@ -325,7 +326,7 @@ int RunCalibration(const RunConfig& config, const ResNetOptions& options, torch:
   const std::vector<int64_t> batches = CalibrationBatches(config.batch_size);
   const Profile p = MeasureProfile(config, options, device, dist, batches,
                                    {16 << 10, 64 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20, 16 << 20},
-                                   15);
+                                   15, /*sharded_collectives=*/true);
   dist.Shutdown();
   if (dist.is_root()) {
     WriteProfile(p, config.calibrate);

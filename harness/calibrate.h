@@ -24,10 +24,12 @@ struct ResNetOptions;
 
 // The profile of this run's model: units timed at `batches`, their bytes,
 // the optimizer, and with several ranks the all-reduce at `link_sizes`
-// (none: no link). Every rank calls it (the link part is collective).
+// (none: no link), and with `sharded_collectives` the reduce-scatter and
+// all-gather too (what zero1/2/3 run; seconds more over a slow link). Every
+// rank calls it (the link part is collective).
 Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, torch::Device device,
                        DistContext& dist, const std::vector<int64_t>& batches, const std::vector<int64_t>& link_sizes,
-                       int link_repeats);
+                       int link_repeats, bool sharded_collectives);
 
 // Measures and writes config.calibrate; returns the exit code.
 int RunCalibration(const RunConfig& config, const ResNetOptions& model, torch::Device device, DistContext& dist);
