@@ -41,9 +41,10 @@ std::vector<int64_t> CalibrationBatches(int64_t batch);
 
 // Collective `c` (all-reduce, reduce-scatter or all-gather, as the
 // strategies issue it on this backend) over `dist`'s group at each of
-// `sizes` bytes of the whole buffer: (bytes, seconds), the mean of
-// `repeats` timed calls after one untimed call without the fastest and
-// slowest 15%, the sizes taken in turn in each round; every rank keeps the
+// `sizes` bytes of the whole buffer: (bytes, seconds per call), over
+// `repeats` rounds after an untimed one, each round taking the sizes in turn
+// and timing two back-to-back calls of each after an untimed call; the mean
+// over rounds without the fastest and slowest 15%; every rank keeps the
 // slowest rank's.
 LinkMeasurement MeasureCollective(DistContext& dist, Collective c, const std::vector<int64_t>& sizes, int repeats);
 
