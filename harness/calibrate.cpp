@@ -217,7 +217,7 @@ LinkMeasurement MeasureCollective(DistContext& dist, Collective c, const std::ve
   // together, as nccl-tests times its iterations and as a step issues its
   // collectives one after another. A call that follows traffic is not one
   // that follows a quiet link: over a tbf-shaped 100 Mbit/s TCP pair, Gloo's
-  // all-to-all of 0.5 MiB each way takes 80 ms back to back, 41-83 ms after a
+  // all-to-all of 0.5 MiB each way takes 80 ms back to back, 41-84 ms after a
   // barrier. Kept: the mean without the fastest and slowest 15% of rounds. A
   // step pays every call's cost, so the mean is what adds up; on a shared
   // CPU some calls wait a scheduler tick for a core (0.4 or 3.5 ms for one
