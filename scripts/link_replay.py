@@ -10,13 +10,14 @@ quoted in docs/projection.md ("Validation over shaped links").
 
   .venv/bin/python scripts/link_replay.py --rate=100mbit [--steps=25]
 
-Needs root (network namespaces). Ranks are this file run with --worker inside each namespace.
+Needs root (network namespaces). Ranks are this file run with --worker inside each namespace
+(bench_projection.launch_netns).
 """
 import argparse
 import os
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -26,7 +27,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # then the rest of the backward), as sleeps so that the CPU stays idle.
 BUCKETS = (262144, 562000)
 FORWARD_S, FIRST_BUCKET_S, REST_S = 0.009, 0.003, 0.014
-PORT = 29611
 
 
 def worker(steps):
@@ -103,19 +103,16 @@ def main():
         link.up()
         link.shape(a.rate)
         print(f"link: {link.tc[a.rate]}", flush=True)
-        procs = []
-        for i in (0, 1):
-            env = {"RANK": str(i), "WORLD_SIZE": "2", "MASTER_ADDR": link.addr[0], "MASTER_PORT": str(PORT),
-                   "GLOO_SOCKET_IFNAME": link.veth[i]}
+        with tempfile.TemporaryDirectory(prefix="link_replay.") as tmp:
             argv = [sys.executable, os.path.abspath(__file__), "--worker", f"--steps={a.steps}"]
-            procs.append(subprocess.Popen(link.exec_argv(i, argv, env), stdout=None if i == 0 else subprocess.DEVNULL))
-        bp.wait_all(procs, 600, "replay")
+            bp.launch_netns(argparse.Namespace(run_timeout=600), link, argv, "replay", tmp)
+            with open(os.path.join(tmp, "netns-rank0.log")) as log:
+                print(log.read(), end="")
     except RuntimeError as e:
         print(f"link_replay: {e}", file=sys.stderr)
         return 1
     finally:
         link.down()
-
 
 if __name__ == "__main__":
     sys.exit(main())
