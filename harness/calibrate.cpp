@@ -15,6 +15,7 @@
 
 #include "harness/config.h"
 #include "harness/context.h"
+#include "harness/cuda_support.h"
 #include "harness/dist.h"
 #include "harness/log.h"
 #include "harness/memory.h"
@@ -71,9 +72,9 @@ double MeasureOptimizer(const ResNet& model, const RunConfig& config, torch::Dev
     w.mutable_grad() = torch::ones_like(w);
     params.push_back(w);
   }
-  std::unique_ptr<torch::optim::Optimizer> opt;
-  if (config.optimizer == "adam") opt = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-3));
-  else opt = std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(config.lr).momentum(config.momentum));
+  // The run's optimizer and implementation (--optimizer-impl: fused on a GPU,
+  // where a loop over ResNet-50's 161 tensors takes ten times as long).
+  const std::unique_ptr<torch::optim::Optimizer> opt = MakeOptimizer(config, params, config.lr);
   double bytes = 0;
   for (const auto& t : params) bytes += static_cast<double>(t.numel() * t.element_size());
   for (int i = 0; i < 2; ++i) opt->step();
@@ -94,14 +95,14 @@ double MeasureOptimizer(const ResNet& model, const RunConfig& config, torch::Dev
 double MeasureStepOverhead(ResNet model, const RunConfig& config, torch::Device device, double units_ms,
                            double optimizer_ms) {
   const auto [x, y] = RandomBatch(model, config, device);
-  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(config.lr).momentum(config.momentum));
+  const std::unique_ptr<torch::optim::Optimizer> opt = MakeOptimizer(config, model->parameters(), config.lr);
   std::vector<double> ms;
   for (int i = 0; i < 8; ++i) {
     WaitForCurrentStream(device);
     const auto t0 = Clock::now();
-    opt.zero_grad();
+    opt->zero_grad();
     ClassificationLoss(model->forward(x), y).backward();
-    opt.step();
+    opt->step();
     WaitForCurrentStream(device);
     if (i >= 2) ms.push_back(SecondsSince(t0) * 1000);
   }
@@ -276,7 +277,8 @@ Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, to
   p.element_bytes = 4, p.optimizer = config.optimizer, p.momentum = config.optimizer == "sgd" ? config.momentum : 0;
   p.device = device.is_cuda() ? "cuda" : "cpu";
   const RunEnvironment env = DescribeEnvironment(device.is_cuda());
-  p.machine = fmt::format("{}, {}", env.host, env.cpu_model);
+  p.machine = device.is_cuda() ? fmt::format("{}, {}, {}", env.host, CudaDeviceName(device.index()), env.cpu_model)
+                                : fmt::format("{}, {}", env.host, env.cpu_model);
   p.command = config.command, p.torch_version = env.torch_version, p.git_sha = kGitSha, p.created = env.timestamp;
   const bool processes = dist.world > 1;
   const int concurrent = processes || device.is_cuda() ? 1 : std::max(1, config.gpus);
@@ -289,10 +291,14 @@ Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, to
       unit.cost[batches[b]] = {times[b].forward_ms[u], std::max(0.0, times[b].total_ms[u] - times[b].forward_ms[u])};
     p.units.push_back(unit);
   }
-  MeasureUnitBytes(model, config, device, &p);
+  {
+    const AutocastGuard autocast(config.amp, device);  // the run's precision: its activations and step
+    MeasureUnitBytes(model, config, device, &p);
+  }
   p.optimizer_ms_per_mb = MeasureOptimizer(model, config, device);
   double units_ms = 0;
   for (double ms : times[0].total_ms) units_ms += ms;
+  const AutocastGuard autocast(config.amp, device);
   p.step_overhead_ms = MeasureStepOverhead(model, config, device, units_ms,
                                            p.optimizer_ms_per_mb * static_cast<double>(p.Parameters()) *
                                                static_cast<double>(p.element_bytes) / (1024.0 * 1024.0));

@@ -24,7 +24,9 @@ struct DistContext;
 struct ResNetOptions;
 
 // Whether the run gets the expected columns: --expected is not off, the
-// strategy runs on more than one device, and it trains a model.
+// strategy trains a model, and it runs on more than one device or is a
+// data-parallel one (ddp, zero1/2/3) on one, which issues no collectives:
+// there the row checks the step against its measured parts alone.
 bool ExpectsThroughput(const RunConfig& config, int world);
 
 // --expected=FILE before anything runs: ConfigError when the file is not a

@@ -10,6 +10,11 @@
 #            (one line per run) and gpu-compare-rows.csv (ddpbench's rows)
 #   matrix   every strategy on ResNet-50 and ResNet-18 at AMPS (default bf16)
 #                                                         -> gpu-matrix.csv
+#   expected the projection (issue 23): --calibrate a ResNet-50 profile (bf16,
+#            batch 128, 2 oversubscribed ranks over Gloo), then ddp on 1 GPU
+#            and ddp/zero1/2/3 on 2 ranks, each with its own --expected=auto
+#            figure, and ddp with the profile    -> gpu-profile-resnet50-b128-bf16.json,
+#                                                   gpu-expected.csv
 #   scripts/gpu_bench.sh [OUT_DIR [PART...]]   (env: ROUNDS=3, AMPS=bf16,
 #   MODELS="resnet50 resnet18", BIN, PY=python3); compare's rounds continue the numbering
 #   already in gpu-compare.csv
@@ -22,8 +27,8 @@ PARTS=("${@:-parity compare matrix}"); PARTS=(${PARTS[*]})
 ROUNDS="${ROUNDS:-3}"; AMPS="${AMPS:-bf16}"; MODELS="${MODELS:-resnet50 resnet18}"
 BIN="${BIN:-$ROOT/build-gpu/ddpbench}"; PY="${PY:-python3}"
 for p in "${PARTS[@]}"; do
-  case "$p" in parity|compare|compare-ddp|matrix) ;;
-    *) echo "gpu_bench.sh: part '$p': want parity, compare, compare-ddp or matrix" >&2; exit 2 ;;
+  case "$p" in parity|compare|compare-ddp|matrix|expected) ;;
+    *) echo "gpu_bench.sh: part '$p': want parity, compare, compare-ddp, matrix or expected" >&2; exit 2 ;;
   esac
 done
 [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_bench.sh: ROUNDS=$ROUNDS: want a whole number >= 1" >&2; exit 2; }
@@ -124,6 +129,24 @@ matrix() {
       for s in dp ddp mp pmp zero1 zero2 zero3; do run --strategy="$s" "${MULTI[@]}" "${c[@]}"; done
     done
   done
+}
+
+expected() {
+  local w=(--model=resnet50 --amp=bf16 --image-size=224 --batch-size=128)
+  local c=("${w[@]}" --steps=40 --warmup=15 --no-eval --out="$OUT_DIR/gpu-expected.csv")
+  local profile="$OUT_DIR/gpu-profile-resnet50-b128-bf16.json"
+  echo "+ ddpbench --calibrate=$profile --strategy=ddp ${MULTI[*]} ${w[*]}"
+  "$BIN" --device=cuda --progress=off --calibrate="$profile" --strategy=ddp "${MULTI[@]}" "${w[@]}" 2>&1 |
+    grep -v '^\[W' | tail -4 || echo "FAILED: --calibrate"
+  run --strategy=ddp --gpus=1 "${c[@]}"
+  for s in ddp zero1 zero2 zero3; do run --strategy=$s "${MULTI[@]}" "${c[@]}"; done
+  [[ -f "$profile" ]] && run --strategy=ddp "${MULTI[@]}" --expected="$profile" "${c[@]}"
+  "$PY" - "$OUT_DIR/gpu-expected.csv" <<'PY'
+import csv, sys
+for r in csv.DictReader(open(sys.argv[1])):
+    print(f"{r['strategy']:6s} world {r['world_size']}: {r['throughput_img_s']:>9s} img/s, expected {r['expected_img_s']:>9s}"
+          f" ({r['expected_from']}), vs_expected {r['vs_expected']}, largest term {r['expected_term']}")
+PY
 }
 
 for p in "${PARTS[@]}"; do

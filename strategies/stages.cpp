@@ -17,7 +17,14 @@
 #include "datasets/dataset.h"
 #include "harness/config.h"
 #include "harness/log.h"
+#include "harness/training.h"
 #include "strategies/device_workers.h"
+
+#ifdef DDPBENCH_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/Sleep.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 namespace ddpbench {
 namespace {
@@ -123,28 +130,64 @@ std::string DescribeSplit(const std::vector<int>& counts, const std::vector<std:
 
 namespace {
 
+// The input a unit is timed on: the sample for the first, else the
+// previous unit's output as a leaf that takes a gradient.
+torch::Tensor UnitInput(const torch::Tensor& x, size_t u) { return u == 0 ? x : x.detach().requires_grad_(); }
+
+void KeepMinima(size_t u, double forward_ms, double total_ms, UnitTimes* best) {
+  if (!best) return;
+  best->total_ms[u] = std::min(best->total_ms[u], total_ms);
+  best->forward_ms[u] = std::min(best->forward_ms[u], forward_ms);
+}
+
+#ifdef DDPBENCH_WITH_CUDA
+// TimeUnitsOnce on a GPU. A step launches its kernels ahead of the GPU, so
+// a unit costs the GPU's time alone; a host clock with a wait after each
+// unit also pays its launches and the autograd thread's hand-off (on an
+// H100, ResNet-50's small bf16 blocks took 0.7 ms backward at any batch,
+// and the units summed to 1.2x the step). So: a spin kernel queued first
+// holds the GPU while the unit's launches run ahead, and events on the
+// stream time the unit's forward and its backward.
+void TimeUnitsOnceOnGpu(ResNetImpl& model, const torch::Tensor& sample, UnitTimes* best) {
+  constexpr int64_t kHeadStartCycles = 20'000'000;  // ~10 ms at an H100's clock
+  const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(sample.device().index());
+  torch::Tensor x = sample;
+  size_t u = 0;
+  for (auto& unit : *model.units()) {
+    torch::Tensor in = UnitInput(x, u);
+    stream.synchronize();
+    at::cuda::sleep(kHeadStartCycles);
+    at::cuda::CUDAEvent start(cudaEventDefault), forwarded(cudaEventDefault), end(cudaEventDefault);
+    start.record(stream);
+    torch::Tensor y = unit.forward(in);
+    forwarded.record(stream);
+    y.backward(torch::ones_like(y));
+    end.record(stream);
+    end.synchronize();
+    KeepMinima(u, start.elapsed_time(forwarded), start.elapsed_time(end), best);
+    x = y.detach();
+    ++u;
+  }
+}
+#endif
+
 // One round of MeasureUnitTimes on one sample: each unit's forward, then its
 // backward, on the previous unit's detached output; `best` keeps the minima.
 void TimeUnitsOnce(ResNetImpl& model, const torch::Tensor& sample, UnitTimes* best) {
-  const torch::Device device = sample.device();
+#ifdef DDPBENCH_WITH_CUDA
+  if (sample.is_cuda()) return TimeUnitsOnceOnGpu(model, sample, best);
+#endif
   auto since = [](std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
   torch::Tensor x = sample;
   size_t u = 0;
   for (auto& unit : *model.units()) {
-    WaitForCurrentStream(device);
     auto t0 = std::chrono::steady_clock::now();
-    torch::Tensor in = u == 0 ? x : x.detach().requires_grad_();
-    torch::Tensor y = unit.forward(in);
-    WaitForCurrentStream(device);
+    torch::Tensor y = unit.forward(UnitInput(x, u));
     const double forward = since(t0);
     y.backward(torch::ones_like(y));
-    WaitForCurrentStream(device);
-    if (best) {
-      best->total_ms[u] = std::min(best->total_ms[u], since(t0));
-      best->forward_ms[u] = std::min(best->forward_ms[u], forward);
-    }
+    KeepMinima(u, forward, since(t0), best);
     x = y.detach();
     ++u;
   }
@@ -203,7 +246,7 @@ namespace {
 // the threads: logical CPU devices share the machine's memory bandwidth and
 // caches, and a pipeline runs them at the same time.
 std::vector<UnitTimes> MeasureConcurrently(const ResNet& model, const std::vector<torch::Tensor>& samples,
-                                           int repeats, int threads) {
+                                           int repeats, int threads, const std::string& amp) {
   std::vector<std::vector<UnitTimes>> each(threads);
   std::vector<std::exception_ptr> failed(threads);
   std::vector<std::shared_ptr<ResNetImpl>> copies;
@@ -215,6 +258,7 @@ std::vector<UnitTimes> MeasureConcurrently(const ResNet& model, const std::vecto
       try {
         at::set_num_threads(intra_op);
         at::init_num_threads();
+        const AutocastGuard autocast(amp, samples.front().device());  // autocast is per thread
         each[t] = MeasureClone(*copies[t], samples, repeats);
       } catch (...) {
         failed[t] = std::current_exception();
@@ -251,8 +295,9 @@ std::vector<UnitTimes> MeasureUnits(const RunConfig& config, const ResNet& model
     samples.push_back(torch::randn({batch, model->options().in_channels, size, size}, generator)
                           .to(device, model->options().dtype));
   constexpr int kRepeats = 3;
+  const AutocastGuard autocast(config.amp, device);  // timed in the run's precision
   std::vector<UnitTimes> times = device.is_cpu() && concurrent > 1
-                                     ? MeasureConcurrently(model, samples, kRepeats, concurrent)
+                                     ? MeasureConcurrently(model, samples, kRepeats, concurrent, config.amp)
                                      : MeasureUnitTimes(model, samples, kRepeats);
   for (size_t s = 0; s < times.size(); ++s) {
     std::vector<std::string> shown;

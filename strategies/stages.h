@@ -57,7 +57,7 @@ std::vector<UnitTimes> MeasureUnitTimes(const ResNet& model, const std::vector<t
                                         int repeats = 3);
 
 // MeasureUnitTimes on batches of each of `sample_batches` images of the
-// run's shape; logged. `concurrent` > 1 on a CPU: the measurement runs on
+// run's shape, under the run's --amp autocast; logged. `concurrent` > 1 on a CPU: the measurement runs on
 // that many threads at once (each on its own clone) and each unit's time is
 // their mean. Logical CPU devices share the machine's memory bandwidth and
 // caches, and a pipeline runs them at the same time: a unit timed alone is

@@ -62,6 +62,19 @@ row = list(csv.DictReader(open(sys.argv[1])))[-1]
 assert float(row["expected_img_s"]) > 0 and row["expected_from"] == sys.argv[2], row
 EOF
 
+# One device: ddp's step against its own parts (no link); single gets no figure.
+for s in ddp single; do
+  "$BIN" --strategy=$s --gpus=1 "${WORK[@]}" --steps=3 --warmup=1 --no-eval --out="$TMP/one.csv" > "$TMP/run.log" 2>&1 \
+    || { cat "$TMP/run.log"; fail "--strategy=$s --gpus=1"; }
+done
+"$PY" - "$TMP/one.csv" <<'EOF'
+import csv, sys
+ddp, single = list(csv.DictReader(open(sys.argv[1])))
+assert float(ddp["expected_img_s"]) > 0 and ddp["expected_term"] == "compute", ddp
+assert float(ddp["vs_expected"]) > 0 and ddp["expected_from"] == "measured after the run", ddp
+assert single["expected_img_s"] == "" and single["vs_expected"] == "", single
+EOF
+
 # Bad inputs: one message naming the value, exit 2, the results file untouched.
 cp "$TMP/r.csv" "$TMP/before.csv"
 bad() {
