@@ -311,6 +311,7 @@ Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, to
     if (!device.is_cuda()) MeasureInterference(model, config, dist, &p);  // GPUs copy on their own engines
     if (!dist.is_root()) return p;  // rank 0 fits, writes and predicts
     p.link = std::move(fitted);
+    p.link->lanes = dist.comm_lanes;
     p.link_ranks = dist.world;
     p.link_points.push_back(m);
     AddToTable(&*p.link, Collective::kAllReduce, dist.world, m.points);

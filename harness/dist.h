@@ -22,6 +22,7 @@ struct DistContext {
   int local_world = 1;
   std::string launcher = "none";  // none|spawn|torchrun|slurm|mpi
   std::string backend;            // gloo|nccl ("" when world == 1)
+  int comm_lanes = 1;             // collectives in flight at once: Gloo's threads, NCCL's one stream
   c10::intrusive_ptr<c10d::ProcessGroup> group;
   torch::Device device = torch::kCPU;  // where collective buffers live (NCCL: the GPU)
   // Rendezvous (from the launcher, harness/launcher.h).

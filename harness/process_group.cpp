@@ -108,6 +108,7 @@ void DistContext::Connect(double timeout_s, bool cuda, bool nccl) {
     if (cuda) pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::GLOO, gloo);
     pg->setDefaultBackend(c10d::ProcessGroup::GLOO);
     backend = "gloo";
+    comm_lanes = options->threads;
   }
   group = pg;
   LogInfo("joined {} ranks ({}, rendezvous {}:{})", world, backend, master_addr, master_port);

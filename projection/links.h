@@ -46,6 +46,10 @@ struct Link {
   // the fits. Overrides and shared NICs describe another link: they drop it.
   std::map<Collective, std::vector<std::pair<double, double>>> table{};
   int table_ranks = 0;
+  // Collectives in flight at once over it, as the calibrating process
+  // group ran them (Gloo: its 2 threads; NCCL and the presets: 1). Kept by
+  // overrides, which change the wire, not the transport.
+  int lanes = 1;
 };
 
 // `link` with every alpha (its own fits' too) times `alpha_factor` and every

@@ -74,7 +74,7 @@ void WriteProfile(const Profile& p, const std::string& path) {
     for (const auto& [c, fit] : p.link->own)
       own[CollectiveName(c)] = {{"alpha_us", fit.alpha_s * 1e6}, {"bandwidth_gb_s", fit.bandwidth / 1e9}};
     j["link"] = {{"alpha_us", p.link->alpha_s * 1e6}, {"bandwidth_gb_s", p.link->bandwidth / 1e9},
-                 {"ranks", p.link_ranks}, {"source", p.link->source}, {"collectives", own}, {"measured", points}};
+                 {"ranks", p.link_ranks}, {"lanes", p.link->lanes}, {"source", p.link->source}, {"collectives", own}, {"measured", points}};
   }
   ReplaceFile(path, j.dump(1) + "\n");
 }
@@ -200,6 +200,11 @@ Profile ReadProfile(const std::string& path) {
     if (!(link.bandwidth > 0) || !(link.alpha_s >= 0))
       throw ConfigError(fmt::format("{}: the measured link needs alpha >= 0 and bandwidth > 0", path));
     if (l.contains("collectives")) ReadOwnFits(l["collectives"], path, &link);
+    if (l.contains("lanes")) {  // profiles written before it: one lane
+      link.lanes = Field<int>(l, "lanes", path);
+      if (link.lanes < 1 || link.lanes > 64)
+        throw ConfigError(fmt::format("{}: link.lanes {}: want 1..64 collectives in flight", path, link.lanes));
+    }
     p.link = link;
     p.link_ranks = Field<int>(l, "ranks", path);
     if (l.contains("measured")) ReadMeasured(l["measured"], path, &p);

@@ -106,16 +106,26 @@ class StepBuilder {
     compute_ms_ += ms;
     return Add(0, ms, std::move(after));
   }
+  // The collective's time on the link, plus what a loaded CPU adds to it.
+  // Where the link has lanes, what is waiting overlaps another call: the
+  // part of its fit's zero-byte time that is not the cores' work per call
+  // (Profile::comm_compute_ms_per_call; a round trip, a shaper) and a loaded
+  // CPU's per-call addition (a wait for a core). What is throughput does
+  // not: its bytes, and a loaded CPU's per-MiB addition (busy cores copy one
+  // call's bytes at a time).
   int Collective(Collective kind, double bytes, std::vector<int> after) {
     if (t_.world() == 1) return Add(1, 0, std::move(after));  // one rank: the strategies issue none
-    const double loaded = p_.comm_loaded_ms_per_call + p_.comm_loaded_ms_per_mb * bytes / kMiB;
-    const int id = Add(1, Ms(TopologySeconds(t_, kind, bytes)) + loaded, std::move(after));
+    const double loaded_bytes = p_.comm_loaded_ms_per_mb * bytes / kMiB;
+    const double on_link = Ms(TopologySeconds(t_, kind, bytes));
+    const double per_call = std::min(on_link, Ms(TopologySeconds(t_, kind, 0)));
+    const double serial = on_link - per_call + std::min(per_call, p_.comm_compute_ms_per_call) + loaded_bytes;
+    const int id = Add(1, on_link + p_.comm_loaded_ms_per_call + loaded_bytes, std::move(after), serial);
     const double interference = p_.comm_compute_ms_per_call + p_.comm_compute_ms_per_mb * bytes / kMiB;
     if (interference > 0) Add(0, interference, {});  // counted as communication, not compute
     return id;
   }
   StepPrediction Finish() const {
-    const std::vector<double> end = RunTimeline(ops_);
+    const std::vector<double> end = RunTimeline(ops_, (t_.nodes > 1 ? t_.inter : t_.intra).lanes);
     StepPrediction out;
     out.step_ms = *std::max_element(end.begin(), end.end());
     out.compute_ms = compute_ms_;
@@ -124,8 +134,8 @@ class StepBuilder {
   }
 
  private:
-  int Add(int stream, double ms, std::vector<int> after) {
-    ops_.push_back({stream, ms, std::move(after)});
+  int Add(int stream, double ms, std::vector<int> after, double wire_ms = 0) {
+    ops_.push_back({stream, ms, std::move(after), wire_ms});
     return static_cast<int>(ops_.size()) - 1;
   }
   const Profile& p_;

@@ -4,6 +4,14 @@
 // is free and the operations it waits for have ended. The step models
 // (step_model.h) say which operations a strategy runs and what each waits
 // for; this runs them. Pure logic.
+//
+// The communication stream may have several lanes: Gloo runs a process
+// group's collectives on two threads, so a call can start while the one
+// before it is still moving bytes (NCCL runs one stream: one lane). Calls
+// still start in the order given (the backend's queue), each on the first
+// free lane; a call's per-call part (ms - wire_ms) runs on its lane alone,
+// its wire part needs the link, which carries one call's bytes at a time.
+// With one lane, wire_ms changes nothing.
 #pragma once
 
 #include <vector>
@@ -14,10 +22,12 @@ struct TimelineOp {
   int stream = 0;          // 0 compute, 1 communication
   double ms = 0;
   std::vector<int> after;  // indices of operations that must end first
+  double wire_ms = 0;      // communication: the part of ms that moves bytes over the link
 };
 
 // End time of every operation; std::invalid_argument if the waits can never
-// be met (an operation waits for a later one of its own stream, or a cycle).
-std::vector<double> RunTimeline(const std::vector<TimelineOp>& ops);
+// be met (an operation waits for a later one of its own stream, or a cycle)
+// or `comm_lanes` < 1.
+std::vector<double> RunTimeline(const std::vector<TimelineOp>& ops, int comm_lanes = 1);
 
 }  // namespace ddpbench

@@ -157,6 +157,35 @@ TEST(Timeline, StreamsRunInOrderAndWaitForEachOther) {
   EXPECT_THROW(RunTimeline({{2, 1, {}}}), std::invalid_argument);
 }
 
+TEST(Timeline, LanesOverlapTheirCallsWaitingButNotTheirBytes) {
+  // Two calls ready at 0, each 5 ms of which 2 move bytes: on two lanes A
+  // ends at 5 and B waits for the link until 5, so ends at 7; on one lane
+  // they follow each other (5, 10); calls without bytes overlap whole.
+  const std::vector<TimelineOp> two{{1, 5, {}, 2}, {1, 5, {}, 2}};
+  EXPECT_EQ(RunTimeline(two, 2), (std::vector<double>{5, 7}));
+  EXPECT_EQ(RunTimeline(two, 1), (std::vector<double>{5, 10}));
+  EXPECT_EQ(RunTimeline({{1, 5, {}}, {1, 5, {}}}, 2), (std::vector<double>{5, 5}));
+  // Calls start in their order: C (after compute X, ending at 4) holds back D.
+  EXPECT_EQ(RunTimeline({{0, 4, {}}, {1, 1, {0}}, {1, 1, {}}}, 2), (std::vector<double>{4, 5, 5}));
+  EXPECT_THROW(RunTimeline(two, 0), std::invalid_argument);
+}
+
+TEST(StepModel, Zero3OverlapsWaitingCallsOnALinkWithLanes) {
+  // A link whose calls are mostly waiting (10 ms alpha, bytes nearly free):
+  // two lanes let the next unit's gather wait beside a reduce-scatter.
+  const Profile p = UniformProfile(4, 1024, 8);
+  Link link = TestLink(1e-2, 1e12);
+  const double one = PredictZero(p, p.CostAt(8), OneNode(2, link), 1.0, 3).step_ms;
+  link.lanes = 2;
+  const double two = PredictZero(p, p.CostAt(8), OneNode(2, link), 1.0, 3).step_ms;
+  EXPECT_LT(two, 0.9 * one) << one << " vs " << two;
+  // Where each call's time is the cores' work (as much per call as alpha), nothing overlaps.
+  Profile busy = p;
+  busy.comm_compute_ms_per_call = 10;
+  const double busy_one = PredictZero(busy, busy.CostAt(8), OneNode(2, TestLink(1e-2, 1e12)), 1.0, 3).step_ms;
+  EXPECT_NEAR(PredictZero(busy, busy.CostAt(8), OneNode(2, link), 1.0, 3).step_ms, busy_one, 1e-9);
+}
+
 TEST(StepModel, ReducerBucketsCloseOnceTheyReachTheirCap) {
   // Tensors of 3, 3, 3, 3 bytes in model order; reverse: 3, 2, 1, 0; first cap 3, then 5.
   EXPECT_EQ(ReducerBuckets({3, 3, 3, 3}, 5, 3), (std::vector<std::vector<int>>{{3}, {2, 1}, {0}}));
@@ -271,9 +300,11 @@ TEST(Profile, RoundTripsAndRefusesAnotherModel) {
   p.link->own[Collective::kAllGather] = {3e-4, 0.7e9};
   p.link_ranks = 2;
   p.link_points.push_back({"all-gather", 2, {{1e6, 0.002}, {2e6, 0.003}}});
+  p.link->lanes = 2;
   p.comm_loaded_ms_per_call = 0.25;
   WriteProfile(p, dir.path() + "/p.json");
   const Profile back = ReadProfile(dir.path() + "/p.json");
+  EXPECT_EQ(back.link->lanes, 2);
   // The measured points come back as the link's table.
   EXPECT_EQ(back.link->table_ranks, 2);
   EXPECT_NEAR(CollectiveSeconds(*back.link, Collective::kAllGather, 2, 1.5e6), 0.0025, 1e-12);
@@ -300,6 +331,18 @@ TEST(Profile, RoundTripsAndRefusesAnotherModel) {
     EXPECT_NE(std::string(e.what()).find("all-gather point (2000000, -0.003): bytes and seconds must be positive"),
               std::string::npos) << e.what();
   }
+  text = ReadFile(dir.path() + "/p.json");
+  const size_t lanes = text.find("\"lanes\": 2");
+  ASSERT_NE(lanes, std::string::npos) << text;
+  WriteFile(dir.path() + "/lanes.json", std::string(text).replace(lanes, 10, "\"lanes\": 0"));
+  try {
+    ReadProfile(dir.path() + "/lanes.json");
+    FAIL() << "a link of 0 lanes was read";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("link.lanes 0: want 1..64"), std::string::npos) << e.what();
+  }
+  WriteFile(dir.path() + "/old.json", std::string(text).replace(lanes, 11, ""));  // written before lanes
+  EXPECT_EQ(ReadProfile(dir.path() + "/old.json").link->lanes, 1);
   WriteFile(dir.path() + "/bad.json", "{\"version\": 1}");
   try {
     ReadProfile(dir.path() + "/bad.json");
