@@ -291,14 +291,13 @@ Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, to
       unit.cost[batches[b]] = {times[b].forward_ms[u], std::max(0.0, times[b].total_ms[u] - times[b].forward_ms[u])};
     p.units.push_back(unit);
   }
-  {
-    const AutocastGuard autocast(config.amp, device);  // the run's precision: its activations and step
-    MeasureUnitBytes(model, config, device, &p);
-  }
   p.optimizer_ms_per_mb = MeasureOptimizer(model, config, device);
+  // From here on in the run's precision: its activations, its step, and the
+  // computation beside the collectives (MeasureUnits sets its own).
+  const AutocastGuard autocast(config.amp, device);
+  MeasureUnitBytes(model, config, device, &p);
   double units_ms = 0;
   for (double ms : times[0].total_ms) units_ms += ms;
-  const AutocastGuard autocast(config.amp, device);
   p.step_overhead_ms = MeasureStepOverhead(model, config, device, units_ms,
                                            p.optimizer_ms_per_mb * static_cast<double>(p.Parameters()) *
                                                static_cast<double>(p.element_bytes) / (1024.0 * 1024.0));

@@ -15,6 +15,7 @@
 #include "harness/run_result.h"
 #include "harness/step_loop.h"
 #include "projection/step_model.h"
+#include "strategies/registry.h"
 #include "strategies/stages.h"
 
 namespace ddpbench {
@@ -84,11 +85,10 @@ bool SharesOneGpu(const RunConfig& c, const std::vector<torch::Device>& devices)
 
 bool ExpectsThroughput(const RunConfig& c, int world) {
   if (c.expected == "off" || c.strategy == "single" || c.data_only) return false;
-  // One rank of a data-parallel strategy: its step against its own parts
+  // One rank of a one-rank-per-device strategy (ddp, zero1/2/3): its step against its own parts
   // (units, optimizer, step overhead) says what the strategy's machinery
   // costs where there is nothing to communicate.
-  const bool data_parallel = c.strategy == "ddp" || c.strategy.rfind("zero", 0) == 0;
-  return !OnOneDevice(c, world) || data_parallel;
+  return !OnOneDevice(c, world) || FindStrategy(c.strategy).info.parallelism == Parallelism::kDataMultiProcess;
 }
 
 void CheckExpectedProfile(const RunConfig& c) {

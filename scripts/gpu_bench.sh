@@ -135,9 +135,7 @@ expected() {
   local w=(--model=resnet50 --amp=bf16 --image-size=224 --batch-size=128)
   local c=("${w[@]}" --steps=40 --warmup=15 --no-eval --out="$OUT_DIR/gpu-expected.csv")
   local profile="$OUT_DIR/gpu-profile-resnet50-b128-bf16.json"
-  echo "+ ddpbench --calibrate=$profile --strategy=ddp ${MULTI[*]} ${w[*]}"
-  "$BIN" --device=cuda --progress=off --calibrate="$profile" --strategy=ddp "${MULTI[@]}" "${w[@]}" 2>&1 |
-    grep -v '^\[W' | tail -4 || echo "FAILED: --calibrate"
+  run --calibrate="$profile" --strategy=ddp "${MULTI[@]}" "${w[@]}"
   run --strategy=ddp --gpus=1 "${c[@]}"
   for s in ddp zero1 zero2 zero3; do run --strategy=$s "${MULTI[@]}" "${c[@]}"; done
   [[ -f "$profile" ]] && run --strategy=ddp "${MULTI[@]}" --expected="$profile" "${c[@]}"
