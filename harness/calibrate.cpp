@@ -277,8 +277,9 @@ Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, to
   p.element_bytes = 4, p.optimizer = config.optimizer, p.momentum = config.optimizer == "sgd" ? config.momentum : 0;
   p.device = device.is_cuda() ? "cuda" : "cpu";
   const RunEnvironment env = DescribeEnvironment(device.is_cuda());
-  p.machine = device.is_cuda() ? fmt::format("{}, {}, {}", env.host, CudaDeviceName(device.index()), env.cpu_model)
-                                : fmt::format("{}, {}", env.host, env.cpu_model);
+  p.machine = device.is_cuda()
+                  ? fmt::format("{}, {}, {}", env.host, CudaDeviceName(device.index()), env.cpu_model)
+                  : fmt::format("{}, {}", env.host, env.cpu_model);
   p.command = config.command, p.torch_version = env.torch_version, p.git_sha = kGitSha, p.created = env.timestamp;
   const bool processes = dist.world > 1;
   const int concurrent = processes || device.is_cuda() ? 1 : std::max(1, config.gpus);

@@ -549,9 +549,9 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--device-memory-gb", c.device_memory_gb, "--project: device memory for the largest batch that fits");
   app.add_option("--device-img-s", c.device_img_s, "--project: one device's img/s (measured elsewhere or "
                  "published) that the profile's compute times are scaled to");
-  app.add_option("--expected", c.expected, "multi-device runs and ddp/zero on one device: auto (default: predict "
-                 "the run from its own unit times and link, measured after the timed steps)|off|PROFILE (a "
-                 "--calibrate file)");
+  app.add_option("--expected", c.expected,
+                 "multi-device runs and ddp/zero on one device: auto (default: predict the run from its own "
+                 "unit times and link, measured after the timed steps)|off|PROFILE (a --calibrate file)");
   GroupHelp(app);
   try {
     app.parse(argc, argv);

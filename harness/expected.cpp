@@ -88,7 +88,8 @@ bool ExpectsThroughput(const RunConfig& c, int world) {
   // One rank of a one-rank-per-device strategy (ddp, zero1/2/3): its step against its own parts
   // (units, optimizer, step overhead) says what the strategy's machinery
   // costs where there is nothing to communicate.
-  return !OnOneDevice(c, world) || FindStrategy(c.strategy).info.parallelism == Parallelism::kDataMultiProcess;
+  return !OnOneDevice(c, world) ||
+         FindStrategy(c.strategy).info.parallelism == Parallelism::kDataMultiProcess;
 }
 
 void CheckExpectedProfile(const RunConfig& c) {

@@ -74,7 +74,8 @@ void WriteProfile(const Profile& p, const std::string& path) {
     for (const auto& [c, fit] : p.link->own)
       own[CollectiveName(c)] = {{"alpha_us", fit.alpha_s * 1e6}, {"bandwidth_gb_s", fit.bandwidth / 1e9}};
     j["link"] = {{"alpha_us", p.link->alpha_s * 1e6}, {"bandwidth_gb_s", p.link->bandwidth / 1e9},
-                 {"ranks", p.link_ranks}, {"lanes", p.link->lanes}, {"source", p.link->source}, {"collectives", own}, {"measured", points}};
+                 {"ranks", p.link_ranks}, {"lanes", p.link->lanes}, {"source", p.link->source},
+                 {"collectives", own}, {"measured", points}};
   }
   ReplaceFile(path, j.dump(1) + "\n");
 }
@@ -203,7 +204,8 @@ Profile ReadProfile(const std::string& path) {
     if (l.contains("lanes")) {  // profiles written before it: one lane
       link.lanes = Field<int>(l, "lanes", path);
       if (link.lanes < 1 || link.lanes > 64)
-        throw ConfigError(fmt::format("{}: link.lanes {}: want 1..64 collectives in flight", path, link.lanes));
+        throw ConfigError(
+            fmt::format("{}: link.lanes {}: want 1..64 collectives in flight", path, link.lanes));
     }
     p.link = link;
     p.link_ranks = Field<int>(l, "ranks", path);
