@@ -101,7 +101,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& StrategyFla
       {"--bucket-cap-mb", {"ddp", "zero*"}},
       {"--grad-accum", {"ddp"}},
       {"--compression", {"ddp"}},
-      {"--timeout", {"ddp", "zero*"}},
+      {"--timeout", {"ddp", "zero*", "mp", "pmp"}},
       {"--zero-reduce", {"zero*"}},
       {"--balance", {"mp", "pmp"}},
       {"--split", {"mp", "pmp"}},
@@ -111,6 +111,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& StrategyFla
       {"--virtual-stages", {"pmp"}},
       {"--rebalance", {"pmp"}},
       {"--fill-waits", {"pmp"}},
+      {"--stage-ranks", {"mp", "pmp"}},
       // Whole-step capture is built for single; the other strategies
       // synchronise with the host or across processes inside their step.
       {"--cuda-graphs", {"single"}},
@@ -154,6 +155,22 @@ void CheckRebalance(const RunConfig& c) {
     throw ConfigError(fmt::format("--rebalance=warmup with --warmup={}: needs at least 2 warm-up steps (the first "
                                   "one's times include first-touch costs); accepted: --warmup>=2, or --rebalance=off",
                                   c.warmup));
+}
+
+// --stage-ranks: what the stages-across-ranks pipeline does not run (yet):
+// each refused naming the flag and what is accepted.
+void CheckStageRanks(const RunConfig& c) {
+  if (!c.stage_ranks) return;
+  if (c.TrainsToAnswer() || !c.snapshot_dir.empty())
+    throw ConfigError("--stage-ranks: validation during training and snapshots are not built for stages "
+                      "on separate ranks; accepted with --steps (and the test-set evaluation after it), or "
+                      "leave --stage-ranks out (one process drives every stage)");
+  if (c.rebalance == "warmup")
+    throw ConfigError("--rebalance=warmup with --stage-ranks: moving units between ranks is not built; "
+                      "accepted: --rebalance=off|auto (off across ranks)");
+  if (!c.calibrate.empty())
+    throw ConfigError("--calibrate with --stage-ranks: calibrate with --strategy=ddp --gpus=2 (its profile "
+                      "predicts pmp too); leave --stage-ranks out");
 }
 
 // Budgets, targets, validation and snapshots (issue 13).
@@ -400,6 +417,7 @@ void ValidateConfig(const RunConfig& c) {
   CheckMember("--balance", c.balance, {"time", "params"});
   CheckMember("--units", c.units, {"auto", "blocks", "half-blocks"});
   CheckRebalance(c);
+  CheckStageRanks(c);
   if (c.given.count("--chunks")) CheckAtLeast("--chunks", c.chunks, int64_t{1});
   CheckBatchNormImages(c);
   const PipelineSchedule schedule = ParsePipelineSchedule(c.schedule);
@@ -530,6 +548,9 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--fill-waits", c.fill_waits,
                  "pmp zero-bubble schedules on CPU devices: on (default: a device whose next input has not arrived "
                  "runs its pending W's a weight node at a time until it does)|off (the table's order exactly)");
+  app.add_flag("--stage-ranks", c.stage_ranks,
+               "mp/pmp: one rank (process) per stage, spawned or from a launcher, activations and gradients "
+               "handed on by point-to-point send/recv over the process group (Gloo on CPU, NCCL on CUDA)");
   app.add_option("--rebalance", c.rebalance,
                  "pmp: warmup (re-split the model once from the chunks' times measured in the warm-up steps; needs "
                  "--balance=time, no --split, --warmup>=2)|off (the set-up split throughout)|auto (default: warmup "

@@ -112,6 +112,7 @@ struct RunConfig {
   std::string schedule = "1f1b";     // gpipe|1f1b|interleaved|zero-bubble|interleaved-zero-bubble
   int64_t virtual_stages = 0;        // interleaved[-zero-bubble]: chunks per device (0: 2)
   std::string rebalance = "auto";    // auto|off|warmup: pmp re-splits from the warm-up's chunk times (rebalance.h)
+  bool stage_ranks = false;          // mp/pmp: one rank (process) per stage, hand-off by send/recv
   std::string fill_waits = "on";     // on|off: pmp zero-bubble on CPU: pending W's fill waits (pipeline.cpp)
 
   // Projection (issue 23, projection/): calibrate a profile, or project one.

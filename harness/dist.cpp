@@ -52,11 +52,15 @@ std::vector<double> DistContext::AllGather(const std::vector<double>& values) {
 }
 
 void DistContext::BroadcastFromRoot(const std::vector<at::Tensor>& tensors, const char* label) {
+  BroadcastFrom(0, tensors, label);
+}
+
+void DistContext::BroadcastFrom(int root, const std::vector<at::Tensor>& tensors, const char* label) {
   if (world == 1 || !group || tensors.empty()) return;
   constexpr size_t kBroadcastBytes = 250 * 1024 * 1024;  // DDP's broadcast_bucket_size
   torch::NoGradGuard no_grad;
   CollectiveLabel collective(label);
-  c10d::broadcast_coalesced(group, tensors, kBroadcastBytes, 0);
+  c10d::broadcast_coalesced(group, tensors, kBroadcastBytes, root);
 }
 
 namespace {

@@ -45,7 +45,15 @@ struct DistContext {
   // destroy_process_group warning is printed at exit). Collective.
   void Shutdown();
 
+  // Every rank reads the same batches (pipeline stages on separate ranks,
+  // --stage-ranks) instead of its own share of the data.
+  bool same_data = false;
+
   bool is_root() const { return rank == 0; }
+  // The shard of the data this rank reads: (rank, world), or (0, 1) when
+  // every rank reads the same batches.
+  int data_rank() const { return same_data ? 0 : rank; }
+  int data_world() const { return same_data ? 1 : world; }
   void Barrier();
   // Every rank's values, concatenated in rank order (all ranks get them).
   std::vector<double> AllGather(const std::vector<double>& values);
@@ -55,6 +63,8 @@ struct DistContext {
   // broadcast); `label` names the collective in errors. No-op for world 1
   // or no tensors.
   void BroadcastFromRoot(const std::vector<at::Tensor>& tensors, const char* label);
+  // The same from rank `root` (tensors on `device`).
+  void BroadcastFrom(int root, const std::vector<at::Tensor>& tensors, const char* label);
   double AllReduceMax(double value);
 };
 

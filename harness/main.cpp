@@ -100,15 +100,16 @@ int main(int argc, char** argv) {
     // Ranks: join a launcher's, or start --gpus of them (multi-process
     // strategies) after checking the flags and data once, here.
     const StrategyEntry& entry = FindStrategy(config.strategy);
-    const bool multi = entry.info.parallelism == Parallelism::kDataMultiProcess;
+    const bool multi = RunsRankPerDevice(entry.info, config);
     LaunchEnv env = DetectLaunchEnv(ProcessEnv());
     if (multi && env.launcher != "spawn" && env.world == 1 && (env.launcher == "none" || config.gpus > 1)) {
       PreflightCheck(config, config.gpus);
       return SpawnRanks(config, config.gpus, argc, argv);
     }
     if (!multi && env.world > 1)
-      throw ConfigError(fmt::format("--strategy={} runs in one process, but {} started {} ranks; use ddp or "
-                                    "zero1|zero2|zero3 under a launcher, or start one process", config.strategy,
+      throw ConfigError(fmt::format("--strategy={} runs in one process, but {} started {} ranks; use "
+                                    "ddp, zero1|zero2|zero3 or mp|pmp --stage-ranks under a launcher, or "
+                                    "start one process", config.strategy,
                                     env.launcher, env.world));
     if (multi) {
       if (config.gpus_given && config.gpus != env.world)

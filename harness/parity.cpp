@@ -61,7 +61,7 @@ ParityResult RunParityCheck(const StrategyEntry& entry, const RunContext& ctx, c
   // The strategy under test, on this process's own batches.
   auto strategy = entry.make();
   strategy->Setup(run);
-  auto source = MakeParitySource(data, ctx.dist->rank, ctx.dist->world);
+  auto source = MakeParitySource(data, ctx.dist->data_rank(), ctx.dist->data_world());
   for (int64_t s = 0; s < config.verify_steps; ++s) strategy->Step(source->Next());
   auto params = strategy->Parameters();
 
@@ -80,7 +80,8 @@ ParityResult RunParityCheck(const StrategyEntry& entry, const RunContext& ctx, c
     auto reference = MakeSingleStrategy();
     reference->Setup(ref);
     std::vector<std::unique_ptr<BatchSource>> sources;
-    for (int r = 0; r < ctx.dist->world; ++r) sources.push_back(MakeParitySource(data, r, ctx.dist->world));
+    for (int r = 0; r < ctx.dist->data_world(); ++r)
+      sources.push_back(MakeParitySource(data, r, ctx.dist->data_world()));
     for (int64_t s = 0; s < config.verify_steps; ++s) {
       std::vector<torch::Tensor> images, labels;
       for (auto& src : sources) {

@@ -50,26 +50,26 @@ namespace {
 std::vector<torch::Device> ResolveDevices(const RunConfig& c, const StrategyInfo& info,
                                           const DistContext& dist, bool* oversubscribed) {
   const bool cuda = c.device == "cuda";
-  int per_process = (info.parallelism == Parallelism::kDataInProcess ||
-                     info.parallelism == Parallelism::kModel) ? c.gpus : 1;
+  const bool rank_per_device = RunsRankPerDevice(info, c);
+  int per_process = !rank_per_device && (info.parallelism == Parallelism::kDataInProcess ||
+                                         info.parallelism == Parallelism::kModel) ? c.gpus : 1;
   if (info.parallelism == Parallelism::kNone && c.gpus != 1)
     throw ConfigError(fmt::format("--gpus={}: the '{}' strategy uses exactly one device; use --gpus=1 "
                                   "or a multi-device strategy (dp|ddp|mp|pmp|zero1|zero2|zero3)", c.gpus, c.strategy));
   std::vector<torch::Device> devices;
   if (cuda) {
     int count = CudaDeviceCount();
-    int needed = info.parallelism == Parallelism::kDataMultiProcess ? dist.local_world : per_process;
+    int needed = rank_per_device ? dist.local_world : per_process;
     *oversubscribed = needed > count;
     if (*oversubscribed && !c.oversubscribe)
       throw ConfigError(fmt::format("--gpus={}: this machine has {} CUDA device(s); pass --oversubscribe "
                                     "to share them (the row will say so)", c.gpus, count));
-    int first = info.parallelism == Parallelism::kDataMultiProcess ? dist.local_rank : 0;
+    int first = rank_per_device ? dist.local_rank : 0;
     for (int i = 0; i < per_process; ++i)
       devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>((first + i) % count));
   } else {
     int cores = static_cast<int>(std::thread::hardware_concurrency());
-    int threads = c.threads_per_device *
-                  (info.parallelism == Parallelism::kDataMultiProcess ? dist.local_world : per_process);
+    int threads = c.threads_per_device * (rank_per_device ? dist.local_world : per_process);
     *oversubscribed = cores > 0 && threads > cores;
     if (*oversubscribed && !c.oversubscribe)
       throw ConfigError(fmt::format(
@@ -116,7 +116,7 @@ RunSettings ResolveSettings(RunConfig& config, const std::vector<torch::Device>&
 // (a CUDA device keeps one host thread busy), at least 1.
 int DefaultDataWorkers(const RunConfig& c, const StrategyInfo& info, const DistContext& dist) {
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  const int processes = info.parallelism == Parallelism::kDataMultiProcess ? dist.local_world : 1;
+  const int processes = RunsRankPerDevice(info, c) ? dist.local_world : 1;
   const int devices = info.parallelism == Parallelism::kDataMultiProcess ? dist.local_world
                       : info.parallelism == Parallelism::kNone         ? 1
                                                                        : c.gpus;
@@ -230,13 +230,15 @@ void ConfigureProcess(const PreparedRun& run, const StrategyEntry& entry, DistCo
     at::globalContext().setAllowTF32CuBLAS(run.settings.tf32 == "all");
   } else {
     // A logical CPU device is threads_per_device intra-op threads.
-    if (entry.info.parallelism == Parallelism::kDataMultiProcess && dist.world > 1 && !run.oversubscribed)
+    if (RunsRankPerDevice(entry.info, config) && dist.world > 1 && !run.oversubscribed)
       PinRankToCores(dist.local_rank, config.threads_per_device);
     at::set_num_threads(config.threads_per_device);
     InstallCpuMemoryTracker(config.cpu_device_memory_mb * (int64_t{1} << 20));
   }
+  // Pipeline stages on separate ranks all read the same batches.
+  dist.same_data = entry.info.parallelism == Parallelism::kModel && config.stage_ranks;
   // Oversubscribed GPUs cannot host one NCCL rank each: such ranks use Gloo.
-  if (entry.info.parallelism == Parallelism::kDataMultiProcess)
+  if (RunsRankPerDevice(entry.info, config))
     dist.Connect(config.timeout_s, cuda, /*nccl=*/cuda && !run.oversubscribed);
 }
 
@@ -438,7 +440,7 @@ void EvaluateTestSet(const PreparedRun& run, Strategy& strategy, DistContext& di
   std::unique_ptr<BatchSource> test;
   {
     CpuDeviceScope host(-1);
-    test = MakeTestSource(run.spec, dist.rank, dist.world);
+    test = MakeTestSource(run.spec, dist.data_rank(), dist.data_world());
   }
   const EvalResult tested = Evaluate(strategy, test.get(), dist, run.config.eval_batches);
   result->accuracy = tested.accuracy;
@@ -555,7 +557,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
     CpuDeviceScope host(-1);  // host-side data is not device memory
     DataSpec spec = run.spec;
     spec.start_batch = start.step;  // a resumed run's next batch
-    train = MakeTrainSource(spec, dist.rank, dist.world);
+    train = MakeTrainSource(spec, dist.data_rank(), dist.data_world());
   }
   LoopPlan plan = PlanSteps(config, run, *train, dist, start.step);
   if (plan.timed < 1) {

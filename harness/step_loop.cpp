@@ -236,7 +236,9 @@ EvalResult Evaluate(Strategy& strategy, BatchSource* source, DistContext& dist, 
       (void)strategy.Predict(torch::zeros(shape));
       continue;
     }
-    auto logits = strategy.Predict(batch.images).to(torch::kCPU);
+    torch::Tensor logits = strategy.Predict(batch.images);
+    if (!logits.defined()) continue;  // the answer is another rank's (pipeline stages on ranks)
+    logits = logits.to(torch::kCPU);
     const auto labels = batch.labels.to(torch::kCPU);
     correct += logits.argmax(1).eq(labels).sum().item<int64_t>();
     loss_sum += ClassificationLoss(logits, labels).item<double>() * static_cast<double>(batch.size());

@@ -66,7 +66,7 @@ double TrainingGoal::Elapsed() const {
 }
 
 EvalResult TrainingGoal::Validate() {
-  std::unique_ptr<BatchSource> val = MakeValSource(val_spec_, dist_.rank, dist_.world);
+  std::unique_ptr<BatchSource> val = MakeValSource(val_spec_, dist_.data_rank(), dist_.data_world());
   return Evaluate(strategy_, val.get(), dist_, 0);
 }
 

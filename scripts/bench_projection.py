@@ -19,6 +19,9 @@ headers), each time a rate is applied.
 
 For each rate and strategy, two ranks over the shaped pair; and on loopback
 (no namespaces) `--gpus=1` and `--gpus=2` (spawned ranks) per strategy.
+pmp-1f1b and pmp-zero-bubble run pmp with --stage-ranks (one stage per rank,
+--chunks=4): each micro-batch's activations and gradients cross the pair;
+on loopback they run at 2 ranks only.
 Rounds are interleaved (bench_util.interleaved); the table gives the median
 img/s per configuration and its min-max. Each measured configuration is
 predicted by `ddpbench --project=PROFILE` (two nodes of one device joined by
@@ -55,10 +58,24 @@ sys.path.insert(0, HERE)
 from bench_util import interleaved, machine, write_results  # noqa: E402
 
 DEFAULT_WORKLOAD = "--model=resnet18 --width=16 --image-size=32 --batch-size=32 --steps=300 --warmup=10 --no-eval"
-STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
+# Each validated configuration: its ddpbench flags, the projection's flags for
+# it, and the loopback rank counts it runs (pmp needs two stages: its stages
+# on two ranks, each stage's activations and gradients sent over the link).
+PMP_CHUNKS = 4
+CONFIGS = {
+    "ddp": (["--strategy=ddp"], ["--strategies=ddp"], (1, 2)),
+    "zero1": (["--strategy=zero1"], ["--strategies=zero1"], (1, 2)),
+    "zero2": (["--strategy=zero2"], ["--strategies=zero2"], (1, 2)),
+    "zero3": (["--strategy=zero3"], ["--strategies=zero3"], (1, 2)),
+    **{f"pmp-{s}": (["--strategy=pmp", "--stage-ranks", f"--schedule={s}", f"--chunks={PMP_CHUNKS}"],
+                    ["--strategies=pmp", f"--schedule={s}", f"--chunks={PMP_CHUNKS}"], (2,))
+       for s in ("1f1b", "zero-bubble")},
+}
+STRATEGIES = tuple(CONFIGS)
 DEFAULT_OUT = os.path.join("results", "cpu-2core-projection-validation.csv")
 # The driver sets these itself; the workload may not.
-RESERVED = ("--strategy", "--gpus", "--out", "--baseline", "--progress", "--calibrate", "--project", "--device")
+RESERVED = ("--strategy", "--gpus", "--out", "--baseline", "--progress", "--calibrate", "--project", "--device",
+            "--stage-ranks", "--schedule", "--chunks")
 # An outer launcher's variables would change what ddpbench detects (as tests/e2e/lib/launch_common.sh).
 LAUNCHER_ENV = re.compile(r"^(SLURM_|OMPI_|PMIX_|PMI_|TORCHELASTIC_)|^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|"
                           r"GROUP_RANK|MASTER_ADDR|MASTER_PORT|DDPBENCH_LAUNCHER|GLOO_SOCKET_IFNAME)$")
@@ -344,7 +361,7 @@ def measure_netns(a, link, strategy, tmp):
     out = os.path.join(tmp, f"netns-{strategy}.csv")
     if os.path.exists(out):
         os.remove(out)
-    argv = [a.binary, f"--strategy={strategy}", *a.workload_args, "--progress=off", f"--out={out}"]
+    argv = [a.binary, *CONFIGS[strategy][0], *a.workload_args, "--progress=off", f"--out={out}"]
     before = link.counters()
     wall, cmd = launch_netns(a, link, argv, strategy, tmp)
     after = link.counters()
@@ -365,7 +382,7 @@ def measure_loopback(a, strategy, ranks, tmp):
     out = os.path.join(tmp, f"loopback-{strategy}-{ranks}.csv")
     if os.path.exists(out):
         os.remove(out)
-    argv = [a.binary, f"--strategy={strategy}", f"--gpus={ranks}", *a.workload_args, "--progress=off", f"--out={out}"]
+    argv = [a.binary, *CONFIGS[strategy][0], f"--gpus={ranks}", *a.workload_args, "--progress=off", f"--out={out}"]
     log = os.path.join(tmp, f"loopback-{strategy}-{ranks}.log")
     t0 = time.monotonic()
     with open(log, "w") as f:
@@ -403,7 +420,7 @@ def predict_argv(a, profile, csv_path, link, strategy, ranks, bw_bits):
     else:
         inter = "measured" if bw_bits is None else f"measured,bw={bw_arg(bw_bits)}"
         topo = ["--nodes=2", "--gpus-per-node=1", f"--inter={inter}"]
-    return [a.binary, f"--project={profile}", f"--project-csv={csv_path}", f"--strategies={strategy}", *topo]
+    return [a.binary, f"--project={profile}", f"--project-csv={csv_path}", *CONFIGS[strategy][1], *topo]
 
 
 def predict(a, profile, link, strategy, ranks, bw_bits, tmp):
@@ -414,8 +431,9 @@ def predict(a, profile, link, strategy, ranks, bw_bits, tmp):
     argv = predict_argv(a, profile, csv_path, link, strategy, ranks, bw_bits)
     run(argv, "prediction")
     with open(csv_path) as f:
+        projected = CONFIGS[strategy][1][0].split("=", 1)[1]
         rows = [r for r in csv.DictReader(f)
-                if r.get("strategy") == strategy and str(r.get("world", "")).strip() == str(ranks)
+                if r.get("strategy") == projected and str(r.get("world", "")).strip() == str(ranks)
                 and r.get("img_s", "").strip()]
     return (float(rows[0]["img_s"]) if rows else None), shlex.join(argv)
 
@@ -601,7 +619,7 @@ def main():
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     entries = [(rate, s, 2) for rate in a.rates for s in a.strategies]
     if not a.no_loopback:
-        entries += [("loopback", s, n) for s in a.strategies for n in (1, 2)]
+        entries += [("loopback", s, n) for s in a.strategies for n in CONFIGS[s][2]]
     link = Link(a.tbf_latency)
     probes = {}  # rate -> [(A->B, B->A) Mbit/s]
     with tempfile.TemporaryDirectory(prefix="bench_projection.") as tmp:

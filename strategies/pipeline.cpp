@@ -13,6 +13,7 @@
 
 #include "harness/config.h"
 #include "harness/cuda_support.h"
+#include "harness/dist.h"
 #include "harness/log.h"
 #include "harness/memory.h"
 #include "harness/phase.h"
@@ -23,6 +24,7 @@
 #include "strategies/rebalance.h"
 #include "strategies/schedules.h"
 #include "strategies/split_backward.h"
+#include "strategies/stage_link.h"
 #include "strategies/stages.h"
 
 namespace ddpbench {
@@ -32,6 +34,13 @@ using Clock = std::chrono::steady_clock;
 
 // How much faster the re-balanced split must be predicted to be (rebalance.h).
 constexpr double kRebalanceMargin = 0.03;
+
+// --stage-ranks: receives each rank posts ahead of the action that needs
+// them, and the tags of evaluation hand-offs and of the step's loss (the
+// step's own are below them: ActTag, GradTag).
+constexpr int kPostAhead = 2;
+constexpr int kEvalTag = 1 << 24;
+constexpr int kLossTag = 1 << 25;
 
 // Busy time of one stage: the sum of its operations' durations, waits for
 // other stages excluded. CUDA: events on the stage's stream, read once the
@@ -144,7 +153,13 @@ class PipelineStrategy final : public Strategy {
   void Setup(const RunContext& ctx) override {
     config_ = ctx.config;
     timer_ = ctx.timer;
-    const int S = static_cast<int>(ctx.devices.size());
+    dist_ = ctx.dist;
+    ranks_ = config_->stage_ranks;  // device d is rank d; this process runs its own
+    rank_ = ranks_ ? dist_->rank : 0;
+    const int S = ranks_ ? dist_->world : static_cast<int>(ctx.devices.size());
+    // Every device's placeholder where another rank runs it.
+    const std::vector<torch::Device> table_devices =
+        ranks_ ? std::vector<torch::Device>(S, ctx.devices.front()) : ctx.devices;
     if (pipelined_ && config_->chunks > 0) CheckPipelineShape(*config_, S);
     // --units=auto: measured in half blocks, rebuilt in blocks (the same
     // weights from the same seed) unless half blocks win. (--units as a
@@ -155,7 +170,8 @@ class PipelineStrategy final : public Strategy {
     model_ = BuildModel(options, config_->seed, ctx.devices.front());
     PipelineShape shape;  // mp: one micro-batch, the stages take turns
     if (pipelined_) {
-      shape = ChoosePipelineShape(*config_, model_, S);
+      shape = ChoosePipelineShape(*config_, model_, S, ranks_ ? 1 : 0);
+      if (ranks_) AgreeOnShape(&shape);
       if (units_open && !shape.half_blocks) {
         options.half_blocks = false;
         model_ = BuildModel(options, config_->seed, ctx.devices.front());
@@ -164,6 +180,7 @@ class PipelineStrategy final : public Strategy {
     } else {
       shape.schedule = PipelineSchedule::kGPipe;
       shape.plan = ChooseSplit(*config_, model_, S, 1, config_->batch_size);
+      if (ranks_) AgreeOnShape(&shape);
     }
     schedule_ = shape.schedule;
     table_ = BuildPipelineTable(shape.schedule, S, shape.virtual_stages, shape.micro_batches);
@@ -176,13 +193,21 @@ class PipelineStrategy final : public Strategy {
     fill_waits_ = pipelined_ && SplitsBackward(schedule_) && config_->fill_waits == "on";
     for (const torch::Device& device : ctx.devices) fill_waits_ = fill_waits_ && device.is_cpu();
     for (int c = 0; c < table_.chunks(); ++c)
-      chunks_.push_back(std::make_unique<Chunk>(ctx.devices[table_.DeviceOf(c)], shape.micro_batches));
-    for (int d = 0; d < S; ++d) devices_.push_back(std::make_unique<Device>(ctx.devices[d], d));
-    workers_ = std::make_unique<DeviceWorkers>(ctx.devices, /*own_streams=*/true);
-    workers_->RunAll([&](int d) {
+      chunks_.push_back(std::make_unique<Chunk>(table_devices[table_.DeviceOf(c)], shape.micro_batches));
+    for (int d = 0; d < S; ++d) {
+      devices_.push_back(std::make_unique<Device>(table_devices[d], WorkerOf(d)));
+      if (Local(d)) local_.push_back(d);
+    }
+    const std::vector<torch::Device> mine = ranks_ ? std::vector<torch::Device>{ctx.devices.front()} : ctx.devices;
+    workers_ = std::make_unique<DeviceWorkers>(mine, /*own_streams=*/true);
+    RunLocal([&](int d) {
       trace::NameThread(StageNames(d, table_), 1 + d);
       devices_[d]->scaler = std::make_unique<LossScaler>(config_->amp, devices_[d]->device);
     });
+    if (ranks_ && S > 1) {
+      link_ = std::make_unique<RankLink>(*dist_);
+      MeasureBoundaries(ctx.devices.front());
+    }
     unit_device_.assign(model_->units()->size(), -1);
     PlaceUnits(plan_.counts);
   }
@@ -198,6 +223,7 @@ class PipelineStrategy final : public Strategy {
     for (int m = 0; m < M; ++m) {
       state.images.push_back(Send(images[m], /*host=*/true));
       state.labels.push_back(Send(labels[m], /*host=*/true));
+      state.rows.push_back(images[m].size(0));
       // Each micro-batch's mean loss weighted by its share of the batch: the
       // sum over micro-batches is the mean over the batch.
       state.weights.push_back(static_cast<double>(labels[m].size(0)) / n);
@@ -208,8 +234,12 @@ class PipelineStrategy final : public Strategy {
       std::fill(ch->w_done.begin(), ch->w_done.end(), 0);
     }
 
+    const int last_device = table_.DeviceOf(table_.chunks() - 1);
+    if (link_ && !Local(last_device))  // the step's loss, from the last stage's rank
+      link_->Post(last_device, kLossTag, {},
+                  torch::TensorOptions().dtype(torch::kDouble).device(dist_->device));
     auto t0 = Clock::now();
-    workers_->RunAll([&](int d) {
+    RunLocal([&](int d) {
       try {
         RunDevice(d, state);
       } catch (...) {
@@ -220,11 +250,13 @@ class PipelineStrategy final : public Strategy {
         throw;
       }
     });
-    if (devices_.front()->scaler->enabled()) {
+    if (link_) ShareLoss(state, last_device);
+    if (Mine().scaler->enabled()) {
       // fp16: skip the step on every device if any device's gradients overflowed.
       torch::Tensor found = torch::zeros({1});
-      for (auto& dev : devices_) found += dev->found_inf.to(torch::kCPU);
-      workers_->RunAll([&](int d) {
+      for (int d : local_) found += devices_[d]->found_inf.to(torch::kCPU);
+      if (ranks_) found.fill_(dist_->AllReduceSum(found.item<double>()));
+      RunLocal([&](int d) {
         Device& dev = *devices_[d];
         {
           StageWork work(dev.clock, *timer_, Phase::kOptimizer, dev.device);
@@ -234,6 +266,7 @@ class PipelineStrategy final : public Strategy {
         dev.optimizer_ms += dev.clock.Take();
       });
     }
+    if (link_) link_->Flush();
     const double wall = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     const bool timed = state.timed;
     const int64_t step = steps_++;
@@ -257,12 +290,14 @@ class PipelineStrategy final : public Strategy {
           chunks_[c]->warmup_ms[k] += ms;
         }
       }
-    if (timed) RecordStepBalance(busy_before);
+    if (timed)
+      for (int d : local_) devices_[d]->step_busy_ms.push_back(devices_[d]->busy_ms - busy_before[d]);
     if (rebalance_ && step + 1 == config_->warmup) Rebalance(step);
     return {state.loss};
   }
 
   torch::Tensor Predict(const torch::Tensor& images) override {
+    if (link_) return PredictAcrossRanks(images);
     Handoff h = Send(images, /*host=*/true);
     for (size_t c = 0; c < chunks_.size(); ++c) {
       workers_->Run(table_.DeviceOf(static_cast<int>(c)), [&] {
@@ -281,7 +316,10 @@ class PipelineStrategy final : public Strategy {
     return Receive(h, chunks_.back()->device);
   }
 
-  std::vector<torch::Tensor> Parameters() override { return model_->parameters(); }
+  std::vector<torch::Tensor> Parameters() override {
+    if (link_) GatherParameters();
+    return model_->parameters();
+  }
   const ResNetOptions* BuiltModel() const override { return &model_->options(); }
 
   // The whole model by its own names (each tensor on its chunk's device),
@@ -291,10 +329,11 @@ class PipelineStrategy final : public Strategy {
   // shape as "meta.shape": a resumed run must cut and schedule the model the
   // same way.
   TensorMap SaveState() override {
+    TORCH_CHECK(!link_, "--stage-ranks: snapshots are not built for stages on separate ranks");
     TensorMap state;
     SaveModule(state, "model.", *model_);
     for (auto& dev : devices_) SaveOptimizer(state, "optim.", *dev->optimizer, ParameterNames(*dev->optimizer, *model_));
-    devices_.front()->scaler->Save(state, "scaler.");
+    Mine().scaler->Save(state, "scaler.");
     state["meta.split"] = SplitTensor();
     state["meta.units"] = UnitsTensor();
     if (pipelined_) state["meta.shape"] = ShapeTensor();
@@ -302,6 +341,7 @@ class PipelineStrategy final : public Strategy {
   }
 
   void LoadState(const TensorMap& state) override {
+    TORCH_CHECK(!link_, "--stage-ranks: snapshots are not built for stages on separate ranks");
     StateReader reader(state);
     reader.TakeEqual("meta.split", SplitTensor(),
                      "units per stage: --balance=time measures the split at every start; pass the saved "
@@ -329,6 +369,7 @@ class PipelineStrategy final : public Strategy {
   }
 
   std::map<std::string, std::string> Extras() override {
+    if (link_) ShareFigures();
     const int S = table_.devices, V = table_.virtual_stages, M = table_.micro_batches;
     std::map<std::string, std::string> extras;
     extras["split"] = SplitCounts(plan_.counts);
@@ -355,8 +396,9 @@ class PipelineStrategy final : public Strategy {
       }
       extras["bubble_measured"] = fmt::format("{:.4f}", 1.0 - total / (S * wall_ms_));
       extras["stage_busy_ms"] = Joined(busy);
-      if (!step_balance_.empty()) {
-        std::vector<double> sorted = step_balance_;
+      const std::vector<double> step_balance = StepBalance();
+      if (!step_balance.empty()) {
+        std::vector<double> sorted = step_balance;
         std::sort(sorted.begin(), sorted.end());
         extras["stage_busy_step_ratio"] = fmt::format("{:.3f}/{:.3f}", sorted[(sorted.size() - 1) / 2], sorted.back());
       }
@@ -383,9 +425,10 @@ class PipelineStrategy final : public Strategy {
     return extras;
   }
 
+  // This process's devices' (--stage-ranks: each rank reports its own).
   double OptimizerStateMb() override {
     double mb = 0;
-    for (auto& dev : devices_) mb += ddpbench::OptimizerStateMb(*dev->optimizer);
+    for (int d : local_) mb += ddpbench::OptimizerStateMb(*devices_[d]->optimizer);
     return mb;
   }
 
@@ -428,11 +471,13 @@ class PipelineStrategy final : public Strategy {
     double busy_ms = 0;                  // timed steps' total
     double fill_ms = 0;                  // timed steps' W run while an input was missing (busy_ms has it too)
     double activation_peak_bytes = 0;    // timed steps: above the step's starting allocation
+    std::vector<double> step_busy_ms;    // each timed step's busy ms
     torch::Tensor found_inf;             // fp16: this step's overflow flag
   };
 
   struct StepState {
     std::vector<Handoff> images, labels;  // per micro-batch, from the data loader
+    std::vector<int64_t> rows;            // per micro-batch: its images
     std::vector<double> weights;          // micro-batch size / batch size
     torch::Tensor loss;                   // on the last chunk: the batch's mean loss
     bool timed = false;                   // past --warmup
@@ -452,6 +497,204 @@ class PipelineStrategy final : public Strategy {
   }
 
 
+  // Where the devices run: this process runs the devices in local_ (all of
+  // them, or with --stage-ranks its rank's), each on worker WorkerOf(d).
+  bool Local(int d) const { return !ranks_ || d == rank_; }
+  int WorkerOf(int d) const { return ranks_ ? 0 : d; }
+  Device& Mine() { return *devices_[local_.front()]; }
+  void RunLocal(const std::function<void(int)>& job) {
+    workers_->RunAll([&](int i) { job(local_[i]); });
+  }
+
+  // --stage-ranks tags of a step's hand-offs: chunk c's input activation of
+  // micro-batch m, and the gradient chunk c sends back for that input.
+  int ActTag(int c, int m) const { return 2 * (c * table_.micro_batches + m); }
+  int GradTag(int c, int m) const { return ActTag(c, m) + 1; }
+
+  // Whether action a's input comes from another rank.
+  bool RemoteInput(const PipelineAction& a) const {
+    if (!link_ || a.op == PipelineOp::kBackwardWeight) return false;
+    if (a.op == PipelineOp::kForward) return a.chunk > 0 && !Local(table_.DeviceOf(a.chunk - 1));
+    return a.chunk + 1 < table_.chunks() && !Local(table_.DeviceOf(a.chunk + 1));
+  }
+
+  // The shape and dtype of what enters chunk c for one image (as the dry
+  // forward of MeasureBoundaries found them): a receive's buffer.
+  void MeasureBoundaries(torch::Device device) {
+    torch::NoGradGuard no_grad;
+    model_->eval();
+    const int64_t size = RunImageSize(*config_);
+    torch::Tensor x = torch::zeros({1, model_->options().in_channels, size, size},
+                                   torch::TensorOptions().dtype(model_->options().dtype).device(device));
+    {
+      AutocastGuard amp(config_->amp, device);
+      for (auto& unit : *model_->units()) {
+        x = unit.forward(x);
+        unit_out_shape_.push_back(x.sizes().slice(1).vec());
+        unit_out_dtype_.push_back(x.scalar_type());
+      }
+    }
+    model_->train();
+  }
+
+  // Posts the receive of what enters chunk c (an activation, or the gradient
+  // of chunk c - 1's output when c is the sender of one) for `rows` images.
+  void PostBoundary(int src, int tag, int c, int64_t rows, torch::Device device) {
+    int first = 0;
+    for (int k = 0; k < c; ++k) first += plan_.counts[k];
+    std::vector<int64_t> shape{rows};
+    const auto& tail = unit_out_shape_.at(first - 1);
+    shape.insert(shape.end(), tail.begin(), tail.end());
+    link_->Post(src, tag, shape, torch::TensorOptions().dtype(unit_out_dtype_.at(first - 1)).device(device));
+  }
+
+  // Posts the receive of action a's input when another rank sends it.
+  bool PostInput(const PipelineAction& a, const StepState& state) {
+    if (!RemoteInput(a)) return false;
+    const int c = a.chunk, m = a.micro_batch;
+    if (a.op == PipelineOp::kForward)
+      PostBoundary(table_.DeviceOf(c - 1), ActTag(c, m), c, state.rows[m], chunks_[c]->device);
+    else
+      PostBoundary(table_.DeviceOf(c + 1), GradTag(c + 1, m), c + 1, state.rows[m], chunks_[c]->device);
+    return true;
+  }
+
+  torch::Tensor TakeRemote(int tag) {
+    torch::Tensor t = link_->Take(tag);
+    if (model_->options().channels_last && t.dim() == 4) t = t.contiguous(at::MemoryFormat::ChannelsLast);
+    return t;
+  }
+
+  // The step's loss on every rank: the last stage's rank sends it, the
+  // others take the receive Step posted before it began.
+  void ShareLoss(StepState& state, int last_device) {
+    if (!Local(last_device)) {
+      state.loss = link_->Take(kLossTag);
+      return;
+    }
+    const torch::Tensor loss = state.loss.to(dist_->device, torch::kDouble);
+    for (int r = 0; r < dist_->world; ++r)
+      if (r != rank_) link_->Send(loss, r, kLossTag);
+  }
+
+  // --stage-ranks: each rank measured the units itself; rank 0's shape
+  // (units, schedule, chunks, micro-batches, split and its times) is taken
+  // by all, so that every rank cuts and schedules the model alike.
+  void AgreeOnShape(PipelineShape* shape) {
+    std::vector<double> v;
+    if (dist_->is_root()) {
+      const StagePlan& p = shape->plan;
+      v = {static_cast<double>(shape->half_blocks), static_cast<double>(static_cast<int>(shape->schedule)),
+           static_cast<double>(shape->virtual_stages), static_cast<double>(shape->micro_batches),
+           shape->predicted_ms, static_cast<double>(p.counts.size()), static_cast<double>(p.unit_ms.size())};
+      v.insert(v.end(), p.counts.begin(), p.counts.end());
+      v.insert(v.end(), p.stage_ms.begin(), p.stage_ms.end());
+      v.insert(v.end(), p.unit_ms.begin(), p.unit_ms.end());
+      v.insert(v.end(), p.unit_forward_ms.begin(), p.unit_forward_ms.end());
+    }
+    v = FromRankZero(*dist_, v, "pipeline shape");
+    shape->half_blocks = v[0] != 0;
+    shape->schedule = static_cast<PipelineSchedule>(static_cast<int>(v[1]));
+    shape->virtual_stages = static_cast<int>(v[2]);
+    shape->micro_batches = static_cast<int>(v[3]);
+    shape->predicted_ms = v[4];
+    const size_t chunks = static_cast<size_t>(v[5]), units = static_cast<size_t>(v[6]);
+    auto at = v.begin() + 7;
+    StagePlan& p = shape->plan;
+    p.counts.assign(at, at + chunks);
+    p.stage_ms.assign(at + chunks, at + 2 * chunks);
+    p.unit_ms.assign(at + 2 * chunks, at + 2 * chunks + units);
+    p.unit_forward_ms.assign(at + 2 * chunks + units, at + 2 * chunks + 2 * units);
+  }
+
+  // --stage-ranks evaluation: each rank runs its chunks on the batch in
+  // turn, taking the input from the rank before; the logits are the last
+  // stage's rank's, an undefined tensor elsewhere (Evaluate counts them once).
+  torch::Tensor PredictAcrossRanks(const torch::Tensor& images) {
+    const int64_t n = images.size(0);
+    torch::Tensor logits;
+    workers_->Run(0, [&] {
+      torch::NoGradGuard no_grad;
+      torch::Tensor y;  // the chunk before's output, when it ran here
+      for (int c = 0; c < table_.chunks(); ++c) {
+        const int d = table_.DeviceOf(c);
+        if (!Local(d)) {
+          y = torch::Tensor();
+          continue;
+        }
+        Chunk& ch = *chunks_[c];
+        torch::Tensor x = y;
+        if (c == 0) {
+          x = images.to(ch.device);
+        } else if (!x.defined()) {
+          PostBoundary(table_.DeviceOf(c - 1), kEvalTag + c, c, n, ch.device);
+          x = TakeRemote(kEvalTag + c);
+        }
+        ch.Train(false);
+        {
+          AutocastGuard amp(config_->amp, ch.device);
+          y = ch.Forward(x);
+        }
+        ch.Train(true);
+        if (c + 1 == table_.chunks()) logits = y;
+        else if (!Local(table_.DeviceOf(c + 1))) link_->Send(y, table_.DeviceOf(c + 1), kEvalTag + c + 1);
+      }
+      link_->Flush();
+    });
+    return logits;
+  }
+
+  // --stage-ranks: every unit's parameters as its rank has them, copied into
+  // this rank's host copies (collective; the parity check's Parameters()).
+  void GatherParameters() {
+    torch::NoGradGuard no_grad;
+    for (int r = 0; r < table_.devices; ++r) {
+      std::vector<torch::Tensor> here, moved;
+      for (size_t u = 0; u < unit_device_.size(); ++u) {
+        if (unit_device_[u] != r) continue;
+        for (auto& p : model_->units()->ptr(u)->parameters()) {
+          here.push_back(p.detach());
+          moved.push_back(r == rank_ ? p.detach() : torch::empty_like(p, p.options().device(dist_->device)));
+        }
+      }
+      dist_->BroadcastFrom(r, moved, "pipeline parameters");
+      if (r != rank_)
+        for (size_t i = 0; i < here.size(); ++i) here[i].copy_(moved[i]);
+    }
+  }
+
+  // --stage-ranks: every device's and chunk's figures onto every rank (each
+  // rank measured its own; the others' are zero here), the wall time the
+  // slowest rank's. Collective, once.
+  void ShareFigures() {
+    if (figures_shared_) return;
+    figures_shared_ = true;
+    const size_t steps = Mine().step_busy_ms.size();
+    std::vector<double> mine;
+    for (auto& dev : devices_) {
+      dev->step_busy_ms.resize(steps, 0.0);
+      mine.insert(mine.end(), {dev->busy_ms, dev->activation_peak_bytes, dev->fill_ms});
+      mine.insert(mine.end(), dev->step_busy_ms.begin(), dev->step_busy_ms.end());
+    }
+    for (auto& ch : chunks_) mine.insert(mine.end(), ch->op_ms, ch->op_ms + 3);
+    mine.push_back(wall_ms_);
+    const std::vector<double> all = dist_->AllGather(mine);
+    const size_t n = mine.size();
+    std::vector<double> sum(n, 0.0);
+    for (size_t r = 0; (r + 1) * n <= all.size(); ++r)
+      for (size_t i = 0; i < n; ++i)
+        sum[i] = i + 1 == n ? std::max(sum[i], all[r * n + i]) : sum[i] + all[r * n + i];
+    auto v = sum.begin();
+    for (auto& dev : devices_) {
+      dev->busy_ms = *v++, dev->activation_peak_bytes = *v++, dev->fill_ms = *v++;
+      dev->step_busy_ms.assign(v, v + steps);
+      v += steps;
+    }
+    for (auto& ch : chunks_)
+      for (int k = 0; k < 3; ++k) ch->op_ms[k] = *v++;
+    wall_ms_ = *v;
+  }
+
   // Each chunk's mean F, B (or its whole backward) and W ms per micro-batch:
   // the timed steps' totals (op_ms) or the warm-up's (warmup_ms) over
   // `micro_batches`.
@@ -466,18 +709,22 @@ class PipelineStrategy final : public Strategy {
     return times;
   }
 
-  // One timed step's balance: the busiest device's busy ms in that step over
-  // the least busy's (stage_busy_step_ratio). Against stage_busy_ms's
+  // Each timed step's balance: the busiest device's busy ms in that step
+  // over the least busy's (stage_busy_step_ratio). Against stage_busy_ms's
   // whole-run ratio it tells a split's imbalance (every step alike) from
   // devices whose relative speed drifts during the run.
-  void RecordStepBalance(const std::vector<double>& busy_before) {
-    double most = 0, least = std::numeric_limits<double>::infinity();
-    for (size_t d = 0; d < devices_.size(); ++d) {
-      const double ms = devices_[d]->busy_ms - busy_before[d];
-      most = std::max(most, ms);
-      least = std::min(least, ms);
+  std::vector<double> StepBalance() const {
+    std::vector<double> ratios;
+    if (devices_.size() < 2) return ratios;
+    for (size_t i = 0; i < devices_.front()->step_busy_ms.size(); ++i) {
+      double most = 0, least = std::numeric_limits<double>::infinity();
+      for (const auto& dev : devices_) {
+        most = std::max(most, dev->step_busy_ms.at(i));
+        least = std::min(least, dev->step_busy_ms.at(i));
+      }
+      if (least > 0) ratios.push_back(most / least);
     }
-    if (devices_.size() > 1 && least > 0) step_balance_.push_back(most / least);
+    return ratios;
   }
 
   // Hands chunk c the next counts[c] units and moves the weights of each unit
@@ -495,7 +742,7 @@ class PipelineStrategy final : public Strategy {
         chunk_of.push_back(c);
       }
     }
-    workers_->RunAll([&](int d) {
+    RunLocal([&](int d) {
       Device& dev = *devices_[d];
       torch::NoGradGuard no_grad;
       dev.params.clear();
@@ -521,6 +768,23 @@ class PipelineStrategy final : public Strategy {
       dev.optimizer = MakeOptimizer(*config_, dev.params, lr_);
       WaitForCurrentStream(dev.device);
     });
+    if (ranks_) MoveOthersToHost(chunk_of);
+  }
+
+  // --stage-ranks: the units other ranks run stay here only as host copies
+  // (of the seed's weights; GatherParameters refreshes them), charged to no
+  // device.
+  void MoveOthersToHost(const std::vector<int>& chunk_of) {
+    CpuDeviceScope host(-1);
+    torch::NoGradGuard no_grad;
+    for (size_t u = 0; u < chunk_of.size(); ++u) {
+      const int d = table_.DeviceOf(chunk_of[u]);
+      if (Local(d) || unit_device_[u] == d) continue;
+      auto& module = *model_->units()->ptr(u);
+      for (auto& p : module.parameters()) p.set_data(p.data().to(torch::kCPU).clone());
+      for (auto& b : module.buffers()) b.set_data(b.data().to(torch::kCPU).clone());
+      unit_device_[u] = d;
+    }
   }
 
   // After the last warm-up step (`step`): the split searched again with the
@@ -565,12 +829,17 @@ class PipelineStrategy final : public Strategy {
     dev.optimizer->zero_grad(/*set_to_none=*/false);  // gradients stay allocated: not activations
     const int64_t base = AllocatedBytesNow(dev.device, dev.index);
     const std::vector<PipelineAction>& row = table_.actions[d];
+    size_t ahead = 0;  // --stage-ranks: row[0, ahead)'s receives are posted
+    int posted = 0;    // of which not yet taken
     for (size_t i = 0; i < row.size(); ++i) {
       const PipelineAction& a = row[i];
+      for (; link_ && ahead < row.size() && (ahead <= i || posted < kPostAhead); ++ahead)
+        if (PostInput(row[ahead], state)) ++posted;
       if (fill_waits_) FillWhileWaiting(dev, row, i, state.timed);
       if (a.op == PipelineOp::kForward) RunForward(a.chunk, a.micro_batch, state);
       else if (a.op == PipelineOp::kBackwardWeight) RunWeightGrad(a.chunk, a.micro_batch);
       else RunBackward(a.chunk, a.micro_batch, a.op == PipelineOp::kBackwardInput);
+      if (RemoteInput(a)) --posted;
       const double held = static_cast<double>(AllocatedBytesNow(dev.device, dev.index) - base);
       if (state.timed) dev.activation_peak_bytes = std::max(dev.activation_peak_bytes, held);
     }
@@ -586,18 +855,22 @@ class PipelineStrategy final : public Strategy {
   void RunForward(int c, int m, StepState& state) {
     Chunk& ch = *chunks_[c];
     const bool first = c == 0, last = c + 1 == table_.chunks();
-    Handoff in = first ? state.images[m] : ch.from_prev.Pop(m);
+    const bool remote = !first && RemoteInput({PipelineOp::kForward, m, c});
+    torch::Tensor received = remote ? TakeRemote(ActTag(c, m)) : torch::Tensor();
+    Handoff in = first ? state.images[m] : remote ? Handoff{} : ch.from_prev.Pop(m);
     StageWork work(ch.clock[0], *timer_, Phase::kForward, ch.device);
     TraceMicroBatch(c, m, "F");
-    torch::Tensor x = Receive(in, ch.device);
+    torch::Tensor x = remote ? received : Receive(in, ch.device);
     if (!first) x.requires_grad_();
     AutocastGuard amp(config_->amp, ch.device);
     torch::Tensor y = ch.Forward(x);
     if (last) {
       y = ClassificationLoss(y, Receive(state.labels[m], ch.device)) * state.weights[m];
       state.loss = state.loss.defined() ? state.loss + y.detach() : y.detach();
-    } else {
+    } else if (Local(table_.DeviceOf(c + 1))) {
       chunks_[c + 1]->from_prev.Push(m, Send(y.detach()));
+    } else {
+      link_->Send(y.detach(), table_.DeviceOf(c + 1), ActTag(c + 1, m));
     }
     ch.inputs[m] = x;
     ch.outputs[m] = y;
@@ -607,12 +880,14 @@ class PipelineStrategy final : public Strategy {
   void RunBackward(int c, int m, bool input_only) {
     Chunk& ch = *chunks_[c];
     const bool first = c == 0, last = c + 1 == table_.chunks();
-    Handoff grad = last ? Handoff{} : ch.from_next.Pop(m);
+    const bool remote = !last && RemoteInput({PipelineOp::kBackward, m, c});
+    torch::Tensor received = remote ? TakeRemote(GradTag(c + 1, m)) : torch::Tensor();
+    Handoff grad = last || remote ? Handoff{} : ch.from_next.Pop(m);
     StageWork work(ch.clock[1], *timer_, Phase::kBackward, ch.device);
     TraceMicroBatch(c, m, input_only ? "B" : "backward");
     Device& dev = *devices_[table_.DeviceOf(c)];
     torch::Tensor out = last ? dev.scaler->Scale(ch.outputs[m]) : ch.outputs[m];
-    torch::Tensor g = last ? torch::Tensor() : Receive(grad, ch.device);
+    torch::Tensor g = last ? torch::Tensor() : remote ? received : Receive(grad, ch.device);
     torch::Tensor input_grad;
     if (input_only) {
       auto result = BackwardInput(out, g, ch.inputs[m], ch.params);
@@ -622,7 +897,8 @@ class PipelineStrategy final : public Strategy {
       out.backward(g);
       if (!first) input_grad = ch.inputs[m].grad();
     }
-    if (!first) chunks_[c - 1]->from_next.Push(m, Send(input_grad));
+    if (!first && Local(table_.DeviceOf(c - 1))) chunks_[c - 1]->from_next.Push(m, Send(input_grad));
+    else if (!first) link_->Send(input_grad, table_.DeviceOf(c - 1), GradTag(c, m));
     ch.inputs[m] = ch.outputs[m] = torch::Tensor();  // the graph stays with W's work, if any
   }
 
@@ -640,6 +916,9 @@ class PipelineStrategy final : public Strategy {
   // Whether action a can start without waiting for another device.
   bool InputArrived(const PipelineAction& a) {
     Chunk& ch = *chunks_[a.chunk];
+    if (RemoteInput(a))
+      return link_->Arrived(a.op == PipelineOp::kForward ? ActTag(a.chunk, a.micro_batch)
+                                                          : GradTag(a.chunk + 1, a.micro_batch));
     if (a.op == PipelineOp::kForward) return a.chunk == 0 || ch.from_prev.Has(a.micro_batch);
     if (a.op == PipelineOp::kBackwardWeight) return true;
     return a.chunk + 1 == table_.chunks() || ch.from_next.Has(a.micro_batch);
@@ -693,7 +972,16 @@ class PipelineStrategy final : public Strategy {
   // Timed steps only (the first --warmup steps are excluded).
   int64_t steps_ = 0, timed_steps_ = 0;
   double wall_ms_ = 0;
-  std::vector<double> step_balance_;  // RecordStepBalance, one per timed step
+  // --stage-ranks
+  DistContext* dist_ = nullptr;
+  bool ranks_ = false;             // one rank per device: device d is rank d
+  int rank_ = 0;
+  std::vector<int> local_;         // the devices this process runs, by worker
+  std::unique_ptr<RankLink> link_;  // world > 1 with --stage-ranks
+  // Each unit's output for one image (its batch dimension left out): MeasureBoundaries.
+  std::vector<std::vector<int64_t>> unit_out_shape_;
+  std::vector<torch::Dtype> unit_out_dtype_;
+  bool figures_shared_ = false;    // ShareFigures ran
 };
 
 }  // namespace

@@ -111,7 +111,7 @@ bool SplitMeasured(const RunConfig& config) { return config.split.empty() && con
 bool UnitsOpen(const RunConfig& config) { return config.units == "auto" && SplitMeasured(config); }
 
 bool RebalanceApplies(const RunConfig& config, int virtual_stages) {
-  if (!SplitMeasured(config) || config.warmup < 2) return false;
+  if (!SplitMeasured(config) || config.warmup < 2 || config.stage_ranks) return false;  // not across ranks
   return config.rebalance == "warmup" || (config.rebalance == "auto" && virtual_stages == 1);
 }
 
@@ -215,7 +215,7 @@ std::vector<int> MicroBatchCandidates(int64_t batch_size, int devices, int64_t f
   return out;
 }
 
-PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, int devices) {
+PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, int devices, int measure_threads) {
   // --units=auto accepts the shapes whole blocks can make (the same checks,
   // messages and candidates as --units=blocks); half blocks only refine them.
   const bool choose_units = UnitsOpen(config) && model->options().half_blocks;
@@ -246,7 +246,8 @@ PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, 
     micro_batch_sizes.push_back(config.batch_size / M);
   }
   const std::vector<UnitTimes> measured_all =
-      by_count.empty() ? std::vector<UnitTimes>{} : MeasureUnits(config, model, micro_batch_sizes, devices);
+      by_count.empty() ? std::vector<UnitTimes>{} : MeasureUnits(config, model, micro_batch_sizes,
+                                                              measure_threads > 0 ? measure_threads : devices);
   PipelineShape best;
   best.predicted_ms = std::numeric_limits<double>::infinity();
   size_t best_count = 0;  // by_count's entry of best

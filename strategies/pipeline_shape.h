@@ -97,7 +97,10 @@ std::vector<int> MicroBatchCandidates(int64_t batch_size, int devices, int64_t f
 // UnitsOpen, `model` is built in half blocks and the result says which units
 // its plan counts: half blocks also where whole blocks win but the run will
 // re-split (RebalanceApplies), the same cuts counted in half blocks, so that
-// the re-split can move half a block.
-PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, int devices);
+// the re-split can move half a block. `measure_threads`: how many threads
+// time the units at once on a CPU (0: one per device; 1 where every device
+// is its own process measuring at the same time, --stage-ranks).
+PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, int devices,
+                                  int measure_threads = 0);
 
 }  // namespace ddpbench

@@ -56,4 +56,9 @@ const StrategyEntry& FindStrategy(const std::string& name) {
                                 fmt::join(StrategyNames(), "|")));
 }
 
+bool RunsRankPerDevice(const StrategyInfo& info, const RunConfig& config) {
+  return info.parallelism == Parallelism::kDataMultiProcess ||
+         (info.parallelism == Parallelism::kModel && config.stage_ranks);
+}
+
 }  // namespace ddpbench

@@ -11,6 +11,8 @@
 
 namespace ddpbench {
 
+struct RunConfig;
+
 struct StrategyEntry {
   StrategyInfo info;
   std::function<std::unique_ptr<Strategy>()> make;
@@ -20,5 +22,9 @@ const std::vector<StrategyEntry>& StrategyTable();
 std::vector<std::string> StrategyNames();
 // Throws ConfigError listing the registered names when `name` is unknown.
 const StrategyEntry& FindStrategy(const std::string& name);
+
+// Whether a run starts (or joins) one rank per device: the data-parallel
+// multi-process strategies, and mp/pmp with --stage-ranks (one rank per stage).
+bool RunsRankPerDevice(const StrategyInfo& info, const RunConfig& config);
 
 }  // namespace ddpbench

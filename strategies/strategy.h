@@ -74,7 +74,9 @@ class Strategy {
   virtual void Setup(const RunContext& ctx) = 0;
   // One training step on this process's batch.
   virtual StepResult Step(const Batch& batch) = 0;
-  // Logits for a test batch (eval mode), on any device.
+  // Logits for a test batch (eval mode), on any device; an undefined tensor
+  // on a rank that does not hold the model's output (mp/pmp --stage-ranks:
+  // every stage's rank but the last), which then counts nothing.
   virtual torch::Tensor Predict(const torch::Tensor& images) = 0;
   // All parameters in model order (for the parity check), on any device.
   virtual std::vector<torch::Tensor> Parameters() = 0;

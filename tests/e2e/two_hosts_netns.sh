@@ -77,4 +77,27 @@ RX_A="$(bytes "$NA" "$VA" rx)"
 echo "veth traffic: $ADDR_A sent $TX_A bytes, $ADDR_B sent $TX_B bytes"
 ((TX_A > 1000000 && TX_B > 1000000)) || fail "too little traffic over the veth pair: $TX_A and $TX_B bytes"
 ((RX_A >= TX_B)) || fail "$VA received $RX_A bytes, less than the $TX_B bytes $VB sent"
+
+# pmp with one stage in each namespace (--stage-ranks): the activations and
+# gradients of every micro-batch cross the pair, and the update is single's.
+TX_A0="$(bytes "$NA" "$VA" tx)"; TX_B0="$(bytes "$NB" "$VB" tx)"
+WORK=(--strategy=pmp --stage-ranks --device=cpu --small-input --width=8 --image-size=16 --batch-size=16 --chunks=4
+      --schedule=1f1b --steps=4 --warmup=1 --progress=off --verify)
+rm -f "$TMP/r.csv"
+run_rank 0 "$NA" "$VA" & R0=$!
+run_rank 1 "$NB" "$VB" & R1=$!
+wait_pid "$R0" 150 "pmp rank 0"; RC0=$RC
+wait_pid "$R1" 150 "pmp rank 1"; RC1=$RC
+[[ $RC0 -eq 0 && $RC1 -eq 0 ]] || fail "pmp: rank 0 exited $RC0, rank 1 exited $RC1: $(tail -n 20 "$TMP"/rank*.log)"
+"$PY" - "$TMP/r.csv" <<'PYEOF' || fail "the pmp row"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 1, len(rows)
+r = rows[0]
+assert (r["strategy"], r["launcher"], r["world_size"], r["parity_ok"]) == ("pmp", "env", "2", "true"), r
+print(f"pmp row ok: parity {r['parity_max_abs_diff']}, {r['throughput_img_s']} img/s")
+PYEOF
+TX_A=$(( $(bytes "$NA" "$VA" tx) - TX_A0 )); TX_B=$(( $(bytes "$NB" "$VB" tx) - TX_B0 ))
+echo "pmp veth traffic: $ADDR_A sent $TX_A bytes (activations), $ADDR_B sent $TX_B bytes (gradients)"
+((TX_A > 100000 && TX_B > 100000)) || fail "too little pmp traffic over the veth pair: $TX_A and $TX_B bytes"
 echo "two_hosts_netns: all checks passed"

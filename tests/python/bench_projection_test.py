@@ -49,6 +49,7 @@ cat > "$out" <<EOF
 strategy,schedule,nodes,gpus_per_node,world,batch_per_device,global_batch,step_ms,compute_ms,exposed_comm_ms,bubble_ms,img_s
 ddp,,2,1,2,32,64,40,30,10,0,1600.5
 zero3,,2,1,2,32,64,50,30,20,0,1280.25
+pmp,1f1b,2,1,2,32,32,20,15,3,2,1600.0
 ddp,,1,1,1,32,32,30,30,0,0,
 EOF
 """
@@ -71,6 +72,14 @@ class Prediction(unittest.TestCase):
         self.assertEqual(img, 1280.25)
         self.assertIn("--project=p.json", cmd)
         self.assertIn("--strategies=zero3 --nodes=2 --gpus-per-node=1 --inter=measured,bw=500Mbit/s", cmd)
+
+    def test_pmp_is_projected_with_its_schedule_and_micro_batches(self):
+        img, cmd = B.predict(self.a, "p.json", "2gbit", "pmp-1f1b", 2, None, self.tmp.name)
+        self.assertEqual(img, 1600.0)  # the row of pmp, the projection's name for pmp-1f1b
+        self.assertIn(f"--strategies=pmp --schedule=1f1b --chunks={B.PMP_CHUNKS} --nodes=2", cmd)
+        run = B.CONFIGS["pmp-zero-bubble"][0]
+        self.assertEqual(run, ["--strategy=pmp", "--stage-ranks", "--schedule=zero-bubble", f"--chunks={B.PMP_CHUNKS}"])
+        self.assertEqual(B.CONFIGS["pmp-1f1b"][2], (2,))  # on loopback: two stages, never one rank
 
     def test_a_calibrated_link_is_its_profiles_own_measurement(self):
         img, cmd = B.predict(self.a, "p-100mbit.json", "100mbit", "zero1", 2, None, self.tmp.name)
@@ -115,7 +124,7 @@ class Arguments(unittest.TestCase):
                     sys.stderr = stderr
 
     def test_unknown_strategies_and_rates_are_refused(self):
-        for bad in (["--strategies=pmp"], ["--rates=fast"]):
+        for bad in (["--strategies=pmp"], ["--strategies=mp"], ["--rates=fast"]):
             with self.assertRaises(SystemExit, msg=bad), open(os.devnull, "w") as null:
                 stderr, sys.stderr = sys.stderr, null
                 try:

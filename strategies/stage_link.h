@@ -1,0 +1,58 @@
+// The hand-off between pipeline chunks that live on different ranks (mp/pmp
+// --stage-ranks): point-to-point send and receive on the run's process group
+// (Gloo on CPU, NCCL on CUDA), addressed by tag (chunk, micro-batch and
+// direction), so that the stage hand-off crosses whatever link joins the
+// ranks, as torch.distributed.pipelining's stages do.
+//
+// Sends are started and left in flight (the tensor kept alive) until Flush,
+// so a stage never waits for its successor to take an activation, as with
+// the in-process Mailbox. A receive is posted before it is needed (Post):
+// Gloo moves a message only once its receiver has posted for it, so a
+// receive posted when the schedule reaches it would put the whole transfer
+// on the critical path.
+#pragma once
+
+#include <torch/types.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace ddpbench {
+
+struct DistContext;
+
+class RankLink {
+ public:
+  explicit RankLink(DistContext& dist);
+  ~RankLink();
+  RankLink(const RankLink&) = delete;
+  RankLink& operator=(const RankLink&) = delete;
+
+  // Starts sending `tensor` (made contiguous) to rank `dst` under `tag`.
+  void Send(const torch::Tensor& tensor, int dst, int tag);
+  // Posts the receive of `tag` from rank `src` into a new tensor of `shape`
+  // and `options` (allocated here, in the calling thread); no-op when it is
+  // posted already.
+  void Post(int src, int tag, at::IntArrayRef shape, const torch::TensorOptions& options);
+  // Whether the posted receive of `tag` has completed (false if not posted).
+  bool Arrived(int tag);
+  // The received tensor of `tag` (posted before), once it has arrived.
+  torch::Tensor Take(int tag);
+  // Waits for every send started so far.
+  void Flush();
+
+ private:
+  struct InFlight;
+  DistContext& dist_;
+  std::mutex mutex_;
+  std::map<int, std::unique_ptr<InFlight>> receives_;
+  std::vector<std::unique_ptr<InFlight>> sends_;
+};
+
+// Rank 0's `values` on every rank (collective; other ranks' are ignored);
+// `label` names the collective in errors.
+std::vector<double> FromRankZero(DistContext& dist, const std::vector<double>& values, const char* label);
+
+}  // namespace ddpbench
