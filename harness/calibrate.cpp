@@ -243,6 +243,44 @@ LinkMeasurement MeasureCollective(DistContext& dist, Collective c, const std::ve
   return m;
 }
 
+LinkMeasurement MeasurePointToPoint(DistContext& dist, const std::vector<int64_t>& sizes, int repeats) {
+  const auto options = torch::TensorOptions().device(dist.device);
+  std::vector<at::Tensor> buffers;
+  for (int64_t bytes : sizes) buffers.push_back(torch::ones({std::max<int64_t>(1, bytes / 4)}, options));
+  const int peer = dist.rank == 0 ? 1 : dist.rank == 1 ? 0 : -1;  // ranks 0 and 1; the others wait
+  auto exchange = [&](at::Tensor& t) {
+    if (peer < 0) return;
+    std::vector<at::Tensor> one{t};
+    CollectiveLabel label("point-to-point calibration");
+    if (dist.rank == 0) {
+      dist.group->send(one, peer, 0)->wait();
+      dist.group->recv(one, peer, 0)->wait();
+    } else {
+      dist.group->recv(one, peer, 0)->wait();
+      dist.group->send(one, peer, 0)->wait();
+    }
+  };
+  // As MeasureCollective: rounds over the sizes, the first untimed; in a
+  // round an exchange after the ranks meet, then kBurst timed back to back.
+  constexpr int kBurst = 2;
+  std::vector<std::vector<double>> s(sizes.size());
+  for (int r = 0; r <= repeats; ++r)
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      dist.AllReduceSum(0);
+      exchange(buffers[i]);
+      WaitForCurrentStream(dist.device);
+      const auto t0 = Clock::now();
+      for (int k = 0; k < kBurst; ++k) exchange(buffers[i]);
+      WaitForCurrentStream(dist.device);
+      if (r > 0) s[i].push_back(SecondsSince(t0) / (2 * kBurst));  // half a round trip: one hand-off
+    }
+  LinkMeasurement m{CollectiveName(Collective::kP2P), 2, {}};
+  for (size_t i = 0; i < sizes.size(); ++i)
+    m.points.emplace_back(static_cast<double>(buffers[i].numel() * 4),
+                          dist.AllReduceMax(peer < 0 ? 0.0 : TrimmedMean(s[i], kTrim)));
+  return m;
+}
+
 namespace {
 
 // The all-reduce over `dist`'s group, measured and fitted; measured again
@@ -268,7 +306,7 @@ std::pair<LinkMeasurement, Link> MeasureAllReduceLink(DistContext& dist, const s
 
 Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, torch::Device device,
                        DistContext& dist, const std::vector<int64_t>& batches, const std::vector<int64_t>& link_sizes,
-                       int link_repeats, bool sharded_collectives) {
+                       int link_repeats, bool sharded_collectives, bool point_to_point) {
   const ResNet model = BuildModel(options, config.seed, device);
   Profile p;
   p.model = config.model, p.width = config.width, p.image_size = RunImageSize(config);
@@ -308,6 +346,12 @@ Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, to
     if (sharded_collectives)
       for (Collective c : {Collective::kReduceScatter, Collective::kAllGather})
         sharded.push_back(MeasureCollective(dist, c, link_sizes, link_repeats));
+    if (point_to_point) {  // pmp's hand-offs: sizes up to 4 MiB, at most 5 rounds (a 100 Mbit/s link is slow)
+      std::vector<int64_t> sizes;
+      for (int64_t b : link_sizes)
+        if (b <= (int64_t{4} << 20)) sizes.push_back(b);
+      sharded.push_back(MeasurePointToPoint(dist, sizes, std::min(link_repeats, 5)));
+    }
     if (!device.is_cuda()) MeasureInterference(model, config, dist, &p);  // GPUs copy on their own engines
     if (!dist.is_root()) return p;  // rank 0 fits, writes and predicts
     p.link = std::move(fitted);
@@ -341,7 +385,7 @@ int RunCalibration(const RunConfig& config, const ResNetOptions& options, torch:
   const std::vector<int64_t> batches = CalibrationBatches(config.batch_size);
   const Profile p = MeasureProfile(config, options, device, dist, batches,
                                    {16 << 10, 64 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20, 16 << 20},
-                                   10, /*sharded_collectives=*/true);
+                                   10, /*sharded_collectives=*/true, /*point_to_point=*/true);
   dist.Shutdown();
   if (dist.is_root()) {
     WriteProfile(p, config.calibrate);

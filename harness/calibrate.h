@@ -25,11 +25,13 @@ struct ResNetOptions;
 // The profile of this run's model: units timed at `batches`, their bytes,
 // the optimizer, and with several ranks the all-reduce at `link_sizes`
 // (none: no link), and with `sharded_collectives` the reduce-scatter and
-// all-gather too (what zero1/2/3 run; seconds more over a slow link). Every
-// rank calls it (the link part is collective).
+// all-gather too (what zero1/2/3 run; seconds more over a slow link), and
+// with `point_to_point` a send/recv between ranks 0 and 1 (pmp's stage
+// hand-off with --stage-ranks). Every rank calls it (the link part is
+// collective).
 Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, torch::Device device,
                        DistContext& dist, const std::vector<int64_t>& batches, const std::vector<int64_t>& link_sizes,
-                       int link_repeats, bool sharded_collectives);
+                       int link_repeats, bool sharded_collectives, bool point_to_point = false);
 
 // Measures and writes config.calibrate; returns the exit code.
 int RunCalibration(const RunConfig& config, const ResNetOptions& model, torch::Device device, DistContext& dist);
@@ -47,5 +49,10 @@ std::vector<int64_t> CalibrationBatches(int64_t batch);
 // over rounds without the fastest and slowest 15%; every rank keeps the
 // slowest rank's.
 LinkMeasurement MeasureCollective(DistContext& dist, Collective c, const std::vector<int64_t>& sizes, int repeats);
+
+// One point-to-point hand-off between ranks 0 and 1 at each of `sizes`
+// bytes: half of a send-and-send-back, rounds and bursts as
+// MeasureCollective's (ranks 2 and up only meet the others). Collective.
+LinkMeasurement MeasurePointToPoint(DistContext& dist, const std::vector<int64_t>& sizes, int repeats);
 
 }  // namespace ddpbench

@@ -291,10 +291,9 @@ ChunkTimes PipelineChunkTimes(const Profile& p, const PipelineTable& table, cons
   int last = -1;
   for (int c = 0; c + 1 < static_cast<int>(counts.size()); ++c) {
     last += counts[c];
-    const double ms = HandOffMs(*t, table.DeviceOf(c), table.DeviceOf(c + 1),
-                                p.units[last].output_bytes * static_cast<double>(micro));
-    times.forward[c + 1] += ms;          // the activation arrives
-    times.backward_input[c + 1] += ms;   // its gradient goes back
+    // The activation's way there and its gradient's way back, beside the computation.
+    times.handoff.push_back(HandOffMs(*t, table.DeviceOf(c), table.DeviceOf(c + 1),
+                                      p.units[last].output_bytes * static_cast<double>(micro)));
   }
   return times;
 }

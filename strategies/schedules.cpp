@@ -231,8 +231,16 @@ PipelineSimulation SimulatePipeline(const PipelineTable& t, const ChunkTimes& ti
   const int S = t.devices, C = t.chunks();
   using Key = std::tuple<char, int, int>;  // op, micro-batch, chunk
   std::map<Key, double> end;               // finish time of each action run
+  std::map<Key, double> arrive;            // when its output reaches the chunk after (F) or before (B, b)
+  std::vector<double> link_free(2 * C, 0.0);  // per boundary and direction
   auto done = [&](char op, int m, int c) { return end.count({op, m, c}) > 0; };
-  auto finish = [&](char op, int m, int c) { return end.at({op, m, c}); };
+  // An output handed to another chunk: after the hand-off, one at a time on
+  // the boundary's direction.
+  auto hand_on = [&](const Key& k, double at, int boundary, int direction) {
+    const double ms = boundary < static_cast<int>(times.handoff.size()) ? times.handoff[boundary] : 0.0;
+    double& free_at = link_free[2 * boundary + direction];
+    arrive[k] = ms > 0 ? (free_at = std::max(at, free_at) + ms) : at;
+  };
   PipelineSimulation sim;
   sim.busy.assign(S, 0.0);
   sim.peak_in_flight.assign(S, 0);
@@ -249,27 +257,30 @@ PipelineSimulation SimulatePipeline(const PipelineTable& t, const ChunkTimes& ti
       const int m = a.micro_batch, c = a.chunk;
       // The input gradient of chunk c+1 comes from its B or whole backward.
       auto grad_from = [&](int chunk) { return done('B', m, chunk) ? 'B' : 'b'; };
-      std::vector<Key> deps;
+      std::vector<std::pair<Key, bool>> deps;  // the action, and whether another chunk handed it on
       if (a.op == PipelineOp::kForward) {
-        if (c > 0) deps.push_back({'F', m, c - 1});
+        if (c > 0) deps.push_back({{'F', m, c - 1}, true});
       } else if (a.op == PipelineOp::kBackwardWeight) {
-        deps.push_back({'B', m, c});
+        deps.push_back({{'B', m, c}, false});
       } else {
-        deps.push_back({'F', m, c});
-        if (c + 1 < C) deps.push_back({grad_from(c + 1), m, c + 1});
+        deps.push_back({{'F', m, c}, false});
+        if (c + 1 < C) deps.push_back({{grad_from(c + 1), m, c + 1}, true});
       }
       double start = free[d];
       bool ready = true;
-      for (const Key& k : deps) {
+      for (const auto& [k, handed] : deps) {
         if (!done(std::get<0>(k), std::get<1>(k), std::get<2>(k))) ready = false;
-        else start = std::max(start, finish(std::get<0>(k), std::get<1>(k), std::get<2>(k)));
+        else start = std::max(start, handed ? arrive.at(k) : end.at(k));
       }
       if (!ready) continue;
       double ms = a.op == PipelineOp::kForward          ? times.forward.at(c)
                   : a.op == PipelineOp::kBackwardInput  ? times.backward_input.at(c)
                   : a.op == PipelineOp::kBackwardWeight ? times.backward_weight.at(c)
                                                         : times.backward_input.at(c) + times.backward_weight.at(c);
-      end[{static_cast<char>(a.op), m, c}] = free[d] = start + ms;
+      const Key key{static_cast<char>(a.op), m, c};
+      end[key] = free[d] = start + ms;
+      if (a.op == PipelineOp::kForward && c + 1 < C) hand_on(key, start + ms, c, 0);
+      if ((a.op == PipelineOp::kBackward || a.op == PipelineOp::kBackwardInput) && c > 0) hand_on(key, start + ms, c - 1, 1);
       sim.busy[d] += ms;
       if (a.op == PipelineOp::kForward) sim.peak_in_flight[d] = std::max(sim.peak_in_flight[d], ++held[d]);
       if (a.op == PipelineOp::kBackward || a.op == PipelineOp::kBackwardWeight) --held[d];

@@ -109,11 +109,17 @@ PipelineTable BuildPipelineTable(PipelineSchedule schedule, int devices, int vir
 // Milliseconds of each action kind on each chunk (kBackward: input + weight).
 struct ChunkTimes {
   std::vector<double> forward, backward_input, backward_weight;
+  // Per boundary c (chunk c to c + 1): ms an activation takes to reach the
+  // next chunk's device and its gradient to come back; each direction of a
+  // boundary carries one at a time, and neither device is busy meanwhile.
+  // Empty or 0: handed over at once (one device, or not modelled).
+  std::vector<double> handoff;
 };
 
 // The table run on ideal devices: every action starts once its device is
 // free and its inputs exist (forward of chunk c-1; input gradient of chunk
-// c+1; its own forward; its own B). Reports a deadlock instead of hanging.
+// c+1, each after its hand-off; its own forward; its own B). Reports a
+// deadlock instead of hanging.
 struct PipelineSimulation {
   bool deadlock = false;
   double makespan = 0;

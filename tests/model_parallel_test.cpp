@@ -518,6 +518,31 @@ TEST(Schedule, PlacementIsTheTablesChunkToDeviceMap) {
   }
 }
 
+// Hand-offs between devices delay the action that takes them, not a device
+// (hand-computed). 1F1B, 2 devices, 2 micro-batches, F = 1, whole backward
+// = 2, 0.5 each way: device 0 F0 [0,1] F1 [1,2]; device 1 F0 [1.5,2.5] B0
+// [2.5,4.5] F1 [4.5,5.5] B1 [5.5,7.5]; device 0 B0 [5,7] (its gradient came at
+// 5) B1 [8,10]: 10 against 9 without.
+TEST(Schedule, HandOffsDelayTheirTakerNotADevice) {
+  ChunkTimes times{{1, 1}, {2, 2}, {0, 0}, {}};
+  EXPECT_DOUBLE_EQ(SimulatePipeline(OneFOneBTable(2, 2), times).makespan, 9);
+  times.handoff = {0.5};
+  const PipelineSimulation sim = SimulatePipeline(OneFOneBTable(2, 2), times);
+  EXPECT_DOUBLE_EQ(sim.makespan, 10);
+  EXPECT_DOUBLE_EQ(sim.busy[0], 6);  // the hand-offs cost no device time
+  EXPECT_DOUBLE_EQ(sim.busy[1], 6);
+}
+
+// A boundary carries one hand-off at a time in each direction (hand-computed).
+// GPipe, 2 devices, 2 micro-batches, F = B = 1, 3 each way: F0 reaches device
+// 1 at 4, F1 (done at 2) waits for the link and arrives at 7; device 1 ends
+// its backwards at 9 and 10, their gradients arrive at 12 and 15; device 0
+// ends at 16 (12 if the two activations could cross at once).
+TEST(Schedule, HandOffsQueueOnTheirBoundary) {
+  ChunkTimes times{{1, 1}, {1, 1}, {0, 0}, {3}};
+  EXPECT_DOUBLE_EQ(SimulatePipeline(GPipeTable(2, 2), times).makespan, 16);
+}
+
 TEST(Schedule, TheoreticalBubble) {
   EXPECT_DOUBLE_EQ(TheoreticalBubble(2, 1, 4), 0.2);
   EXPECT_DOUBLE_EQ(TheoreticalBubble(4, 1, 8), 3.0 / 11);
