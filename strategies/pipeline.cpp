@@ -171,7 +171,7 @@ class PipelineStrategy final : public Strategy {
     PipelineShape shape;  // mp: one micro-batch, the stages take turns
     if (pipelined_) {
       shape = ChoosePipelineShape(*config_, model_, S, ranks_ ? 1 : 0);
-      if (ranks_) AgreeOnShape(&shape);
+      if (ranks_) AgreeOnShape(*dist_, &shape);
       if (units_open && !shape.half_blocks) {
         options.half_blocks = false;
         model_ = BuildModel(options, config_->seed, ctx.devices.front());
@@ -180,7 +180,7 @@ class PipelineStrategy final : public Strategy {
     } else {
       shape.schedule = PipelineSchedule::kGPipe;
       shape.plan = ChooseSplit(*config_, model_, S, 1, config_->batch_size);
-      if (ranks_) AgreeOnShape(&shape);
+      if (ranks_) AgreeOnShape(*dist_, &shape);
     }
     schedule_ = shape.schedule;
     table_ = BuildPipelineTable(shape.schedule, S, shape.virtual_stages, shape.micro_batches);
@@ -206,7 +206,7 @@ class PipelineStrategy final : public Strategy {
     });
     if (ranks_ && S > 1) {
       link_ = std::make_unique<RankLink>(*dist_);
-      MeasureBoundaries(ctx.devices.front());
+      boundaries_ = MeasureBoundaries(model_, RunImageSize(*config_), config_->amp, ctx.devices.front());
     }
     unit_device_.assign(model_->units()->size(), -1);
     PlaceUnits(plan_.counts);
@@ -317,7 +317,7 @@ class PipelineStrategy final : public Strategy {
   }
 
   std::vector<torch::Tensor> Parameters() override {
-    if (link_) GatherParameters();
+    if (link_) GatherUnitParameters(*dist_, model_, unit_device_);
     return model_->parameters();
   }
   const ResNetOptions* BuiltModel() const override { return &model_->options(); }
@@ -518,34 +518,16 @@ class PipelineStrategy final : public Strategy {
     return a.chunk + 1 < table_.chunks() && !Local(table_.DeviceOf(a.chunk + 1));
   }
 
-  // The shape and dtype of what enters chunk c for one image (as the dry
-  // forward of MeasureBoundaries found them): a receive's buffer.
-  void MeasureBoundaries(torch::Device device) {
-    torch::NoGradGuard no_grad;
-    model_->eval();
-    const int64_t size = RunImageSize(*config_);
-    torch::Tensor x = torch::zeros({1, model_->options().in_channels, size, size},
-                                   torch::TensorOptions().dtype(model_->options().dtype).device(device));
-    {
-      AutocastGuard amp(config_->amp, device);
-      for (auto& unit : *model_->units()) {
-        x = unit.forward(x);
-        unit_out_shape_.push_back(x.sizes().slice(1).vec());
-        unit_out_dtype_.push_back(x.scalar_type());
-      }
-    }
-    model_->train();
-  }
-
   // Posts the receive of what enters chunk c (an activation, or the gradient
-  // of chunk c - 1's output when c is the sender of one) for `rows` images.
+  // of chunk c - 1's output when c is the sender of one) for `rows` images,
+  // its shape and dtype those MeasureBoundaries found.
   void PostBoundary(int src, int tag, int c, int64_t rows, torch::Device device) {
     int first = 0;
     for (int k = 0; k < c; ++k) first += plan_.counts[k];
     std::vector<int64_t> shape{rows};
-    const auto& tail = unit_out_shape_.at(first - 1);
+    const auto& tail = boundaries_.shape.at(first - 1);
     shape.insert(shape.end(), tail.begin(), tail.end());
-    link_->Post(src, tag, shape, torch::TensorOptions().dtype(unit_out_dtype_.at(first - 1)).device(device));
+    link_->Post(src, tag, shape, torch::TensorOptions().dtype(boundaries_.dtype.at(first - 1)).device(device));
   }
 
   // Posts the receive of action a's input when another rank sends it.
@@ -575,36 +557,6 @@ class PipelineStrategy final : public Strategy {
     const torch::Tensor loss = state.loss.to(dist_->device, torch::kDouble);
     for (int r = 0; r < dist_->world; ++r)
       if (r != rank_) link_->Send(loss, r, kLossTag);
-  }
-
-  // --stage-ranks: each rank measured the units itself; rank 0's shape
-  // (units, schedule, chunks, micro-batches, split and its times) is taken
-  // by all, so that every rank cuts and schedules the model alike.
-  void AgreeOnShape(PipelineShape* shape) {
-    std::vector<double> v;
-    if (dist_->is_root()) {
-      const StagePlan& p = shape->plan;
-      v = {static_cast<double>(shape->half_blocks), static_cast<double>(static_cast<int>(shape->schedule)),
-           static_cast<double>(shape->virtual_stages), static_cast<double>(shape->micro_batches),
-           shape->predicted_ms, static_cast<double>(p.counts.size()), static_cast<double>(p.unit_ms.size())};
-      v.insert(v.end(), p.counts.begin(), p.counts.end());
-      v.insert(v.end(), p.stage_ms.begin(), p.stage_ms.end());
-      v.insert(v.end(), p.unit_ms.begin(), p.unit_ms.end());
-      v.insert(v.end(), p.unit_forward_ms.begin(), p.unit_forward_ms.end());
-    }
-    v = FromRankZero(*dist_, v, "pipeline shape");
-    shape->half_blocks = v[0] != 0;
-    shape->schedule = static_cast<PipelineSchedule>(static_cast<int>(v[1]));
-    shape->virtual_stages = static_cast<int>(v[2]);
-    shape->micro_batches = static_cast<int>(v[3]);
-    shape->predicted_ms = v[4];
-    const size_t chunks = static_cast<size_t>(v[5]), units = static_cast<size_t>(v[6]);
-    auto at = v.begin() + 7;
-    StagePlan& p = shape->plan;
-    p.counts.assign(at, at + chunks);
-    p.stage_ms.assign(at + chunks, at + 2 * chunks);
-    p.unit_ms.assign(at + 2 * chunks, at + 2 * chunks + units);
-    p.unit_forward_ms.assign(at + 2 * chunks + units, at + 2 * chunks + 2 * units);
   }
 
   // --stage-ranks evaluation: each rank runs its chunks on the batch in
@@ -642,25 +594,6 @@ class PipelineStrategy final : public Strategy {
       link_->Flush();
     });
     return logits;
-  }
-
-  // --stage-ranks: every unit's parameters as its rank has them, copied into
-  // this rank's host copies (collective; the parity check's Parameters()).
-  void GatherParameters() {
-    torch::NoGradGuard no_grad;
-    for (int r = 0; r < table_.devices; ++r) {
-      std::vector<torch::Tensor> here, moved;
-      for (size_t u = 0; u < unit_device_.size(); ++u) {
-        if (unit_device_[u] != r) continue;
-        for (auto& p : model_->units()->ptr(u)->parameters()) {
-          here.push_back(p.detach());
-          moved.push_back(r == rank_ ? p.detach() : torch::empty_like(p, p.options().device(dist_->device)));
-        }
-      }
-      dist_->BroadcastFrom(r, moved, "pipeline parameters");
-      if (r != rank_)
-        for (size_t i = 0; i < here.size(); ++i) here[i].copy_(moved[i]);
-    }
   }
 
   // --stage-ranks: every device's and chunk's figures onto every rank (each
@@ -772,7 +705,7 @@ class PipelineStrategy final : public Strategy {
   }
 
   // --stage-ranks: the units other ranks run stay here only as host copies
-  // (of the seed's weights; GatherParameters refreshes them), charged to no
+  // (of the seed's weights; GatherUnitParameters refreshes them), charged to no
   // device.
   void MoveOthersToHost(const std::vector<int>& chunk_of) {
     CpuDeviceScope host(-1);
@@ -978,9 +911,7 @@ class PipelineStrategy final : public Strategy {
   int rank_ = 0;
   std::vector<int> local_;         // the devices this process runs, by worker
   std::unique_ptr<RankLink> link_;  // world > 1 with --stage-ranks
-  // Each unit's output for one image (its batch dimension left out): MeasureBoundaries.
-  std::vector<std::vector<int64_t>> unit_out_shape_;
-  std::vector<torch::Dtype> unit_out_dtype_;
+  Boundaries boundaries_;          // what each unit hands on, for one image
   bool figures_shared_ = false;    // ShareFigures ran
 };
 

@@ -4,6 +4,8 @@
 #include <torch/torch.h>
 
 #include "harness/dist.h"
+#include "harness/training.h"
+#include "strategies/pipeline_shape.h"
 
 namespace ddpbench {
 
@@ -82,6 +84,68 @@ std::vector<double> FromRankZero(DistContext& dist, const std::vector<double>& v
   dist.BroadcastFrom(0, {data}, label);
   const torch::Tensor cpu = data.to(torch::kCPU).contiguous();
   return std::vector<double>(cpu.data_ptr<double>(), cpu.data_ptr<double>() + n);
+}
+
+void AgreeOnShape(DistContext& dist, PipelineShape* shape) {
+  std::vector<double> v;
+  if (dist.is_root()) {
+    const StagePlan& p = shape->plan;
+    v = {static_cast<double>(shape->half_blocks), static_cast<double>(static_cast<int>(shape->schedule)),
+         static_cast<double>(shape->virtual_stages), static_cast<double>(shape->micro_batches),
+         shape->predicted_ms, static_cast<double>(p.counts.size()), static_cast<double>(p.unit_ms.size())};
+    v.insert(v.end(), p.counts.begin(), p.counts.end());
+    v.insert(v.end(), p.stage_ms.begin(), p.stage_ms.end());
+    v.insert(v.end(), p.unit_ms.begin(), p.unit_ms.end());
+    v.insert(v.end(), p.unit_forward_ms.begin(), p.unit_forward_ms.end());
+  }
+  v = FromRankZero(dist, v, "pipeline shape");
+  shape->half_blocks = v[0] != 0;
+  shape->schedule = static_cast<PipelineSchedule>(static_cast<int>(v[1]));
+  shape->virtual_stages = static_cast<int>(v[2]);
+  shape->micro_batches = static_cast<int>(v[3]);
+  shape->predicted_ms = v[4];
+  const size_t chunks = static_cast<size_t>(v[5]), units = static_cast<size_t>(v[6]);
+  auto at = v.begin() + 7;
+  StagePlan& p = shape->plan;
+  p.counts.assign(at, at + chunks);
+  p.stage_ms.assign(at + chunks, at + 2 * chunks);
+  p.unit_ms.assign(at + 2 * chunks, at + 2 * chunks + units);
+  p.unit_forward_ms.assign(at + 2 * chunks + units, at + 2 * chunks + 2 * units);
+}
+
+Boundaries MeasureBoundaries(ResNet model, int64_t image_size, const std::string& amp, torch::Device device) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  Boundaries b;
+  torch::Tensor x = torch::zeros({1, model->options().in_channels, image_size, image_size},
+                                 torch::TensorOptions().dtype(model->options().dtype).device(device));
+  {
+    AutocastGuard autocast(amp, device);
+    for (auto& unit : *model->units()) {
+      x = unit.forward(x);
+      b.shape.push_back(x.sizes().slice(1).vec());
+      b.dtype.push_back(x.scalar_type());
+    }
+  }
+  model->train();
+  return b;
+}
+
+void GatherUnitParameters(DistContext& dist, ResNet model, const std::vector<int>& owner) {
+  torch::NoGradGuard no_grad;
+  for (int r = 0; r < dist.world; ++r) {
+    std::vector<torch::Tensor> here, moved;
+    for (size_t u = 0; u < owner.size(); ++u) {
+      if (owner[u] != r) continue;
+      for (auto& p : model->units()->ptr(u)->parameters()) {
+        here.push_back(p.detach());
+        moved.push_back(r == dist.rank ? p.detach() : torch::empty_like(p, p.options().device(dist.device)));
+      }
+    }
+    dist.BroadcastFrom(r, moved, "pipeline parameters");
+    if (r != dist.rank)
+      for (size_t i = 0; i < here.size(); ++i) here[i].copy_(moved[i]);
+  }
 }
 
 }  // namespace ddpbench

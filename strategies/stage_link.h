@@ -1,8 +1,10 @@
-// The hand-off between pipeline chunks that live on different ranks (mp/pmp
-// --stage-ranks): point-to-point send and receive on the run's process group
-// (Gloo on CPU, NCCL on CUDA), addressed by tag (chunk, micro-batch and
-// direction), so that the stage hand-off crosses whatever link joins the
-// ranks, as torch.distributed.pipelining's stages do.
+// What mp/pmp --stage-ranks need between ranks: the hand-off between
+// pipeline chunks that live on different ranks (RankLink), and the few
+// set-up and parity exchanges (one shape for all, receive buffers' shapes,
+// every stage's parameters). The hand-off is point-to-point send and receive
+// on the run's process group (Gloo on CPU, NCCL on CUDA), addressed by tag
+// (chunk, micro-batch and direction), so that the stage hand-off crosses
+// whatever link joins the ranks, as torch.distributed.pipelining's stages do.
 //
 // Sends are started and left in flight (the tensor kept alive) until Flush,
 // so a stage never waits for its successor to take an activation, as with
@@ -17,11 +19,15 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
+
+#include "models/resnet.h"
 
 namespace ddpbench {
 
 struct DistContext;
+struct PipelineShape;
 
 class RankLink {
  public:
@@ -54,5 +60,24 @@ class RankLink {
 // Rank 0's `values` on every rank (collective; other ranks' are ignored);
 // `label` names the collective in errors.
 std::vector<double> FromRankZero(DistContext& dist, const std::vector<double>& values, const char* label);
+
+// Each rank measured the units itself; rank 0's shape (units, schedule,
+// chunks, micro-batches, split and its times) becomes every rank's, so that
+// all cut and schedule the model alike. Collective.
+void AgreeOnShape(DistContext& dist, PipelineShape* shape);
+
+// What each unit of `model` hands on for one image (its batch dimension
+// left out), from a forward of zeros in eval mode under the run's autocast:
+// the shape and dtype of a receive's buffer.
+struct Boundaries {
+  std::vector<std::vector<int64_t>> shape;
+  std::vector<torch::Dtype> dtype;
+};
+Boundaries MeasureBoundaries(ResNet model, int64_t image_size, const std::string& amp, torch::Device device);
+
+// Every unit's parameters as the rank that runs it (`owner`, by unit) has
+// them, copied into this rank's copies of the others' (the parity check's
+// Parameters()). Collective.
+void GatherUnitParameters(DistContext& dist, ResNet model, const std::vector<int>& owner);
 
 }  // namespace ddpbench

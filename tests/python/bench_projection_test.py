@@ -78,7 +78,8 @@ class Prediction(unittest.TestCase):
         self.assertEqual(img, 1600.0)  # the row of pmp, the projection's name for pmp-1f1b
         self.assertIn(f"--strategies=pmp --schedule=1f1b --chunks={B.PMP_CHUNKS} --nodes=2", cmd)
         run = B.CONFIGS["pmp-zero-bubble"][0]
-        self.assertEqual(run, ["--strategy=pmp", "--stage-ranks", "--schedule=zero-bubble", f"--chunks={B.PMP_CHUNKS}"])
+        self.assertEqual(run, ["--strategy=pmp", "--stage-ranks", "--schedule=zero-bubble", f"--chunks={B.PMP_CHUNKS}",
+                               "--units=blocks"])
         self.assertEqual(B.CONFIGS["pmp-1f1b"][2], (2,))  # on loopback: two stages, never one rank
 
     def test_a_calibrated_link_is_its_profiles_own_measurement(self):
