@@ -346,8 +346,11 @@ Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, to
     if (sharded_collectives)
       for (Collective c : {Collective::kReduceScatter, Collective::kAllGather})
         sharded.push_back(MeasureCollective(dist, c, link_sizes, link_repeats));
-    if (point_to_point) {  // pmp's hand-offs: sizes up to 4 MiB, at most 5 rounds (a 100 Mbit/s link is slow)
-      std::vector<int64_t> sizes;
+    if (point_to_point) {
+      // pmp's hand-offs: from 1 KiB (a small model's activation between stages is a few KiB, which a
+      // shaped link's token bucket lets out at once: the fit of larger sizes would price it at the
+      // rate) up to 4 MiB, at most 5 rounds (a 100 Mbit/s link is slow).
+      std::vector<int64_t> sizes{1 << 10, 4 << 10};
       for (int64_t b : link_sizes)
         if (b <= (int64_t{4} << 20)) sizes.push_back(b);
       sharded.push_back(MeasurePointToPoint(dist, sizes, std::min(link_repeats, 5)));

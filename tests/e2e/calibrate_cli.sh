@@ -3,7 +3,7 @@
 # --calibrate on 2 spawned ranks writes a profile with every unit, the link's
 # all-reduce fit and its own reduce-scatter and all-gather fits (what zero1/2/3
 # run), each with its measured points at 8 sizes (the link's table), and the
-# point-to-point hand-off (pmp --stage-ranks) at the 7 of them up to 4 MiB,
+# point-to-point hand-off (pmp --stage-ranks) at 1 and 4 KiB and the 7 of them up to 4 MiB,
 # faster per call than an all-reduce; --project reads it back (measured link,
 # an override of it); --expected=PROFILE takes it for a run's expected figure;
 # a profile of another model and a file that is not a profile are one message,
@@ -31,10 +31,10 @@ measured = {m["collective"]: m["points"] for m in link["measured"]}
 assert set(measured) == {"all-reduce", "reduce-scatter", "all-gather", "point-to-point"}, measured.keys()
 sizes = [16 << 10, 64 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20, 16 << 20]
 p2p = measured.pop("point-to-point")
-assert [b for b, _ in p2p] == sizes[:-1] and all(t > 0 for _, t in p2p), p2p
+assert [b for b, _ in p2p] == [1 << 10, 4 << 10] + sizes[:-1] and all(t > 0 for _, t in p2p), p2p
 assert all([b for b, _ in v] == sizes and all(t > 0 for _, t in v) for v in measured.values()), measured
 # One hand-off of 16 KiB moves one buffer one way: quicker than the all-reduce of it.
-assert p2p[0][1] < measured["all-reduce"][0][1], (p2p[0], measured["all-reduce"][0])
+assert p2p[2][1] < measured["all-reduce"][0][1], (p2p[2], measured["all-reduce"][0])
 print("profile ok:", {k: (round(f["alpha_us"], 1), round(f["bandwidth_gb_s"], 3)) for k, f in own.items()})
 EOF
 
