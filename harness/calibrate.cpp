@@ -245,19 +245,26 @@ LinkMeasurement MeasureCollective(DistContext& dist, Collective c, const std::ve
 
 LinkMeasurement MeasurePointToPoint(DistContext& dist, const std::vector<int64_t>& sizes, int repeats) {
   const auto options = torch::TensorOptions().device(dist.device);
-  std::vector<at::Tensor> buffers;
-  for (int64_t bytes : sizes) buffers.push_back(torch::ones({std::max<int64_t>(1, bytes / 4)}, options));
+  std::vector<at::Tensor> buffers, back;
+  for (int64_t bytes : sizes) {
+    buffers.push_back(torch::ones({std::max<int64_t>(1, bytes / 4)}, options));
+    back.push_back(torch::empty_like(buffers.back()));
+  }
   const int peer = dist.rank == 0 ? 1 : dist.rank == 1 ? 0 : -1;  // ranks 0 and 1; the others wait
-  auto exchange = [&](at::Tensor& t) {
+  // Each rank posts its receive before anything is sent, as the pipeline
+  // posts its next inputs ahead (stage_link.h): Gloo moves a message once
+  // its receiver has posted, and the wait for that would be timed otherwise.
+  auto exchange = [&](size_t i) {
     if (peer < 0) return;
-    std::vector<at::Tensor> one{t};
+    std::vector<at::Tensor> out{buffers[i]}, in{back[i]};
     CollectiveLabel label("point-to-point calibration");
+    auto received = dist.group->recv(in, peer, 0);
     if (dist.rank == 0) {
-      dist.group->send(one, peer, 0)->wait();
-      dist.group->recv(one, peer, 0)->wait();
+      dist.group->send(out, peer, 0)->wait();
+      received->wait();
     } else {
-      dist.group->recv(one, peer, 0)->wait();
-      dist.group->send(one, peer, 0)->wait();
+      received->wait();
+      dist.group->send(out, peer, 0)->wait();
     }
   };
   // As MeasureCollective: rounds over the sizes, the first untimed; in a
@@ -267,10 +274,10 @@ LinkMeasurement MeasurePointToPoint(DistContext& dist, const std::vector<int64_t
   for (int r = 0; r <= repeats; ++r)
     for (size_t i = 0; i < sizes.size(); ++i) {
       dist.AllReduceSum(0);
-      exchange(buffers[i]);
+      exchange(i);
       WaitForCurrentStream(dist.device);
       const auto t0 = Clock::now();
-      for (int k = 0; k < kBurst; ++k) exchange(buffers[i]);
+      for (int k = 0; k < kBurst; ++k) exchange(i);
       WaitForCurrentStream(dist.device);
       if (r > 0) s[i].push_back(SecondsSince(t0) / (2 * kBurst));  // half a round trip: one hand-off
     }
