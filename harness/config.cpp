@@ -550,7 +550,7 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
                  "runs its pending W's a weight node at a time until it does)|off (the table's order exactly)");
   app.add_flag("--stage-ranks", c.stage_ranks,
                "mp/pmp: one rank (process) per stage, spawned or from a launcher, activations and gradients "
-               "handed on by point-to-point send/recv over the process group (Gloo on CPU, NCCL on CUDA)");
+               "handed on by point-to-point send/recv over the process group (Gloo; CPU devices)");
   app.add_option("--rebalance", c.rebalance,
                  "pmp: warmup (re-split the model once from the chunks' times measured in the warm-up steps; needs "
                  "--balance=time, no --split, --warmup>=2)|off (the set-up split throughout)|auto (default: warmup "

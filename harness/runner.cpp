@@ -156,6 +156,10 @@ PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, c
   RunConfig& config = run.config;
   config = config_in;
   if (config.device == "auto") config.device = CudaAvailable() ? "cuda" : "cpu";
+  if (config.stage_ranks && config.device == "cuda")
+    throw ConfigError("--stage-ranks with --device=cuda: the stage hand-off is addressed by tag, which NCCL "
+                      "ignores (it pairs point-to-point messages in the order they are issued); built and "
+                      "checked for CPU devices over Gloo; accepted: --device=cpu, or leave --stage-ranks out");
   if (config.device == "cuda" && !CudaAvailable())
     throw ConfigError("--device=cuda: no CUDA device is available here; accepted: --device=cpu or auto");
   CheckExpectedProfile(config);

@@ -2,7 +2,8 @@
 // pipeline chunks that live on different ranks (RankLink), and the few
 // set-up and parity exchanges (one shape for all, receive buffers' shapes,
 // every stage's parameters). The hand-off is point-to-point send and receive
-// on the run's process group (Gloo on CPU, NCCL on CUDA), addressed by tag
+// on the run's process group (Gloo: CPU devices; NCCL pairs messages by
+// order, not tag, so CUDA is refused in PrepareRun), addressed by tag
 // (chunk, micro-batch and direction), so that the stage hand-off crosses
 // whatever link joins the ranks, as torch.distributed.pipelining's stages do.
 //

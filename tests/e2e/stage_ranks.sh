@@ -88,4 +88,10 @@ bad "snapshots are not built for stages on separate ranks" --strategy=pmp --gpus
 bad "--rebalance=warmup with --stage-ranks" --strategy=pmp --gpus=2 --stage-ranks --rebalance=warmup
 bad "--calibrate with --stage-ranks" --strategy=pmp --gpus=2 --stage-ranks --calibrate="$TMP/p.json"
 bad "--chunks=3" --strategy=pmp --gpus=2 --stage-ranks --batch-size=8 --chunks=3
+# CUDA ranks would talk NCCL, which pairs messages by order, not tag.
+set +e; out="$(timeout 60 "$BIN" --strategy=pmp --gpus=2 --stage-ranks --device=cuda --progress=off \
+  --out="$TMP/bad.csv" 2>&1)"; rc=$?; set -e
+[[ $rc -eq 2 && "$out" == *"--stage-ranks with --device=cuda"* && ! -e "$TMP/bad.csv" ]] \
+  || fail "--stage-ranks --device=cuda: exit $rc: $out"
+echo "ok (exit 2): --stage-ranks --device=cuda"
 echo "stage_ranks: all checks passed"
