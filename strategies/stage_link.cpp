@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "harness/dist.h"
+#include "harness/log.h"
 #include "harness/training.h"
 #include "strategies/pipeline_shape.h"
 
@@ -111,6 +112,10 @@ void AgreeOnShape(DistContext& dist, PipelineShape* shape) {
   p.stage_ms.assign(at + chunks, at + 2 * chunks);
   p.unit_ms.assign(at + 2 * chunks, at + 2 * chunks + units);
   p.unit_forward_ms.assign(at + 2 * chunks + units, at + 2 * chunks + 2 * units);
+  if (!dist.is_root())  // its own candidates above were logged; this is what it runs
+    LogInfo("--stage-ranks: taking rank 0's shape: split {}{}, --schedule={} --chunks={}", SplitCounts(p.counts),
+            shape->half_blocks ? " (half blocks)" : "", PipelineScheduleName(shape->schedule),
+            shape->micro_batches);
 }
 
 Boundaries MeasureBoundaries(ResNet model, int64_t image_size, const std::string& amp, torch::Device device) {
