@@ -182,6 +182,39 @@ namespace {
 // Starts one `c` of `in` (the whole buffer, S bytes) as the strategies run it
 // on this backend: zero_sharded reduces-scatters over Gloo with an all-to-all
 // of the same bytes (Gloo has no reduce-scatter of one buffer).
+// Seconds of one call(i) at each of `count` sizes, every rank keeping the
+// slowest rank's (a collective ends for all when the slowest rank's part
+// does, so every rank fits the same link). Rounds over every size in turn
+// (the first untimed): a moment when the machine is busy with something else
+// slows one round of every size instead of every repeat of one size. In a
+// round, each size is a burst: one call after the ranks meet, then kBurst
+// calls back to back, timed together, as nccl-tests times its iterations and
+// as a step issues its collectives one after another. A call that follows
+// traffic is not one that follows a quiet link: over a tbf-shaped 100 Mbit/s
+// TCP pair, Gloo's all-to-all of 0.5 MiB each way takes 80 ms back to back,
+// 41-84 ms after a barrier. Kept: the mean without the fastest and slowest
+// 15% of rounds. A step pays every call's cost, so the mean is what adds up;
+// on a shared CPU some calls wait a scheduler tick for a core (0.4 or 3.5 ms
+// for one size), where a median jumps between the two.
+std::vector<double> TimeInRounds(DistContext& dist, size_t count, int repeats,
+                                 const std::function<void(size_t)>& call) {
+  constexpr int kBurst = 2;
+  std::vector<std::vector<double>> s(count);
+  for (int r = 0; r <= repeats; ++r)
+    for (size_t i = 0; i < count; ++i) {
+      dist.AllReduceSum(0);  // start together
+      call(i);
+      WaitForCurrentStream(dist.device);
+      const auto t0 = Clock::now();
+      for (int k = 0; k < kBurst; ++k) call(i);
+      WaitForCurrentStream(dist.device);
+      if (r > 0) s[i].push_back(SecondsSince(t0) / kBurst);
+    }
+  std::vector<double> seconds;
+  for (size_t i = 0; i < count; ++i) seconds.push_back(dist.AllReduceMax(TrimmedMean(s[i], kTrim)));
+  return seconds;
+}
+
 c10::intrusive_ptr<c10d::Work> Issue(DistContext& dist, Collective c, at::Tensor& in, at::Tensor& out) {
   std::vector<at::Tensor> one{in};
   std::vector<int64_t> equal_splits;
@@ -211,35 +244,10 @@ LinkMeasurement MeasureCollective(DistContext& dist, Collective c, const std::ve
                        c == Collective::kAllGather || dist.backend == "gloo" ? torch::empty_like(whole)
                                                                              : torch::empty_like(slice)});
   }
-  // Rounds over every size in turn (the first untimed): a moment when the
-  // machine is busy with something else slows one round of every size
-  // instead of every repeat of one size. In a round, each size is a burst:
-  // one call after the ranks meet, then kBurst calls back to back, timed
-  // together, as nccl-tests times its iterations and as a step issues its
-  // collectives one after another. A call that follows traffic is not one
-  // that follows a quiet link: over a tbf-shaped 100 Mbit/s TCP pair, Gloo's
-  // all-to-all of 0.5 MiB each way takes 80 ms back to back, 41-84 ms after a
-  // barrier. Kept: the mean without the fastest and slowest 15% of rounds. A
-  // step pays every call's cost, so the mean is what adds up; on a shared
-  // CPU some calls wait a scheduler tick for a core (0.4 or 3.5 ms for one
-  // size), where a median jumps between the two.
-  constexpr int kBurst = 2;
-  std::vector<std::vector<double>> s(sizes.size());
-  for (int r = 0; r <= repeats; ++r)
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      dist.AllReduceSum(0);  // start together
-      Issue(dist, c, buffers[i].in, buffers[i].out)->wait();
-      WaitForCurrentStream(dist.device);
-      const auto t0 = Clock::now();
-      for (int k = 0; k < kBurst; ++k) Issue(dist, c, buffers[i].in, buffers[i].out)->wait();
-      WaitForCurrentStream(dist.device);
-      if (r > 0) s[i].push_back(SecondsSince(t0) / kBurst);
-    }
-  // A collective ends for all when the slowest rank's part does; every
-  // rank keeps the same points (and so fits the same link).
+  const std::vector<double> seconds = TimeInRounds(
+      dist, sizes.size(), repeats, [&](size_t i) { Issue(dist, c, buffers[i].in, buffers[i].out)->wait(); });
   LinkMeasurement m{CollectiveName(c), dist.world, {}};
-  for (size_t i = 0; i < sizes.size(); ++i)
-    m.points.emplace_back(buffers[i].bytes, dist.AllReduceMax(TrimmedMean(s[i], kTrim)));
+  for (size_t i = 0; i < sizes.size(); ++i) m.points.emplace_back(buffers[i].bytes, seconds[i]);
   return m;
 }
 
@@ -267,24 +275,10 @@ LinkMeasurement MeasurePointToPoint(DistContext& dist, const std::vector<int64_t
       dist.group->send(out, peer, 0)->wait();
     }
   };
-  // As MeasureCollective: rounds over the sizes, the first untimed; in a
-  // round an exchange after the ranks meet, then kBurst timed back to back.
-  constexpr int kBurst = 2;
-  std::vector<std::vector<double>> s(sizes.size());
-  for (int r = 0; r <= repeats; ++r)
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      dist.AllReduceSum(0);
-      exchange(i);
-      WaitForCurrentStream(dist.device);
-      const auto t0 = Clock::now();
-      for (int k = 0; k < kBurst; ++k) exchange(i);
-      WaitForCurrentStream(dist.device);
-      if (r > 0) s[i].push_back(SecondsSince(t0) / (2 * kBurst));  // half a round trip: one hand-off
-    }
+  const std::vector<double> round_trip = TimeInRounds(dist, sizes.size(), repeats, exchange);
   LinkMeasurement m{CollectiveName(Collective::kP2P), 2, {}};
-  for (size_t i = 0; i < sizes.size(); ++i)
-    m.points.emplace_back(static_cast<double>(buffers[i].numel() * 4),
-                          dist.AllReduceMax(peer < 0 ? 0.0 : TrimmedMean(s[i], kTrim)));
+  for (size_t i = 0; i < sizes.size(); ++i)  // half a round trip: one hand-off
+    m.points.emplace_back(static_cast<double>(buffers[i].numel() * 4), round_trip[i] / 2);
   return m;
 }
 

@@ -517,6 +517,11 @@ class PipelineStrategy final : public Strategy {
     if (a.op == PipelineOp::kForward) return a.chunk > 0 && !Local(table_.DeviceOf(a.chunk - 1));
     return a.chunk + 1 < table_.chunks() && !Local(table_.DeviceOf(a.chunk + 1));
   }
+  // The tag of a forward's or a backward's input: the activation entering its
+  // chunk, or the gradient the chunk after sends back.
+  int InputTag(const PipelineAction& a) const {
+    return a.op == PipelineOp::kForward ? ActTag(a.chunk, a.micro_batch) : GradTag(a.chunk + 1, a.micro_batch);
+  }
 
   // Posts the receive of what enters chunk c (an activation, or the gradient
   // of chunk c - 1's output when c is the sender of one) for `rows` images,
@@ -533,11 +538,10 @@ class PipelineStrategy final : public Strategy {
   // Posts the receive of action a's input when another rank sends it.
   bool PostInput(const PipelineAction& a, const StepState& state) {
     if (!RemoteInput(a)) return false;
-    const int c = a.chunk, m = a.micro_batch;
-    if (a.op == PipelineOp::kForward)
-      PostBoundary(table_.DeviceOf(c - 1), ActTag(c, m), c, state.rows[m], chunks_[c]->device);
-    else
-      PostBoundary(table_.DeviceOf(c + 1), GradTag(c + 1, m), c + 1, state.rows[m], chunks_[c]->device);
+    const int c = a.chunk, from = a.op == PipelineOp::kForward ? c - 1 : c + 1;
+    // The gradient of chunk c's output has the shape of what enters chunk c + 1.
+    PostBoundary(table_.DeviceOf(from), InputTag(a), std::max(c, from), state.rows[a.micro_batch],
+                 chunks_[c]->device);
     return true;
   }
 
@@ -788,8 +792,9 @@ class PipelineStrategy final : public Strategy {
   void RunForward(int c, int m, StepState& state) {
     Chunk& ch = *chunks_[c];
     const bool first = c == 0, last = c + 1 == table_.chunks();
-    const bool remote = !first && RemoteInput({PipelineOp::kForward, m, c});
-    torch::Tensor received = remote ? TakeRemote(ActTag(c, m)) : torch::Tensor();
+    const PipelineAction action{PipelineOp::kForward, m, c};
+    const bool remote = RemoteInput(action);
+    torch::Tensor received = remote ? TakeRemote(InputTag(action)) : torch::Tensor();
     Handoff in = first ? state.images[m] : remote ? Handoff{} : ch.from_prev.Pop(m);
     StageWork work(ch.clock[0], *timer_, Phase::kForward, ch.device);
     TraceMicroBatch(c, m, "F");
@@ -813,8 +818,9 @@ class PipelineStrategy final : public Strategy {
   void RunBackward(int c, int m, bool input_only) {
     Chunk& ch = *chunks_[c];
     const bool first = c == 0, last = c + 1 == table_.chunks();
-    const bool remote = !last && RemoteInput({PipelineOp::kBackward, m, c});
-    torch::Tensor received = remote ? TakeRemote(GradTag(c + 1, m)) : torch::Tensor();
+    const PipelineAction action{PipelineOp::kBackward, m, c};
+    const bool remote = RemoteInput(action);
+    torch::Tensor received = remote ? TakeRemote(InputTag(action)) : torch::Tensor();
     Handoff grad = last || remote ? Handoff{} : ch.from_next.Pop(m);
     StageWork work(ch.clock[1], *timer_, Phase::kBackward, ch.device);
     TraceMicroBatch(c, m, input_only ? "B" : "backward");
@@ -849,9 +855,7 @@ class PipelineStrategy final : public Strategy {
   // Whether action a can start without waiting for another device.
   bool InputArrived(const PipelineAction& a) {
     Chunk& ch = *chunks_[a.chunk];
-    if (RemoteInput(a))
-      return link_->Arrived(a.op == PipelineOp::kForward ? ActTag(a.chunk, a.micro_batch)
-                                                          : GradTag(a.chunk + 1, a.micro_batch));
+    if (RemoteInput(a)) return link_->Arrived(InputTag(a));
     if (a.op == PipelineOp::kForward) return a.chunk == 0 || ch.from_prev.Has(a.micro_batch);
     if (a.op == PipelineOp::kBackwardWeight) return true;
     return a.chunk + 1 == table_.chunks() || ch.from_next.Has(a.micro_batch);
