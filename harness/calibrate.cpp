@@ -64,6 +64,23 @@ void MeasureUnitBytes(ResNet model, const RunConfig& config, torch::Device devic
   }
 }
 
+// The bytes of each broadcast the data-parallel strategies make of the
+// model's buffers before a forward (DistContext::BroadcastFromRoot through
+// c10d::broadcast_coalesced: the buffers flattened into one tensor per dtype,
+// in the order each dtype first appears; far below its 250 MiB bucket).
+std::vector<double> BufferBroadcastBytes(const ResNet& model) {
+  std::vector<std::pair<c10::ScalarType, double>> groups;
+  for (const auto& b : model->buffers()) {
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == b.scalar_type(); });
+    if (g == groups.end()) g = groups.insert(groups.end(), {b.scalar_type(), 0.0});
+    g->second += static_cast<double>(b.numel() * b.element_size());
+  }
+  std::vector<double> bytes;
+  for (const auto& [type, sum] : groups)
+    if (sum > 0) bytes.push_back(sum);
+  return bytes;
+}
+
 // One optimizer step of the whole model, in ms per MiB of parameters.
 double MeasureOptimizer(const ResNet& model, const RunConfig& config, torch::Device device) {
   std::vector<torch::Tensor> params;
@@ -336,6 +353,7 @@ Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, to
   // computation beside the collectives (MeasureUnits sets its own).
   const AutocastGuard autocast(config.amp, device);
   MeasureUnitBytes(model, config, device, &p);
+  p.buffer_broadcast_bytes = BufferBroadcastBytes(model);
   double units_ms = 0;
   for (double ms : times[0].total_ms) units_ms += ms;
   p.step_overhead_ms = MeasureStepOverhead(model, config, device, units_ms,

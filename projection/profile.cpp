@@ -65,7 +65,8 @@ void WriteProfile(const Profile& p, const std::string& path) {
                       {"comm_compute_ms_per_call", p.comm_compute_ms_per_call},
                       {"comm_compute_ms_per_mb", p.comm_compute_ms_per_mb},
                       {"comm_loaded_ms_per_call", p.comm_loaded_ms_per_call},
-                      {"comm_loaded_ms_per_mb", p.comm_loaded_ms_per_mb}, {"units", units}};
+                      {"comm_loaded_ms_per_mb", p.comm_loaded_ms_per_mb},
+                      {"buffer_broadcast_bytes", p.buffer_broadcast_bytes}, {"units", units}};
   if (p.link) {
     nlohmann::json points = nlohmann::json::array();
     for (const LinkMeasurement& m : p.link_points)
@@ -182,6 +183,11 @@ Profile ReadProfile(const std::string& path) {
                             std::pair{"comm_loaded_ms_per_call", &p.comm_loaded_ms_per_call},
                             std::pair{"comm_loaded_ms_per_mb", &p.comm_loaded_ms_per_mb}})
     if (j.contains(key)) *field = std::max(0.0, Field<double>(j, key, path));
+  if (j.contains("buffer_broadcast_bytes"))  // optional in older profiles
+    for (double b : Field<std::vector<double>>(j, "buffer_broadcast_bytes", path)) {
+      if (!(b > 0)) throw ConfigError(fmt::format("{}: buffer_broadcast_bytes {}: want sizes > 0", path, b));
+      p.buffer_broadcast_bytes.push_back(b);
+    }
   auto optional = [&](const char* key) { return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : ""; };
   p.torch_version = optional("torch_version");
   p.git_sha = optional("git_sha");

@@ -58,6 +58,11 @@ struct Profile {
   // core, and sums on a shared one), per call and per MiB, measured with the
   // same all-reduces beside a forward and backward.
   double comm_loaded_ms_per_call = 0, comm_loaded_ms_per_mb = 0;
+  // The model's buffers (batch norm's running statistics and step counts)
+  // as the data-parallel strategies broadcast them from rank 0 before every
+  // forward: bytes of each flat tensor c10d::broadcast_coalesced makes, one
+  // per dtype. Empty in profiles written before it (no broadcast priced).
+  std::vector<double> buffer_broadcast_bytes;
   std::optional<Link> link;        // fitted over the calibration's own ranks
   int link_ranks = 0;
   std::vector<LinkMeasurement> link_points;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -124,6 +125,15 @@ class StepBuilder {
     if (interference > 0) Add(0, interference, {});  // counted as communication, not compute
     return id;
   }
+  // The model's buffers broadcast from rank 0 before the forward (ddp,
+  // zero1/2/3: DDP's broadcast_buffers), one call per flat tensor, issued
+  // together (broadcast_coalesced keeps two in flight); what comes after
+  // waits for all of them.
+  std::vector<int> BufferBroadcasts() {
+    std::vector<int> ids;
+    for (double bytes : p_.buffer_broadcast_bytes) ids.push_back(Collective(Collective::kBroadcast, bytes, {}));
+    return ids;
+  }
   StepPrediction Finish() const {
     const std::vector<double> end = RunTimeline(ops_, (t_.nodes > 1 ? t_.inter : t_.intra).lanes);
     StepPrediction out;
@@ -169,7 +179,8 @@ std::vector<int> BackwardWithBuckets(const std::vector<UnitCost>& cost, const Te
 StepPrediction PredictDdp(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t, double cap_mb) {
   const Tensors tensors = TensorsOf(p);
   StepBuilder step(p, t);
-  for (const UnitCost& c : cost) step.Compute(c.forward_ms);
+  std::vector<int> after = step.BufferBroadcasts();
+  for (const UnitCost& c : cost) step.Compute(c.forward_ms, std::exchange(after, {}));
   const auto buckets = ReducerBuckets(tensors.bytes, cap_mb * kMiB, FirstCap(cap_mb));
   step.Compute(OptimizerMs(p, AllParamBytes(p)), BackwardWithBuckets(cost, tensors, buckets, Collective::kAllReduce, &step));
   return step.Finish();
@@ -187,9 +198,10 @@ StepPrediction PredictZero3(const Profile& p, const std::vector<UnitCost>& cost,
     return step.Collective(Collective::kAllGather, p.units[u].ParamBytes(), std::move(after));
   };
   std::vector<int> forward(U), backward(U), gathered(U), regathered(U), scatters;
-  gathered[0] = gather(0, {});
+  const std::vector<int> broadcasts = step.BufferBroadcasts();
+  gathered[0] = gather(0, broadcasts);
   for (int u = 0; u < U; ++u) {
-    if (u + 1 < U) gathered[u + 1] = gather(u + 1, u > 0 ? std::vector<int>{forward[u - 1]} : std::vector<int>{});
+    if (u + 1 < U) gathered[u + 1] = gather(u + 1, u > 0 ? std::vector<int>{forward[u - 1]} : broadcasts);
     forward[u] = step.Compute(cost[u].forward_ms, {gathered[u]});
   }
   regathered[U - 1] = gather(U - 1, {forward[U - 1]});
@@ -211,11 +223,12 @@ StepPrediction PredictZero(const Profile& p, const std::vector<UnitCost>& cost, 
   const auto buckets = ReducerBuckets(tensors.bytes, cap_mb * kMiB, FirstCap(cap_mb));
   StepBuilder step(p, t);
   // The previous step's updated slices, gathered in forward order (the last
-  // gradient-ready bucket holds the first units); each unit's forward waits
-  // for the buckets holding its parameters.
+  // gradient-ready bucket holds the first units) once the buffers are
+  // broadcast; each unit's forward waits for the buckets holding its parameters.
+  const std::vector<int> broadcasts = step.BufferBroadcasts();
   std::vector<std::vector<int>> unit_waits(cost.size());
   for (int b = static_cast<int>(buckets.size()) - 1; b >= 0; --b) {
-    const int id = step.Collective(Collective::kAllGather, BucketBytes(buckets[b], tensors), {});
+    const int id = step.Collective(Collective::kAllGather, BucketBytes(buckets[b], tensors), broadcasts);
     for (int i : buckets[b]) unit_waits[tensors.unit[i]].push_back(id);
   }
   for (size_t u = 0; u < cost.size(); ++u) step.Compute(cost[u].forward_ms, unit_waits[u]);

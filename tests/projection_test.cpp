@@ -221,6 +221,14 @@ TEST(StepModel, DdpExposesWhatTheLastBucketLeavesAfterBackward) {
   // The optimizer runs after the last all-reduce: 0.5 ms per MiB x 3 MiB.
   p.optimizer_ms_per_mb = 0.5;
   EXPECT_NEAR(PredictDdp(p, p.CostAt(8), t, 1.0).step_ms, 11.5, 1e-9);
+  // The buffers broadcast before the forward: 1 MiB and 0.5 MiB (two dtypes) on 2 ranks =
+  // S / B, 1 ms and 0.5 ms, issued together on one lane: the forward starts at 1.5, all 1.5 later.
+  // Counted as exposed communication; one device broadcasts nothing.
+  p.buffer_broadcast_bytes = {1024.0 * 1024, 512.0 * 1024};
+  const StepPrediction broadcast = PredictDdp(p, p.CostAt(8), t, 1.0);
+  EXPECT_NEAR(broadcast.step_ms, 13.0, 1e-9);
+  EXPECT_NEAR(broadcast.compute_ms, 10.5, 1e-9);
+  EXPECT_NEAR(PredictDdp(p, p.CostAt(8), OneNode(1, TestLink(0, 1024.0 * 1024 * 1000)), 1.0).step_ms, 10.5, 1e-9);
 }
 
 TEST(StepModel, ZeroGathersBeforeForwardAndScattersDuringBackward) {
@@ -233,6 +241,11 @@ TEST(StepModel, ZeroGathersBeforeForwardAndScattersDuringBackward) {
   const StepPrediction z1 = PredictZero(p, p.CostAt(8), t, 1.0, 1);
   EXPECT_NEAR(z1.step_ms, 10.0, 1e-9);
   EXPECT_NEAR(z1.exposed_comm_ms, 1.0, 1e-9);
+  // The buffers' broadcast (1 MiB: 1 ms) comes first, the gathers after it: all 1 ms later.
+  Profile buffered = p;
+  buffered.buffer_broadcast_bytes = {1024.0 * 1024};
+  EXPECT_NEAR(PredictZero(buffered, p.CostAt(8), t, 1.0, 1).step_ms, 11.0, 1e-9);
+  EXPECT_GE(PredictZero(buffered, p.CostAt(8), t, 1.0, 3).step_ms, 10.5);
   // zero3: per unit gathers before forward and backward, scatters after it.
   const StepPrediction z3 = PredictZero(p, p.CostAt(8), t, 1.0, 3);
   EXPECT_GE(z3.step_ms, 9.5);
@@ -302,8 +315,10 @@ TEST(Profile, RoundTripsAndRefusesAnotherModel) {
   p.link_points.push_back({"all-gather", 2, {{1e6, 0.002}, {2e6, 0.003}}});
   p.link->lanes = 2;
   p.comm_loaded_ms_per_call = 0.25;
+  p.buffer_broadcast_bytes = {9600, 160};
   WriteProfile(p, dir.path() + "/p.json");
   const Profile back = ReadProfile(dir.path() + "/p.json");
+  EXPECT_EQ(back.buffer_broadcast_bytes, (std::vector<double>{9600, 160}));
   EXPECT_EQ(back.link->lanes, 2);
   // The measured points come back as the link's table.
   EXPECT_EQ(back.link->table_ranks, 2);
@@ -340,6 +355,15 @@ TEST(Profile, RoundTripsAndRefusesAnotherModel) {
     FAIL() << "a link of 0 lanes was read";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("link.lanes 0: want 1..64"), std::string::npos) << e.what();
+  }
+  const size_t buffers = text.find("9600.0");
+  ASSERT_NE(buffers, std::string::npos) << text;
+  WriteFile(dir.path() + "/buffers.json", std::string(text).replace(buffers, 6, "0"));
+  try {
+    ReadProfile(dir.path() + "/buffers.json");
+    FAIL() << "a broadcast of 0 bytes was read";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("buffer_broadcast_bytes 0: want sizes > 0"), std::string::npos) << e.what();
   }
   WriteFile(dir.path() + "/old.json", std::string(text).replace(lanes, 11, ""));  // written before lanes
   EXPECT_EQ(ReadProfile(dir.path() + "/old.json").link->lanes, 1);
