@@ -25,9 +25,11 @@ on loopback they run at 2 ranks only.
 Rounds are interleaved (bench_util.interleaved); the table gives the median
 img/s per configuration and its min-max. Each measured configuration is
 predicted by `ddpbench --project=PROFILE` (two nodes of one device joined by
-`--inter=measured,bw=RATE`, or one node of 1-2 devices with
-`--intra=measured`), PROFILE from --profile or made once with
-`ddpbench --calibrate=FILE --strategy=ddp WORKLOAD --gpus=2`; the error is
+`--inter=measured`, or one node of 1-2 devices with `--intra=measured`), from
+profiles calibrated in every round (--calibrate-every; Profiles): on loopback
+`ddpbench --calibrate=FILE --strategy=ddp WORKLOAD --gpus=2` (or --profile),
+over each shaped link the same with its two ranks across the pair. A
+configuration's prediction is the median of its rounds'; the error is
 (predicted - measured) / measured. The goal: median |error| <= 10% per
 strategy, none above 20%.
 
@@ -414,6 +416,67 @@ def make_profile(a, path, tmp):
     return shlex.join(argv)
 
 
+class Profiles:
+    """The profiles the predictions come from, made where they are first needed: the
+    loopback one (make_profile) and, with --predict-bw=calibrated, each shaped link's
+    (calibrate_netns, its ranks across the pair). --calibrate-every=round makes them anew
+    in every round, the round's runs predicted from its own: this VM's speed drifts by
+    10-20% over minutes, and a profile made once carries one moment's speed into every
+    prediction. once: made in the first round, kept for all (the files as before:
+    OUT-profile-STAMP.json, OUT-profile-STAMP-RATE.json)."""
+
+    def __init__(self, a, stamp, tmp):
+        self.a, self.tmp = a, tmp
+        self.per_round = a.calibrate_every == "round"
+        compact = stamp.replace("-", "").replace(":", "")
+        stem = os.path.splitext(a.out)[0]
+        self.prefix = f"{stem}-profiles-{compact}" if self.per_round else f"{stem}-profile-{compact}"
+        self.commands = {}  # path -> the command that made it
+
+    def path(self, rnd, kind):
+        if kind == "loopback" and self.a.profile:
+            return self.a.profile
+        if kind != "loopback" and self.a.predict_bw != "calibrated":
+            return self.path(rnd, "loopback")
+        suffix = "" if kind == "loopback" else f"-{kind}"
+        if self.per_round:
+            return os.path.join(self.prefix, f"r{rnd}{suffix}.json")
+        return f"{self.prefix}{suffix}.json"
+
+    def ensure(self, rnd, kind, link):
+        """The profile for `kind` in round `rnd`, calibrated now if not yet made (a shaped
+        link's with `link` shaped to it)."""
+        path = self.path(rnd, kind)
+        if path in self.commands or path == self.a.profile:
+            return path
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        print(f"calibrating {'on loopback' if kind == 'loopback' else 'over ' + kind}: {path}", flush=True)
+        self.commands[path] = (make_profile(self.a, path, self.tmp) if kind == "loopback"
+                               else calibrate_netns(self.a, link, path, self.tmp))
+        return path
+
+    def note(self):
+        a = self.a
+        if a.profile:
+            head = f"profile `{a.profile}` (--profile)"
+        else:
+            head = f"profile made on loopback by `{self.commands.get(self.path(0, 'loopback'), '')}`"
+            if self.per_round:
+                head += f", and one like it in every round (`{rel(self.prefix)}/r<round>.json`)"
+        head += {
+            "nominal": "; shaped links predicted from it with bw = the tbf rate",
+            "achieved": "; shaped links predicted from it with bw = the probe median goodput",
+            "calibrated": "; each shaped link predicted from a profile calibrated over it (`ddpbench --calibrate` "
+                          "with its two ranks across the pair: the link's all-reduce, reduce-scatter, all-gather "
+                          "and point-to-point measured there"
+                          + ("; `r<round>-<rate>.json`)" if self.per_round else "; `...-<rate>.json`)")}[a.predict_bw]
+        if self.per_round:
+            head += ("; calibrated anew in every round (--calibrate-every=round), each round's runs predicted from "
+                     "that round's profiles, the predicted figure the median over rounds (every round's in the "
+                     "CSV's predicted_all)")
+        return head
+
+
 def predict_argv(a, profile, csv_path, link, strategy, ranks, bw_bits):
     """ddpbench --project for one measured configuration: two nodes of one device over the
     shaped link (bw = its rate, or bw_bits None: the link as its own profile measured it), or
@@ -441,21 +504,46 @@ def predict(a, profile, link, strategy, ranks, bw_bits, tmp):
     return (float(rows[0]["img_s"]) if rows else None), shlex.join(argv)
 
 
+def predict_runs(a, runs, probes, tmp):
+    """Each run's prediction from the profile of its round and link (x["profile"]), into
+    x["predicted"] (None where the projection has none or failed) and x["predict_command"];
+    one projection per distinct (profile, configuration)."""
+    done = {}
+    for x in runs:
+        kind, strategy, ranks = x["key"]
+        bw = None
+        if kind != "loopback" and a.predict_bw != "calibrated":
+            bw = parse_rate(kind)
+            if a.predict_bw == "achieved":
+                bw = statistics.median(v for p in probes[kind] for v in p) * 1e6
+        key = (x["profile"], x["key"])
+        if key not in done:
+            try:
+                done[key] = predict(a, x["profile"], kind, strategy, ranks, bw, tmp)
+            except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
+                print(f"!! prediction of {x['key']} from {x['profile']} failed: {e}", file=sys.stderr, flush=True)
+                done[key] = (None, "")
+        x["predicted"], x["predict_command"] = done[key]
+
+
 # ---------------------------------------------------------------- the table
 
 def fmt(v, spec=".1f"):
     return "" if v is None else format(v, spec)
 
 
-def summarise(a, entries, runs, probes, link, predictions):
-    """One row per (link, strategy, ranks)."""
+def summarise(a, entries, runs, probes, link):
+    """One row per (link, strategy, ranks); its prediction the median of its runs' (each
+    from its round's profile: one value when calibrated once)."""
     rows = []
     for key in entries:
         kind, strategy, ranks = key
         mine = [x for x in runs if x["key"] == key]
         img = [x["img_s"] for x in mine]
         med = statistics.median(img)
-        pred, pred_cmd = predictions.get(key, (None, ""))
+        preds = [x["predicted"] for x in mine if x.get("predicted") is not None]
+        pred = statistics.median(preds) if preds else None
+        pred_cmd = next((x["predict_command"] for x in reversed(mine) if x.get("predict_command")), "")
         comm = [x["comm_ms"] for x in mine if x["comm_ms"] is not None]
         veth = [x["veth_mb_step"] for x in mine if x["veth_mb_step"] is not None]
         drops = [x["drops"] for x in mine if x["drops"] is not None]
@@ -472,6 +560,7 @@ def summarise(a, entries, runs, probes, link, predictions):
             "veth_mb_per_step": fmt(statistics.median(veth), ".3f") if veth else "",
             "tbf_drops": fmt(statistics.median(drops), "g") if drops else "",
             "predicted_img_s": fmt(pred, ".2f"),
+            "predicted_all": ";".join(f"{v:.2f}" for v in preds),
             "error_pct": fmt((pred - med) / med * 100) if pred is not None else "",
             "predict_bw": a.predict_bw if kind != "loopback" and pred is not None else "",
             "workload": a.workload, "command": mine[-1]["command"], "tc": link.tc.get(kind, ""),
@@ -531,8 +620,12 @@ def table(a, rows, link, stamp, profile_note):
               "run wall s | comm ms/step | veth MB/step | tbf drops |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ach = f"{r['link_achieved_mbit_s']} ({r['link_achieved_min_max']})" if r["link_achieved_mbit_s"] else "-"
+        each = [float(v) for v in r["predicted_all"].split(";") if v]
+        pred = r["predicted_img_s"] or "-"
+        if len(set(each)) > 1:
+            pred += f" ({min(each):.2f}-{max(each):.2f})"
         lines.append(f"| {r['link']} | {ach} | {r['strategy']} | {r['ranks']} | {r['measured_img_s']} "
-                     f"({r['measured_min']}-{r['measured_max']}) | {r['predicted_img_s'] or '-'} | "
+                     f"({r['measured_min']}-{r['measured_max']}) | {pred} | "
                      f"{r['error_pct'] or '-'} | {r['run_wall_s']} | {r['comm_ms'] or '-'} | "
                      f"{r['veth_mb_per_step'] or '-'} | {r['tbf_drops'] or '-'} |")
     lines += ["", "comm ms/step: the row's `communication_ms`; veth MB/step: bytes rank 0's end sent over the pair "
@@ -567,7 +660,11 @@ def parse_args(argv=None):
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--workload", default=DEFAULT_WORKLOAD, help="ddpbench flags of every run (default: %(default)s)")
     p.add_argument("--no-loopback", action="store_true", help="skip the 1 -> 2 ranks runs on loopback")
-    p.add_argument("--profile", help="a --calibrate profile for the predictions (default: made once, beside --out)")
+    p.add_argument("--profile", help="a --calibrate profile for the loopback predictions (default: calibrated as "
+                                     "--calibrate-every says, beside --out)")
+    p.add_argument("--calibrate-every", choices=("round", "once"), default="round",
+                   help="round (default): the profiles calibrated anew in every round and each round's runs "
+                        "predicted from its own (the VM's speed drifts over minutes); once: in the first round only")
     p.add_argument("--no-predict", action="store_true", help="measure only; the prediction columns stay empty")
     p.add_argument("--predict-bw", choices=("calibrated", "nominal", "achieved"), default="calibrated",
                    help="the shaped link's prediction: calibrated (default: a profile calibrated over that link, "
@@ -627,36 +724,21 @@ def main():
     probes = {}  # rate -> [(A->B, B->A) Mbit/s]
     with tempfile.TemporaryDirectory(prefix="bench_projection.") as tmp:
         try:
-            profile, profile_note = a.profile, "--no-predict: none"
-            profile_base = f"{os.path.splitext(a.out)[0]}-profile-{stamp.replace('-', '').replace(':', '')}"
+            profiles = Profiles(a, stamp, tmp)
             if not a.no_predict:
-                if not profile:
-                    profile = profile_base + ".json"
-                    os.makedirs(os.path.dirname(os.path.abspath(profile)), exist_ok=True)
-                    print(f"calibrating: {profile}", flush=True)
-                    cal = make_profile(a, profile, tmp)
-                    profile_note = f"profile `{rel(profile)}` made by `{cal}`"
-                else:
-                    profile_note = f"profile `{profile}` (--profile)"
-                profile_note += {
-                    "nominal": "; shaped links predicted with bw = the tbf rate",
-                    "achieved": "; shaped links predicted with bw = the probe median goodput",
-                    "calibrated": "; each shaped link predicted from a profile calibrated over it (`ddpbench "
-                                  "--calibrate` with its two ranks across the pair: the link's all-reduce, "
-                                  "reduce-scatter and all-gather fitted there; files in the CSV's "
-                                  "predict_command)"}[a.predict_bw]
                 # Fail before the long measurement if the projection cannot run at all.
-                predict(a, profile, "loopback", a.strategies[0], 2, None, tmp)
+                predict(a, profiles.ensure(0, "loopback", link), "loopback", a.strategies[0], 2, None, tmp)
             if a.rates:
                 link.up()
             calls = [0]
             probed = set()
-            link_profiles = {}  # rate -> its profile (--predict-bw=calibrated)
 
             def one(key):
                 kind, strategy, ranks = key
                 rnd = calls[0] // len(entries)
                 calls[0] += 1
+                if not a.no_predict:
+                    profiles.ensure(rnd, "loopback", link)  # at the round's first run
                 if kind != "loopback":
                     if link.rate != kind:
                         link.shape(kind)
@@ -666,12 +748,8 @@ def main():
                         probes.setdefault(kind, []).append(ab)
                         print(f"link {kind:8s} ({link.tbf(kind)}): achieved {ab[0]:.1f} / {ab[1]:.1f} Mbit/s "
                               f"(A->B / B->A)", flush=True)
-                    if a.predict_bw == "calibrated" and not a.no_predict and kind not in link_profiles:
-                        path = f"{profile_base}-{kind}.json"
-                        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-                        print(f"calibrating over {kind}: {path}", flush=True)
-                        calibrate_netns(a, link, path, tmp)
-                        link_profiles[kind] = path
+                    if not a.no_predict:
+                        profiles.ensure(rnd, kind, link)
                     row, wall, veth, cmd = measure_netns(a, link, strategy, tmp)
                     steps = int(row["steps"]) + int(row["warmup"] or 0)
                     veth_mb, drops = veth[0] / 1e6 / steps, veth[2]
@@ -685,31 +763,18 @@ def main():
                       + (f", veth {veth_mb:.3f} MB/step, tbf dropped {drops} packets" if veth_mb is not None else ""),
                       flush=True)
                 return {"img_s": img, "wall_s": wall, "comm_ms": comm, "veth_mb_step": veth_mb, "drops": drops,
-                        "command": cmd}
+                        "command": cmd, "profile": None if a.no_predict else profiles.path(rnd, kind)}
 
             runs = [{"round": r, "key": key, **res} for r, key, res in interleaved(entries, a.rounds, one)]
 
-            predictions = {}
             if not a.no_predict:
-                for key in entries:
-                    kind, strategy, ranks = key
-                    bw, source = None, profile
-                    if kind != "loopback" and a.predict_bw == "calibrated":
-                        source = link_profiles[kind]
-                    elif kind != "loopback":
-                        bw = parse_rate(kind)
-                        if a.predict_bw == "achieved":
-                            bw = statistics.median(v for p in probes[kind] for v in p) * 1e6
-                    try:
-                        predictions[key] = predict(a, source, kind, strategy, ranks, bw, tmp)
-                    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
-                        print(f"!! prediction of {key} failed: {e}", file=sys.stderr, flush=True)
+                predict_runs(a, runs, probes, tmp)
         finally:  # also on an error or a signal (SIGINT, SIGTERM, SIGHUP): no child, namespace or veth outlives us
             for p in list(LIVE):
                 kill(p)
             link.down()
-    rows = summarise(a, entries, runs, probes, link, predictions)
-    lines = table(a, rows, link, stamp, profile_note)
+    rows = summarise(a, entries, runs, probes, link)
+    lines = table(a, rows, link, stamp, "--no-predict: none" if a.no_predict else profiles.note())
     print("\n".join(lines))
     if a.out:
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)

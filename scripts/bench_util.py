@@ -31,10 +31,24 @@ def write_results(out, runs, stamp, lines):
     """Appends every run (a dict each) to the CSV `out` with the timestamp and
     machine, and writes the table `lines` to the .md beside it."""
     import csv
-    new = not os.path.exists(out)
+    fields = ["timestamp", "machine", *runs[0].keys()]
+    old_fields, old_rows = None, []
+    if os.path.exists(out):
+        with open(out, newline="") as f:
+            reader = csv.DictReader(f)
+            old_fields, old_rows = reader.fieldnames, list(reader)
+    if old_fields is not None and old_fields != fields:
+        # A column added (or gone) since the file began: rewritten with every
+        # column of both, the old rows' new cells empty, so no row shifts.
+        fields = old_fields + [k for k in fields if k not in old_fields]
+        with open(out + ".tmp", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            w.writerows(old_rows)
+        os.replace(out + ".tmp", out)
     with open(out, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["timestamp", "machine", *runs[0].keys()])
-        if new:
+        w = csv.DictWriter(f, fieldnames=fields, restval="")
+        if old_fields is None:
             w.writeheader()
         for x in runs:
             w.writerow({"timestamp": stamp, "machine": machine(), **x})

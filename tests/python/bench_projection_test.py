@@ -42,12 +42,16 @@ class Rates(unittest.TestCase):
 
 
 FAKE = """#!/bin/sh
-# Stands in for ddpbench --project: writes a table with a row per strategy and world.
-for a in "$@"; do case "$a" in --project-csv=*) out="${a#--project-csv=}";; esac; done
+# Stands in for ddpbench --project: writes a table with a row per strategy and world;
+# ddp's img/s is what the profile file holds (1600.5 without one). Counts its calls.
+for a in "$@"; do case "$a" in --project-csv=*) out="${a#--project-csv=}";; --project=*) p="${a#--project=}";; esac; done
 echo "$@" > "$out.args"
+echo x >> "$(dirname "$0")/calls"
+ddp=1600.5
+[ -f "$p" ] && ddp=$(cat "$p")
 cat > "$out" <<EOF
 strategy,schedule,nodes,gpus_per_node,world,batch_per_device,global_batch,step_ms,compute_ms,exposed_comm_ms,bubble_ms,img_s
-ddp,,2,1,2,32,64,40,30,10,0,1600.5
+ddp,,2,1,2,32,64,40,30,10,0,$ddp
 zero3,,2,1,2,32,64,50,30,20,0,1280.25
 pmp,1f1b,2,1,2,32,32,20,15,3,2,1600.0
 ddp,,1,1,1,32,32,30,30,0,0,
@@ -92,6 +96,54 @@ class Prediction(unittest.TestCase):
         self.assertEqual(img, 1600.5)
         self.assertIn("--nodes=1 --gpus-per-node=2 --intra=measured", cmd)
 
+    def test_each_round_is_predicted_from_its_own_profile_and_the_median_kept(self):
+        key = ("loopback", "ddp", 2)
+        runs = []
+        for rnd, (profile_img, measured) in enumerate(((900, 1000), (1000, 1100), (1300, 1200))):
+            path = os.path.join(self.tmp.name, f"r{rnd}.json")
+            with open(path, "w") as f:
+                f.write(str(profile_img))
+            runs.append({"round": rnd, "key": key, "profile": path, "img_s": measured, "wall_s": 1.0,
+                         "comm_ms": None, "veth_mb_step": None, "drops": None, "command": "ddpbench"})
+        B.predict_runs(self.a, runs, {}, self.tmp.name)
+        self.assertEqual([x["predicted"] for x in runs], [900, 1000, 1300])
+        self.assertIn(f"--project={runs[2]['profile']}", runs[2]["predict_command"])
+        row = B.summarise(self.a, [key], runs, {}, B.Link("100ms"))[0]
+        self.assertEqual(row["measured_img_s"], "1100.00")
+        self.assertEqual(row["predicted_img_s"], "1000.00")  # the median of the rounds' predictions
+        self.assertEqual(row["predicted_all"], "900.00;1000.00;1300.00")
+        self.assertEqual(row["error_pct"], "-9.1")
+        # Calibrated once, every round shares the profile: one projection for all of them.
+        with open(os.path.join(self.tmp.name, "calls")) as f:
+            before = len(f.readlines())
+        for x in runs:
+            x["profile"] = runs[0]["profile"]
+        B.predict_runs(self.a, runs, {}, self.tmp.name)
+        with open(os.path.join(self.tmp.name, "calls")) as f:
+            self.assertEqual(len(f.readlines()), before + 1)
+        self.assertEqual(B.summarise(self.a, [key], runs, {}, B.Link("100ms"))[0]["predicted_all"],
+                         "900.00;900.00;900.00")
+
+    def test_profiles_are_per_round_or_once_and_links_their_own(self):
+        out = os.path.join(self.tmp.name, "v.csv")
+        a = B.parse_args(["--binary", self.bin, "--rates=", "--out", out])
+        self.assertEqual(a.calibrate_every, "round")
+        p = B.Profiles(a, "2026-11-25T23:00:00Z", self.tmp.name)
+        stem = os.path.join(self.tmp.name, "v-profiles-20261125T230000Z")
+        self.assertEqual(p.path(0, "loopback"), os.path.join(stem, "r0.json"))
+        self.assertEqual(p.path(2, "500mbit"), os.path.join(stem, "r2-500mbit.json"))
+        a = B.parse_args(["--binary", self.bin, "--rates=", "--out", out, "--calibrate-every=once"])
+        p = B.Profiles(a, "2026-11-25T23:00:00Z", self.tmp.name)
+        stem = os.path.join(self.tmp.name, "v-profile-20261125T230000Z")
+        self.assertEqual(p.path(2, "loopback"), stem + ".json")
+        self.assertEqual(p.path(2, "500mbit"), stem + "-500mbit.json")
+        a = B.parse_args(["--binary", self.bin, "--rates=", "--out", out, f"--profile={self.bin}",
+                          "--predict-bw=nominal"])
+        p = B.Profiles(a, "2026-11-25T23:00:00Z", self.tmp.name)
+        self.assertEqual(p.path(1, "loopback"), self.bin)  # given: used in every round
+        self.assertEqual(p.path(1, "100mbit"), self.bin)  # nominal: the loopback profile at the rate
+        self.assertEqual(p.ensure(1, "loopback", None), self.bin)  # given: never calibrated
+
     def test_no_row_or_empty_img_s_is_no_prediction(self):
         self.assertIsNone(B.predict(self.a, "p.json", "loopback", "ddp", 1, None, self.tmp.name)[0])
         self.assertIsNone(B.predict(self.a, "p.json", "loopback", "zero1", 2, None, self.tmp.name)[0])
@@ -112,6 +164,22 @@ class Verdict(unittest.TestCase):
     def test_without_predictions_nothing_is_judged(self):
         text = "\n".join(B.goal_lines(self.args(no_predict=True), [{"strategy": "ddp", "error_pct": ""}]))
         self.assertIn("not evaluated (--no-predict)", text)
+
+
+class Results(unittest.TestCase):
+    def test_a_new_column_rewrites_the_header_and_shifts_no_row(self):
+        import csv
+        import bench_util
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "r.csv")
+            bench_util.write_results(out, [{"a": "1", "b": "2"}], "t1", ["x"])
+            bench_util.write_results(out, [{"a": "3", "new": "4", "b": "5"}], "t2", ["y"])
+            with open(out, newline="") as f:
+                rows = list(csv.DictReader(f))
+            self.assertEqual([(r["timestamp"], r["a"], r["b"], r["new"]) for r in rows],
+                             [("t1", "1", "2", ""), ("t2", "3", "5", "4")])
+            with open(os.path.join(tmp, "r.md")) as f:
+                self.assertEqual(f.read(), "y\n")
 
 
 class Arguments(unittest.TestCase):
