@@ -128,26 +128,23 @@ double MeasureStepOverhead(ResNet model, const RunConfig& config, torch::Device 
 
 // One forward and backward of `model` on (x, y), in ms, while `beside` runs
 // on another thread (none: alone), and the ms `beside` took. Every rank runs
-// it at the same time (a 1-element all-reduce lines them up). Medians of 7
-// after 1 untimed.
-std::pair<double, double> TimeComputeBeside(ResNet model, const torch::Tensor& x, const torch::Tensor& y,
-                                            DistContext& dist, const std::function<void()>& beside) {
-  std::vector<double> ms, beside_ms;
-  for (int r = 0; r < 8; ++r) {
-    dist.AllReduceSum(0);  // start together
-    std::thread comm;
-    const auto t0 = Clock::now();
-    if (beside) comm = std::thread([&] {
-        beside();
-        if (r > 0) beside_ms.push_back(SecondsSince(t0) * 1000);
-      });
-    model->zero_grad();
-    ClassificationLoss(model->forward(x), y).backward();
-    WaitForCurrentStream(x.device());
-    if (r > 0) ms.push_back(SecondsSince(t0) * 1000);
-    if (comm.joinable()) comm.join();
-  }
-  return {Median(ms), beside_ms.empty() ? 0.0 : Median(beside_ms)};
+// it at the same time (a 1-element all-reduce lines them up).
+std::pair<double, double> ComputeBeside(ResNet model, const torch::Tensor& x, const torch::Tensor& y,
+                                        DistContext& dist, const std::function<void()>& beside) {
+  dist.AllReduceSum(0);  // start together
+  std::thread comm;
+  double beside_ms = 0;
+  const auto t0 = Clock::now();
+  if (beside) comm = std::thread([&] {
+      beside();
+      beside_ms = SecondsSince(t0) * 1000;
+    });
+  model->zero_grad();
+  ClassificationLoss(model->forward(x), y).backward();
+  WaitForCurrentStream(x.device());
+  const double ms = SecondsSince(t0) * 1000;
+  if (comm.joinable()) comm.join();
+  return {ms, beside_ms};
 }
 
 // A cost a + b x MiB through two (MiB, ms) points, neither part below 0.
@@ -163,23 +160,44 @@ std::pair<double, double> PerCallAndPerMiB(const std::vector<std::pair<double, d
 // them to end before it does): the computation's extra ms per call at the
 // two sizes give Profile::comm_compute_* (per call and per MiB), and the
 // calls' own time beside it, against the same calls alone,
-// Profile::comm_loaded_*.
+// Profile::comm_loaded_*. Each is a difference of two noisy timings (a
+// zero3 step pays the per-call terms some 30 times), so the three are timed
+// in turn, kInterferenceRounds rounds, and the medians compared: a change of
+// the machine's speed meanwhile moves all three alike.
 void MeasureInterference(ResNet model, const RunConfig& config, DistContext& dist, Profile* p) {
+  constexpr int kInterferenceRounds = 15;
   const auto [x, y] = RandomBatch(model, config, dist.device);
-  const double alone = TimeComputeBeside(model, x, y, dist, nullptr).first;
   const LinkMeasurement idle = MeasureCollective(dist, Collective::kAllReduce, {int64_t{64} << 10, int64_t{4} << 20}, 5);
+  std::vector<double> first;
+  for (int r = 0; r < 4; ++r) first.push_back(ComputeBeside(model, x, y, dist, nullptr).first);
+  const double sizing = Median(std::vector<double>(first.begin() + 1, first.end()));  // the first untimed
+  std::vector<int> calls;
+  std::vector<std::vector<at::Tensor>> buffers;
+  for (const auto& [bytes, idle_s] : idle.points) {
+    const double fits = std::clamp(std::floor(0.6 * sizing / (idle_s * 1000)), 1.0, 20.0);
+    calls.push_back(static_cast<int>(-dist.AllReduceMax(-fits)));  // the fewest any rank can take
+    buffers.push_back({torch::ones({static_cast<int64_t>(bytes) / 4}, torch::TensorOptions().device(dist.device))});
+  }
+  const size_t n = idle.points.size();
+  std::vector<double> alone;
+  std::vector<std::vector<double>> with(n), comm_ms(n);
+  for (int r = 0; r < kInterferenceRounds; ++r) {
+    alone.push_back(ComputeBeside(model, x, y, dist, nullptr).first);
+    for (size_t i = 0; i < n; ++i) {
+      const auto [w, c] = ComputeBeside(model, x, y, dist, [&] {
+        for (int k = 0; k < calls[i]; ++k) dist.group->allreduce(buffers[i])->wait();
+      });
+      with[i].push_back(w);
+      comm_ms[i].push_back(c);
+    }
+  }
   // (MiB, extra ms per call) of the computation, and of the collectives themselves
   std::vector<std::pair<double, double>> compute_cost, comm_cost;
-  for (const auto& [bytes, idle_s] : idle.points) {
-    const double fits = std::clamp(std::floor(0.6 * alone / (idle_s * 1000)), 1.0, 20.0);
-    const int calls = static_cast<int>(-dist.AllReduceMax(-fits));  // the fewest any rank can take
-    std::vector<at::Tensor> buffer{torch::ones({static_cast<int64_t>(bytes) / 4}, torch::TensorOptions().device(dist.device))};
-    const auto [with, comm_ms] = TimeComputeBeside(model, x, y, dist, [&] {
-      for (int i = 0; i < calls; ++i) dist.group->allreduce(buffer)->wait();
-    });
+  for (size_t i = 0; i < n; ++i) {
+    const auto [bytes, idle_s] = idle.points[i];
     const double mib = bytes / (1024.0 * 1024.0);
-    compute_cost.emplace_back(mib, std::max(0.0, with - alone) / calls);
-    comm_cost.emplace_back(mib, std::max(0.0, comm_ms / calls - idle_s * 1000));
+    compute_cost.emplace_back(mib, std::max(0.0, Median(with[i]) - Median(alone)) / calls[i]);
+    comm_cost.emplace_back(mib, std::max(0.0, Median(comm_ms[i]) / calls[i] - idle_s * 1000));
   }
   std::tie(p->comm_compute_ms_per_call, p->comm_compute_ms_per_mb) = PerCallAndPerMiB(compute_cost);
   std::tie(p->comm_loaded_ms_per_call, p->comm_loaded_ms_per_mb) = PerCallAndPerMiB(comm_cost);

@@ -189,8 +189,10 @@ StepPrediction PredictDdp(const Profile& p, const std::vector<UnitCost>& cost, c
 namespace {
 
 // zero3: each unit's parameters gathered before its forward (the next unit's
-// gather issued as a unit starts) and again before its backward, its
-// gradients reduce-scattered after it; the optimizer on 1/N.
+// gather issued as a unit starts) and again before its backward (the
+// previous unit's issued as a unit's backward starts) but the last unit's,
+// which zero_sharded keeps from its forward to its backward; its gradients
+// reduce-scattered after it; the optimizer on 1/N.
 StepPrediction PredictZero3(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t) {
   const int U = static_cast<int>(cost.size());
   StepBuilder step(p, t);
@@ -204,7 +206,7 @@ StepPrediction PredictZero3(const Profile& p, const std::vector<UnitCost>& cost,
     if (u + 1 < U) gathered[u + 1] = gather(u + 1, u > 0 ? std::vector<int>{forward[u - 1]} : broadcasts);
     forward[u] = step.Compute(cost[u].forward_ms, {gathered[u]});
   }
-  regathered[U - 1] = gather(U - 1, {forward[U - 1]});
+  regathered[U - 1] = gathered[U - 1];  // kept: its backward follows at once
   for (int u = U - 1; u >= 0; --u) {
     if (u > 0) regathered[u - 1] = gather(u - 1, {u + 1 < U ? backward[u + 1] : forward[U - 1]});
     backward[u] = step.Compute(cost[u].backward_ms, {regathered[u]});

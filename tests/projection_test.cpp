@@ -252,6 +252,19 @@ TEST(StepModel, ZeroGathersBeforeForwardAndScattersDuringBackward) {
   EXPECT_NEAR(z3.compute_ms, 9.0, 1e-9);
 }
 
+TEST(StepModel, Zero3KeepsItsLastUnitForItsBackward) {
+  // 2 units of 1 MiB, 1 ms forward, 2 ms backward; all-gather and reduce-scatter of 1 MiB on 2
+  // ranks 0.5 ms each, one lane. Gathers G0 [0,0.5] and G1 [0.5,1] (the next unit's, as unit 0
+  // starts); F0 [0.5,1.5], F1 [1.5,2.5]. The last unit stays: its backward B1 [2.5,4.5] waits for
+  // no gather, while unit 0's is gathered again beside it [2.5,3]; its scatter [4.5,5]; B0
+  // [4.5,6.5], scatter [6.5,7]. Gathering the last unit again would end at 7.5.
+  const Profile p = UniformProfile(2, 1024.0 * 1024, 8);
+  const StepPrediction s = PredictZero(p, p.CostAt(8), OneNode(2, TestLink(0, 1024.0 * 1024 * 1000)), 1.0, 3);
+  EXPECT_NEAR(s.step_ms, 7.0, 1e-9);
+  EXPECT_NEAR(s.compute_ms, 6.0, 1e-9);
+  EXPECT_NEAR(s.exposed_comm_ms, 1.0, 1e-9);
+}
+
 TEST(StepModel, MemoryFollowsTheZeroFormulaPlusActivations) {
   // 4 units x 1 MiB float32 SGD with momentum: 12 B per parameter of 1 MiB /
   // 4 B = 262144 parameters each: DDP 12 MiB, stage 3 on 4 ranks 3 MiB; plus
