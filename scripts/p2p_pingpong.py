@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""A point-to-point ping-pong over the tbf-shaped veth pair of bench_projection.py,
+in torch.distributed (Gloo), to tell the link from ddpbench's own timing of it.
+
+ddpbench --calibrate timed 1-4 KiB hand-offs over the 100 and 500 Mbit/s pair at
+0.6-1.9 ms (half a round trip), where pmp's runs never paid that (docs/projection.md,
+"pmp over the link"). This times the same exchange, each rank's receive posted
+before the send, one rank in each namespace: after a barrier, one untimed exchange,
+then two back to back timed together (as ddpbench's TimeInRounds does), 40 times a
+size; prints median, mean and largest half round trip. Needs root and iproute2.
+
+    .venv/bin/python scripts/p2p_pingpong.py --rate=500mbit
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SIZES = (1 << 10, 4 << 10, 8 << 10, 16 << 10, 64 << 10)
+REPEATS = 40
+
+
+def rank_main():
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    pin = os.environ.get("P2P_PIN")
+    if pin:  # as ddpbench pins rank r of a CPU run to core r (harness/runner.cpp PinRankToCores)
+        os.sched_setaffinity(0, {int(os.environ["RANK"])})
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    peer = 1 - rank
+
+    def exchange(t, back):
+        received = dist.irecv(back, peer)
+        if rank == 0:
+            dist.send(t, peer)
+            received.wait()
+        else:
+            received.wait()
+            dist.send(t, peer)
+
+    for size in SIZES:
+        t, back = torch.ones(size // 4), torch.empty(size // 4)
+        half = []
+        for _ in range(REPEATS):
+            dist.barrier()
+            exchange(t, back)
+            t0 = time.perf_counter()
+            exchange(t, back)
+            exchange(t, back)
+            half.append((time.perf_counter() - t0) / 4 * 1e3)
+        half.sort()
+        if rank == 0:
+            print(f"{size // 1024:3d} KiB: half round trip median {half[REPEATS // 2]:.3f} ms, "
+                  f"mean {sum(half) / REPEATS:.3f}, largest {half[-1]:.3f}", flush=True)
+    dist.destroy_process_group()
+
+
+def main():
+    sys.path.insert(0, HERE)
+    import bench_projection as B
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rate", default="500mbit", help="tbf rate of both ends (tc units)")
+    p.add_argument("--pin", action="store_true", help="pin rank r and all its threads to core r, as ddpbench does")
+    a = p.parse_args()
+    B.parse_rate(a.rate)
+    link = B.Link("100ms")
+    try:
+        link.up()
+        link.shape(a.rate)
+        print(f"{B.machine()}; link {a.rate}: {link.tbf(a.rate)}; {REPEATS} bursts a size; "
+              f"{'each rank pinned to one core' if a.pin else 'not pinned'}", flush=True)
+        procs = []
+        for i in (0, 1):
+            env = {"RANK": str(i), "WORLD_SIZE": "2", "MASTER_ADDR": link.addr[0],
+                   "MASTER_PORT": str(B.MASTER_PORT), "GLOO_SOCKET_IFNAME": link.veth[i], "P2P_RANK": "1", **({"P2P_PIN": "1"} if a.pin else {})}
+            procs.append(subprocess.Popen(link.exec_argv(i, [sys.executable, os.path.abspath(__file__)], env)))
+        for proc in procs:
+            proc.wait(timeout=300)
+    finally:
+        link.down()
+
+
+if __name__ == "__main__":
+    rank_main() if os.environ.get("P2P_RANK") else main()
