@@ -3,8 +3,12 @@
 
 #include <torch/torch.h>
 
+#include <dirent.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <stdexcept>
 #include <thread>
@@ -286,6 +290,44 @@ LinkMeasurement MeasureCollective(DistContext& dist, Collective c, const std::ve
   return m;
 }
 
+namespace {
+
+// While alive, every thread of this process may run on every core (each
+// thread's own mask given back at the end). A CPU rank is pinned to its
+// core (PinRankToCores), its Gloo threads with it; timing a point-to-point
+// exchange there times their wake-ups on that one core as much as the link:
+// over a tbf-shaped pair, after the large rate-limited sizes, a pinned 4 KiB
+// exchange took 1.0-2.0 ms in 7 rounds of 8 and an unpinned one 0.05-0.12 ms
+// (scripts/p2p_pingpong.py --rounds [--pin]), and pmp's pinned stage ranks
+// never pay that wait: their hand-offs land while the taker computes.
+class AllCoresForNow {
+ public:
+  AllCoresForNow() {
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    for (unsigned c = 0; c < std::max(1u, std::thread::hardware_concurrency()) && c < CPU_SETSIZE; ++c) CPU_SET(c, &all);
+    DIR* tasks = opendir("/proc/self/task");
+    if (!tasks) return;
+    while (const dirent* e = readdir(tasks)) {
+      const pid_t tid = static_cast<pid_t>(std::atoi(e->d_name));
+      cpu_set_t mine;
+      if (tid <= 0 || sched_getaffinity(tid, sizeof(mine), &mine) != 0) continue;
+      if (sched_setaffinity(tid, sizeof(all), &all) == 0) saved_.emplace_back(tid, mine);
+    }
+    closedir(tasks);
+  }
+  ~AllCoresForNow() {
+    for (auto& [tid, mask] : saved_) sched_setaffinity(tid, sizeof(mask), &mask);
+  }
+  AllCoresForNow(const AllCoresForNow&) = delete;
+  AllCoresForNow& operator=(const AllCoresForNow&) = delete;
+
+ private:
+  std::vector<std::pair<pid_t, cpu_set_t>> saved_;
+};
+
+}  // namespace
+
 LinkMeasurement MeasurePointToPoint(DistContext& dist, const std::vector<int64_t>& sizes, int repeats) {
   const auto options = torch::TensorOptions().device(dist.device);
   std::vector<at::Tensor> buffers, back;
@@ -310,7 +352,11 @@ LinkMeasurement MeasurePointToPoint(DistContext& dist, const std::vector<int64_t
       dist.group->send(out, peer, 0)->wait();
     }
   };
-  const std::vector<double> round_trip = TimeInRounds(dist, sizes.size(), repeats, exchange);
+  std::vector<double> round_trip;
+  {
+    const AllCoresForNow unpinned;  // the link, not a pinned rank's wake-ups
+    round_trip = TimeInRounds(dist, sizes.size(), repeats, exchange);
+  }
   LinkMeasurement m{CollectiveName(Collective::kP2P), 2, {}};
   for (size_t i = 0; i < sizes.size(); ++i)  // half a round trip: one hand-off
     m.points.emplace_back(static_cast<double>(buffers[i].numel() * 4), round_trip[i] / 2);
