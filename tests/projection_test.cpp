@@ -348,45 +348,33 @@ TEST(Profile, RoundTripsAndRefusesAnotherModel) {
   EXPECT_THROW(CheckProfileMatches(back, "resnet50", 16, 32, "float32", "p.json"), ConfigError);
   EXPECT_THROW(CheckProfileMatches(back, "resnet18", 16, 32, "amp-bf16", "p.json"), ConfigError);
   EXPECT_NO_THROW(CheckProfileMatches(back, "resnet18", 16, 32, "float32", "p.json"));
+  // Reading `file` (written with `text`) is refused with a message holding `message`.
+  auto refused = [&](const std::string& file, const std::string& text, const std::string& message,
+                     const char* what) {
+    WriteFile(dir.path() + "/" + file, text);
+    try {
+      ReadProfile(dir.path() + "/" + file);
+      ADD_FAILURE() << what << " was read";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
   std::string text = ReadFile(dir.path() + "/p.json");
   const size_t point = text.find("0.003");
   ASSERT_NE(point, std::string::npos);
-  WriteFile(dir.path() + "/negative.json", text.replace(point, 5, "-0.003"));
-  try {
-    ReadProfile(dir.path() + "/negative.json");
-    FAIL() << "a negative measured time was read";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("all-gather point (2000000, -0.003): bytes and seconds must be positive"),
-              std::string::npos) << e.what();
-  }
-  text = ReadFile(dir.path() + "/p.json");
+  refused("negative.json", std::string(text).replace(point, 5, "-0.003"),
+          "all-gather point (2000000, -0.003): bytes and seconds must be positive", "a negative measured time");
   const size_t lanes = text.find("\"lanes\": 2");
   ASSERT_NE(lanes, std::string::npos) << text;
-  WriteFile(dir.path() + "/lanes.json", std::string(text).replace(lanes, 10, "\"lanes\": 0"));
-  try {
-    ReadProfile(dir.path() + "/lanes.json");
-    FAIL() << "a link of 0 lanes was read";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("link.lanes 0: want 1..64"), std::string::npos) << e.what();
-  }
+  refused("lanes.json", std::string(text).replace(lanes, 10, "\"lanes\": 0"), "link.lanes 0: want 1..64",
+          "a link of 0 lanes");
   const size_t buffers = text.find("9600.0");
   ASSERT_NE(buffers, std::string::npos) << text;
-  WriteFile(dir.path() + "/buffers.json", std::string(text).replace(buffers, 6, "0"));
-  try {
-    ReadProfile(dir.path() + "/buffers.json");
-    FAIL() << "a broadcast of 0 bytes was read";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("buffer_broadcast_bytes 0: want sizes > 0"), std::string::npos) << e.what();
-  }
+  refused("buffers.json", std::string(text).replace(buffers, 6, "0"), "buffer_broadcast_bytes 0: want sizes > 0",
+          "a broadcast of 0 bytes");
   WriteFile(dir.path() + "/old.json", std::string(text).replace(lanes, 11, ""));  // written before lanes
   EXPECT_EQ(ReadProfile(dir.path() + "/old.json").link->lanes, 1);
-  WriteFile(dir.path() + "/bad.json", "{\"version\": 1}");
-  try {
-    ReadProfile(dir.path() + "/bad.json");
-    FAIL() << "a profile without fields was read";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("field 'model' is missing"), std::string::npos) << e.what();
-  }
+  refused("bad.json", "{\"version\": 1}", "field 'model' is missing", "a profile without fields");
 }
 
 std::string Args(const std::vector<std::string>& args) {
