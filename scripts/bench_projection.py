@@ -36,7 +36,8 @@ strategy, none above 20%.
     .venv/bin/python scripts/bench_projection.py --rounds=3 \\
         --out=results/cpu-2core-projection-validation.csv
 
---no-predict measures only (prediction columns empty).
+--no-predict measures only (prediction columns empty). --pool=STAMP,STAMP
+measures nothing: it judges the goal over runs already in --out together.
 """
 import argparse
 import csv
@@ -594,6 +595,26 @@ def goal_lines(a, rows):
     return lines
 
 
+def pooled(a):
+    """The goal judged over several runs already in --out (--pool): one error per configuration
+    and run, so a strategy's median and largest error count every run alike. ValueError naming
+    a timestamp that is not in the file, and the ones that are."""
+    try:
+        with open(a.out, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        raise ValueError(f"--out={a.out}: {e.strerror}") from None
+    stamps = sorted({r.get("timestamp", "") for r in rows})
+    missing = [s for s in a.pool if s not in stamps]
+    if missing:
+        raise ValueError(f"--pool: {','.join(missing)} not a run in {a.out}; its runs: {', '.join(stamps) or 'none'}")
+    rows = [r for r in rows if r["timestamp"] in a.pool]
+    a.strategies = [s for s in STRATEGIES if any(r["strategy"] == s for r in rows)]
+    a.no_predict = False
+    return [f"Runs pooled from {rel(a.out)}: {', '.join(a.pool)} ({len(rows)} configurations).", ""] + \
+        goal_lines(a, rows)
+
+
 def rel(path):
     """A path relative to the checkout when it is inside it, else as given."""
     return os.path.relpath(path, ROOT) if os.path.abspath(path).startswith(ROOT + os.sep) else path
@@ -677,7 +698,15 @@ def parse_args(argv=None):
     p.add_argument("--run-timeout", type=float, default=1200, help="seconds before one run is killed")
     p.add_argument("--out", default=os.path.join(ROOT, DEFAULT_OUT),
                    help="CSV, one row per configuration (appended); a .md table beside it")
+    p.add_argument("--pool", metavar="STAMP,STAMP",
+                   help="measure nothing: judge the goal over the rows of these runs of --out together (their "
+                        "timestamp column), every configuration of every run one error, and print that table")
     a = p.parse_args(argv)
+    if a.pool is not None:
+        a.pool = [x.strip() for x in a.pool.split(",") if x.strip()]
+        if not a.pool:
+            p.error("--pool: no run given; expected the timestamps of runs in --out, comma-separated")
+        return a
     try:
         a.rates = [r.strip().lower() for r in a.rates.split(",") if r.strip()]
         for r in a.rates:
@@ -713,6 +742,13 @@ def parse_args(argv=None):
 
 def main():
     a = parse_args()
+    if a.pool is not None:
+        try:
+            print("\n".join(pooled(a)))
+        except ValueError as e:
+            print(f"bench_projection.py: {e}", file=sys.stderr)
+            sys.exit(2)
+        return
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) != signal.SIG_IGN:  # nohup's SIGHUP, a background job's SIGINT stay ignored
             signal.signal(sig, on_signal)

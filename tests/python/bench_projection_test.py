@@ -166,6 +166,32 @@ class Verdict(unittest.TestCase):
         self.assertIn("not evaluated (--no-predict)", text)
 
 
+class Pool(unittest.TestCase):
+    def write(self, tmp):
+        import csv
+        out = os.path.join(tmp, "v.csv")
+        with open(out, "w", newline="") as f:
+            w = csv.DictWriter(f, ["timestamp", "strategy", "error_pct"])
+            w.writeheader()
+            for stamp, errs in (("t1", ("4", "-12")), ("t2", ("6", "25")), ("t3", ("90",))):
+                for e in errs:
+                    w.writerow({"timestamp": stamp, "strategy": "zero3", "error_pct": e})
+        return out
+
+    def test_every_configuration_of_every_pooled_run_counts_once(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            a = B.parse_args(["--pool=t1,t2", f"--out={self.write(tmp)}"])
+            text = "\n".join(B.pooled(a))
+        self.assertIn("t1, t2 (4 configurations)", text)
+        self.assertIn("| zero3 | 4 | 9.0 | 25.0 | not met |", text)  # t3's 90% left out
+
+    def test_a_run_not_in_the_file_is_named_with_those_that_are(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            a = B.parse_args(["--pool=t1,t9", f"--out={self.write(tmp)}"])
+            with self.assertRaisesRegex(ValueError, r"t9 not a run in .*its runs: t1, t2, t3"):
+                B.pooled(a)
+
+
 class Results(unittest.TestCase):
     def test_a_new_column_rewrites_the_header_and_shifts_no_row(self):
         import csv
