@@ -609,10 +609,10 @@ def pooled(a):
     if missing:
         raise ValueError(f"--pool: {','.join(missing)} not a run in {a.out}; its runs: {', '.join(stamps) or 'none'}")
     rows = [r for r in rows if r["timestamp"] in a.pool]
-    a.strategies = [s for s in STRATEGIES if any(r["strategy"] == s for r in rows)]
-    a.no_predict = False
+    judged = argparse.Namespace(strategies=[s for s in STRATEGIES if any(r["strategy"] == s for r in rows)],
+                                no_predict=False)
     return [f"Runs pooled from {rel(a.out)}: {', '.join(a.pool)} ({len(rows)} configurations).", ""] + \
-        goal_lines(a, rows)
+        goal_lines(judged, rows)
 
 
 def rel(path):
