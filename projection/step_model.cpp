@@ -188,11 +188,13 @@ StepPrediction PredictDdp(const Profile& p, const std::vector<UnitCost>& cost, c
 
 namespace {
 
-// zero3: each unit's parameters gathered before its forward (the next unit's
-// gather issued as a unit starts) and again before its backward (the
-// previous unit's issued as a unit's backward starts) but the last unit's,
-// which zero_sharded keeps from its forward to its backward; its gradients
-// reduce-scattered after it; the optimizer on 1/N.
+// zero3: each unit's parameters gathered before its forward and again before
+// its backward but the last unit's, which zero_sharded keeps from its
+// forward to its backward; its gradients reduce-scattered after it; the
+// optimizer on 1/N. zero_sharded starts the next unit's gather (forward) or
+// the previous unit's (backward) once a unit's own gather has ended, as the
+// unit starts: so where the gathers take longer than the compute they run
+// one after another, never two at once.
 StepPrediction PredictZero3(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t) {
   const int U = static_cast<int>(cost.size());
   StepBuilder step(p, t);
@@ -202,14 +204,17 @@ StepPrediction PredictZero3(const Profile& p, const std::vector<UnitCost>& cost,
   std::vector<int> forward(U), backward(U), gathered(U), regathered(U), scatters;
   const std::vector<int> broadcasts = step.BufferBroadcasts();
   gathered[0] = gather(0, broadcasts);
-  for (int u = 0; u < U; ++u) {
-    if (u + 1 < U) gathered[u + 1] = gather(u + 1, u > 0 ? std::vector<int>{forward[u - 1]} : broadcasts);
-    forward[u] = step.Compute(cost[u].forward_ms, {gathered[u]});
+  for (int u = 0; u < U; ++u) {  // unit u starts once the unit before it has ended and its gather has
+    std::vector<int> starts{gathered[u]};
+    if (u > 0) starts.push_back(forward[u - 1]);
+    if (u + 1 < U) gathered[u + 1] = gather(u + 1, starts);
+    forward[u] = step.Compute(cost[u].forward_ms, starts);
   }
   regathered[U - 1] = gathered[U - 1];  // kept: its backward follows at once
   for (int u = U - 1; u >= 0; --u) {
-    if (u > 0) regathered[u - 1] = gather(u - 1, {u + 1 < U ? backward[u + 1] : forward[U - 1]});
-    backward[u] = step.Compute(cost[u].backward_ms, {regathered[u]});
+    const std::vector<int> starts{regathered[u], u + 1 < U ? backward[u + 1] : forward[U - 1]};
+    if (u > 0) regathered[u - 1] = gather(u - 1, starts);
+    backward[u] = step.Compute(cost[u].backward_ms, starts);
     scatters.push_back(step.Collective(Collective::kReduceScatter, p.units[u].ParamBytes(), {backward[u]}));
   }
   step.Compute(OptimizerMs(p, AllParamBytes(p)) / t.world(), scatters);

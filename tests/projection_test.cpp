@@ -265,6 +265,22 @@ TEST(StepModel, Zero3KeepsItsLastUnitForItsBackward) {
   EXPECT_NEAR(s.exposed_comm_ms, 1.0, 1e-9);
 }
 
+TEST(StepModel, Zero3StartsANeighboursGatherOnceAUnitsOwnHasEnded) {
+  // zero_sharded starts unit u+1's gather (forward) or u-1's (backward) as
+  // unit u starts, after u's own gather has ended: gathers slower than the
+  // compute run one after another even on two lanes. 3 units (1 ms forward,
+  // 2 ms backward); every call 3 ms of waiting (alpha), its bytes free.
+  // Forward: G0 [0,3], G1 [3,6], G2 [6,9]; F0 [3,4], F1 [6,7], F2 [9,10].
+  // Backward: unit 2 kept; R1 [10,13] beside B2 [10,12]; S2 [12,15];
+  // R0 [13,16] beside B1 [13,15]; S1 [15,18]; B0 [16,18]; S0 [18,21].
+  const Profile p = UniformProfile(3, 1024, 8);
+  Link link = TestLink(3e-3, 1e15);
+  link.lanes = 2;
+  const StepPrediction s = PredictZero(p, p.CostAt(8), OneNode(2, link), 1.0, 3);
+  EXPECT_NEAR(s.step_ms, 21.0, 1e-6);
+  EXPECT_NEAR(s.compute_ms, 9.0, 1e-9);
+}
+
 TEST(StepModel, MemoryFollowsTheZeroFormulaPlusActivations) {
   // 4 units x 1 MiB float32 SGD with momentum: 12 B per parameter of 1 MiB /
   // 4 B = 262144 parameters each: DDP 12 MiB, stage 3 on 4 ranks 3 MiB; plus
