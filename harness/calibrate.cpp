@@ -19,6 +19,7 @@
 
 #include "harness/config.h"
 #include "harness/context.h"
+#include "harness/cpu_pinning.h"
 #include "harness/cuda_support.h"
 #include "harness/dist.h"
 #include "harness/log.h"
@@ -292,8 +293,9 @@ LinkMeasurement MeasureCollective(DistContext& dist, Collective c, const std::ve
 
 namespace {
 
-// While alive, every thread of this process may run on every core (each
-// thread's own mask given back at the end). A CPU rank is pinned to its
+// While alive, every thread of this process may run on every core the
+// process was given before its rank was pinned (cpu_pinning.h; each thread's
+// own mask given back at the end). A CPU rank is pinned to its
 // core (PinRankToCores), its Gloo threads with it; timing a point-to-point
 // exchange there times their wake-ups on that one core as much as the link:
 // over a tbf-shaped pair, after the large rate-limited sizes, a pinned 4 KiB
@@ -303,9 +305,7 @@ namespace {
 class AllCoresForNow {
  public:
   AllCoresForNow() {
-    cpu_set_t all;
-    CPU_ZERO(&all);
-    for (unsigned c = 0; c < std::max(1u, std::thread::hardware_concurrency()) && c < CPU_SETSIZE; ++c) CPU_SET(c, &all);
+    const cpu_set_t all = CoresBeforePinning();
     DIR* tasks = opendir("/proc/self/task");
     if (!tasks) return;
     while (const dirent* e = readdir(tasks)) {

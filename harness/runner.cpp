@@ -7,7 +7,6 @@
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
-#include <sched.h>
 #include <sys/stat.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -22,6 +21,7 @@
 #include <fmt/ranges.h>
 
 #include "harness/context.h"
+#include "harness/cpu_pinning.h"
 #include "harness/cuda_support.h"
 #include "harness/calibrate.h"
 #include "harness/data_only.h"
@@ -203,23 +203,6 @@ PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, c
   if (!config.data_only) CheckRunFitsDevices(run, entry.info, dist);
   if (dist.is_root()) CheckResumable(config, dist.world);
   return run;
-}
-
-// Ranks share the machine's cores: rank r of a CPU run gets its own
-// threads_per_device cores (unless oversubscribed), as a GPU rank gets its GPU.
-void PinRankToCores(int local_rank, int threads) {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
-  std::vector<int> cores;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &allowed)) cores.push_back(c);
-  if (static_cast<int>(cores.size()) < (local_rank + 1) * threads) return;
-  cpu_set_t mine;
-  CPU_ZERO(&mine);
-  for (int i = 0; i < threads; ++i) CPU_SET(cores[local_rank * threads + i], &mine);
-  if (sched_setaffinity(0, sizeof(mine), &mine) != 0)
-    LogWarn("could not pin rank {} to its cores: {}", local_rank, std::strerror(errno));
 }
 
 // The process-wide settings a run needs before anything is built.

@@ -706,6 +706,12 @@ def parse_args(argv=None):
         a.pool = [x.strip() for x in a.pool.split(",") if x.strip()]
         if not a.pool:
             p.error("--pool: no run given; expected the timestamps of runs in --out, comma-separated")
+        # It measures nothing: a measuring flag given with it would be silently ignored.
+        given = [f"--{k.replace('_', '-')}" for k, v in vars(a).items()
+                 if k not in ("pool", "out") and v != p.get_default(k)]
+        if given:
+            p.error(f"--pool measures nothing, so {', '.join(given)} would change nothing; "
+                    "accepted with --pool: --out")
         return a
     try:
         a.rates = [r.strip().lower() for r in a.rates.split(",") if r.strip()]

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "harness/context.h"
+#include "harness/cpu_pinning.h"
 #include "harness/help.h"
 #include "harness/config.h"
 #include "harness/memory.h"
@@ -47,6 +48,23 @@ std::string ParseError(const std::vector<std::string>& args) {
     return e.what();
   }
   return "";
+}
+
+TEST(CpuPinning, ARankGetsOneOfItsGivenCoresAndTheGivenSetIsRemembered) {
+  cpu_set_t given;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(given), &given), 0);
+  cpu_set_t before = CoresBeforePinning();
+  EXPECT_TRUE(CPU_EQUAL(&before, &given));
+  int first = 0;
+  while (!CPU_ISSET(first, &given)) ++first;
+  PinRankToCores(0, 1);
+  cpu_set_t now;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(now), &now), 0);
+  EXPECT_EQ(CPU_COUNT(&now), 1);
+  EXPECT_TRUE(CPU_ISSET(first, &now));
+  cpu_set_t remembered = CoresBeforePinning();  // what the calibration widens back to: not every core
+  EXPECT_TRUE(CPU_EQUAL(&remembered, &given));
+  sched_setaffinity(0, sizeof(given), &given);
 }
 
 TEST(Config, DefaultsAndForms) {

@@ -191,6 +191,16 @@ class Pool(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, r"t9 not a run in .*its runs: t1, t2, t3"):
                 B.pooled(a)
 
+    def test_a_measuring_flag_beside_pool_is_refused_by_name(self):
+        for bad in (["--rounds=5"], ["--strategies=ddp"], ["--no-predict"], ["--rates=100mbit"]):
+            with self.assertRaises(SystemExit, msg=bad), open(os.devnull, "w") as null:
+                stderr, sys.stderr = sys.stderr, null
+                try:
+                    B.parse_args(["--pool=t1", *bad])
+                finally:
+                    sys.stderr = stderr
+        self.assertEqual(B.parse_args(["--pool=t1", "--out=x.csv"]).pool, ["t1"])
+
 
 class Results(unittest.TestCase):
     def test_a_new_column_rewrites_the_header_and_shifts_no_row(self):
