@@ -707,7 +707,7 @@ def parse_args(argv=None):
         if not a.pool:
             p.error("--pool: no run given; expected the timestamps of runs in --out, comma-separated")
         # It measures nothing: a measuring flag given with it would be silently ignored.
-        given = [f"--{k.replace('_', '-')}" for k, v in vars(a).items()
+        given = [f"--{k.replace('_', '-')}" + ("" if isinstance(v, bool) else f"={v}") for k, v in vars(a).items()
                  if k not in ("pool", "out") and v != p.get_default(k)]
         if given:
             p.error(f"--pool measures nothing, so {', '.join(given)} would change nothing; "
