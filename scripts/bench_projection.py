@@ -37,7 +37,10 @@ strategy, none above 20%.
         --out=results/cpu-2core-projection-validation.csv
 
 --no-predict measures only (prediction columns empty). --pool=STAMP,STAMP
-measures nothing: it judges the goal over runs already in --out together.
+measures nothing: it judges the goal over runs already in --out together;
+with --repredict it first predicts them again with this build from the profiles
+each run stored, --set FIELD=VALUE changing a calibrated term in all of them
+(what a change of the model would have said about runs already made).
 """
 import argparse
 import csv
@@ -90,6 +93,10 @@ MIN_BURST = 32 * 1024
 MASTER_PORT = 29500  # a fresh namespace has every port free
 PROBE_SKIP_S = 0.5   # the probe's first half second (slow start, the full bucket) is not counted
 GOAL_MEDIAN, GOAL_MAX = 10.0, 20.0
+# Profile fields --set may change when --repredict predicts stored runs again: the
+# calibrated terms a change of the model or of its calibration is tried against.
+SETTABLE = ("comm_compute_ms_per_call", "comm_compute_ms_per_mb", "comm_loaded_ms_per_call",
+            "comm_loaded_ms_per_mb", "step_overhead_ms", "optimizer_ms_per_mb")
 
 # Children alive now (Popen), killed with their process group on any exit.
 LIVE = set()
@@ -496,13 +503,73 @@ def predict(a, profile, link, strategy, ranks, bw_bits, tmp):
     if os.path.exists(csv_path):
         os.remove(csv_path)
     argv = predict_argv(a, profile, csv_path, link, strategy, ranks, bw_bits)
+    return projected_img_s(argv, csv_path, strategy, ranks), shlex.join(argv)
+
+
+def projected_img_s(argv, csv_path, strategy, ranks):
+    """Runs the projection `argv` (writing csv_path): the img/s of `strategy` at `ranks`, or
+    None where its table has no such row."""
     run(argv, "prediction")
     with open(csv_path) as f:
         projected = CONFIGS[strategy][1][0].split("=", 1)[1]
         rows = [r for r in csv.DictReader(f)
                 if r.get("strategy") == projected and str(r.get("world", "")).strip() == str(ranks)
                 and r.get("img_s", "").strip()]
-    return (float(rows[0]["img_s"]) if rows else None), shlex.join(argv)
+    return float(rows[0]["img_s"]) if rows else None
+
+
+def round_profile(path, rnd):
+    """The profile round `rnd` of a stored run was predicted from. A row's predict_command
+    names its last round's; a run calibrated in every round keeps them as
+    ...-profiles-STAMP/r<round>[-<rate>].json, one calibrated once has one for all rounds."""
+    if "-profiles-" not in path:
+        return path
+    return re.sub(r"([/\\]r)\d+((?:-[^/\\]+)?\.json)$", lambda m: f"{m.group(1)}{rnd}{m.group(2)}", path)
+
+
+def settled_profile(a, path, tmp):
+    """`path` (relative to the checkout as stored) with the fields --set gives; a copy in tmp
+    when there are any. ValueError naming a profile that is missing or not JSON."""
+    full = path if os.path.isabs(path) else os.path.join(ROOT, path)
+    if not a.set:
+        if not os.path.isfile(full):
+            raise ValueError(f"{path}: no such profile (the run's predict_command names it)")
+        return full
+    try:
+        with open(full) as f:
+            profile = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a readable profile ({e})") from None
+    profile.update(a.set)
+    copy = os.path.join(tmp, "profile.json")
+    with open(copy, "w") as f:
+        json.dump(profile, f)
+    return copy
+
+
+def predict_stored(a, row, tmp):
+    """A row of --out predicted again by a.binary from its run's own profiles: its
+    predict_command once per round with that round's profile (--set's fields set), the
+    median kept as the run kept it; None where the row had no prediction."""
+    argv = shlex.split(row.get("predict_command") or "")
+    if not argv:
+        return None
+    csv_path = os.path.join(tmp, "project.csv")
+    preds = []
+    for rnd in range(int(row.get("rounds") or 1)):
+        args = [a.binary]
+        for x in argv[1:]:
+            if x.startswith("--project="):
+                x = "--project=" + settled_profile(a, round_profile(x.split("=", 1)[1], rnd), tmp)
+            elif x.startswith("--project-csv="):
+                x = "--project-csv=" + csv_path
+            args.append(x)
+        if os.path.exists(csv_path):
+            os.remove(csv_path)
+        img = projected_img_s(args, csv_path, row["strategy"], row["ranks"])
+        if img is not None:
+            preds.append(img)
+    return statistics.median(preds) if preds else None
 
 
 def predict_runs(a, runs, probes, tmp):
@@ -611,8 +678,32 @@ def pooled(a):
     rows = [r for r in rows if r["timestamp"] in a.pool]
     judged = argparse.Namespace(strategies=[s for s in STRATEGIES if any(r["strategy"] == s for r in rows)],
                                 no_predict=False)
-    return [f"Runs pooled from {rel(a.out)}: {', '.join(a.pool)} ({len(rows)} configurations).", ""] + \
-        goal_lines(judged, rows)
+    head = [f"Runs pooled from {rel(a.out)}: {', '.join(a.pool)} ({len(rows)} configurations)."]
+    if a.repredict:
+        head += repredicted(a, rows)
+    return head + [""] + goal_lines(judged, rows)
+
+
+def repredicted(a, rows):
+    """--repredict: every row's prediction and error replaced by predict_stored's; a line per row."""
+    told = ", ".join(f"{k}={v:g}" for k, v in a.set.items())
+    lines = [f"Predicted again by {rel(a.binary)} from each run's stored profiles"
+             + (f", with {told}" if told else "") + ":", ""]
+    with tempfile.TemporaryDirectory(prefix="bench_projection.") as tmp:
+        for r in rows:
+            if not r.get("measured_img_s"):
+                continue  # nothing measured: nothing to compare with
+            try:
+                new = predict_stored(a, r, tmp)
+            except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+                raise ValueError(f"{r['timestamp']} {r['link']} {r['strategy']}: {e}") from None
+            measured = float(r["measured_img_s"])
+            was = f"{r['predicted_img_s'] or '-'} ({r['error_pct'] or '-'}%)"
+            r["predicted_img_s"] = "" if new is None else f"{new:.2f}"
+            r["error_pct"] = "" if new is None else f"{(new - measured) / measured * 100:.1f}"
+            lines.append(f"- {r['timestamp']} {r['link']} {r['strategy']} x{r['ranks']}: measured {measured:.1f}, "
+                         f"as run {was}, now {r['predicted_img_s'] or '-'} ({r['error_pct'] or '-'}%)")
+    return lines
 
 
 def rel(path):
@@ -701,18 +792,31 @@ def parse_args(argv=None):
     p.add_argument("--pool", metavar="STAMP,STAMP",
                    help="measure nothing: judge the goal over the rows of these runs of --out together (their "
                         "timestamp column), every configuration of every run one error, and print that table")
+    p.add_argument("--repredict", action="store_true",
+                   help="with --pool: predict every pooled row again with --binary from the profiles its run "
+                        "stored (each round's, the median kept), and judge those predictions")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="with --repredict (implies it): the stored profiles with FIELD set to VALUE (ms, >= 0); "
+                        "FIELD one of " + ", ".join(SETTABLE) + "; repeatable")
     a = p.parse_args(argv)
+    a.set = parse_sets(p, a.set)
+    a.repredict = a.repredict or bool(a.set)
     if a.pool is not None:
         a.pool = [x.strip() for x in a.pool.split(",") if x.strip()]
         if not a.pool:
             p.error("--pool: no run given; expected the timestamps of runs in --out, comma-separated")
         # It measures nothing: a measuring flag given with it would be silently ignored.
         given = [f"--{k.replace('_', '-')}" + ("" if isinstance(v, bool) else f"={v}") for k, v in vars(a).items()
-                 if k not in ("pool", "out") and v != p.get_default(k)]
+                 if k not in ("pool", "out", "repredict", "set", "binary") and v != p.get_default(k)]
         if given:
             p.error(f"--pool measures nothing, so {', '.join(given)} would change nothing; "
-                    "accepted with --pool: --out")
+                    "accepted with --pool: --out, --repredict, --set, --binary")
+        if a.repredict and not os.access(a.binary, os.X_OK):
+            p.error(f"--binary={a.binary}: not an executable (build it with scripts/setup.sh ddpbench)")
         return a
+    if a.repredict:
+        p.error("--repredict" + (f" (--set={next(iter(a.set))}=...)" if a.set else "")
+                + " predicts runs already in --out again: give them with --pool=STAMP,STAMP")
     try:
         a.rates = [r.strip().lower() for r in a.rates.split(",") if r.strip()]
         for r in a.rates:
@@ -744,6 +848,24 @@ def parse_args(argv=None):
             if subprocess.run(["sh", "-c", f"command -v {tool}"], stdout=subprocess.DEVNULL).returncode:
                 p.error(f"{tool} not installed: Debian's iproute2 (scripts/setup.sh installs it)")
     return a
+
+
+def parse_sets(p, given):
+    """--set FIELD=VALUE, each: {FIELD: VALUE}; argparse's error naming a bad one."""
+    out = {}
+    for text in given:
+        field, eq, value = text.partition("=")
+        if field not in SETTABLE:
+            p.error(f"--set={text}: {field or 'no field'} is not a profile field --set changes; "
+                    f"accepted: {', '.join(SETTABLE)}")
+        try:
+            v = float(value) if eq else float("nan")
+        except ValueError:
+            v = float("nan")
+        if not math.isfinite(v) or v < 0:
+            p.error(f"--set={text}: {value or 'no value'} is not a number of ms >= 0")
+        out[field] = v
+    return out
 
 
 def main():

@@ -207,6 +207,77 @@ class Pool(unittest.TestCase):
         self.assertEqual(B.parse_args(["--pool=t1", "--out=x.csv"]).pool, ["t1"])
 
 
+FAKE_JSON = """#!/usr/bin/env python3
+# Stands in for ddpbench --project: zero3 at 2 ranks projects 1000 + 1000 x the profile's comm_loaded_ms_per_call.
+import json, sys
+arg = dict(a[2:].split("=", 1) for a in sys.argv[1:] if "=" in a)
+loaded = json.load(open(arg["project"]))["comm_loaded_ms_per_call"]
+with open(arg["project-csv"], "w") as f:
+    f.write("strategy,world,img_s\\nzero3,2,%.2f\\n" % (1000 + 1000 * loaded))
+"""
+
+
+class Repredict(unittest.TestCase):
+    """--pool --repredict [--set]: stored runs predicted again from their own profiles."""
+
+    def setUp(self):
+        import csv
+        import json
+        self.tmp = tempfile.TemporaryDirectory()
+        t = self.tmp.name
+        self.bin = os.path.join(t, "ddpbench")
+        with open(self.bin, "w") as f:
+            f.write(FAKE_JSON)
+        os.chmod(self.bin, os.stat(self.bin).st_mode | stat.S_IXUSR)
+        rounds = os.path.join(t, "v-profiles-20261126T000000Z")
+        os.makedirs(rounds)
+        for rnd, loaded in enumerate((0.1, 0.3, 0.2)):
+            with open(os.path.join(rounds, f"r{rnd}-2gbit.json"), "w") as f:
+                json.dump({"comm_loaded_ms_per_call": loaded, "step_overhead_ms": 1}, f)
+        self.out = os.path.join(t, "v.csv")
+        with open(self.out, "w", newline="") as f:
+            w = csv.DictWriter(f, ["timestamp", "link", "strategy", "ranks", "rounds", "measured_img_s",
+                                   "predicted_img_s", "error_pct", "predict_command"])
+            w.writeheader()
+            w.writerow({"timestamp": "t1", "link": "2gbit", "strategy": "zero3", "ranks": "2", "rounds": "3",
+                        "measured_img_s": "1000", "predicted_img_s": "1300", "error_pct": "30.0",
+                        "predict_command": f"ddpbench --project={rounds}/r2-2gbit.json --project-csv=/x.csv "
+                                           "--strategies=zero3 --nodes=2 --gpus-per-node=1 --inter=measured"})
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def pooled(self, *extra):
+        return "\n".join(B.pooled(B.parse_args([f"--pool=t1", f"--out={self.out}", f"--binary={self.bin}", *extra])))
+
+    def test_each_round_is_predicted_from_its_own_stored_profile(self):
+        self.assertEqual(B.round_profile("r/v-profiles-X/r2-500mbit.json", 0), "r/v-profiles-X/r0-500mbit.json")
+        self.assertEqual(B.round_profile("r/v-profiles-X/r2.json", 1), "r/v-profiles-X/r1.json")
+        self.assertEqual(B.round_profile("r/v-profile-X-500mbit.json", 1), "r/v-profile-X-500mbit.json")
+        text = self.pooled("--repredict")
+        # rounds' 1100, 1300 and 1200: the median, against the measured 1000
+        self.assertIn("as run 1300 (30.0%), now 1200.00 (20.0%)", text)
+        self.assertIn("| zero3 | 1 | 20.0 | 20.0 | not met |", text)  # judged on the new figure
+
+    def test_set_changes_the_field_in_every_rounds_profile(self):
+        text = self.pooled("--set=comm_loaded_ms_per_call=0.05")
+        self.assertIn("with comm_loaded_ms_per_call=0.05", text)
+        self.assertIn("now 1050.00 (5.0%)", text)
+        self.assertIn("| zero3 | 1 | 5.0 | 5.0 | met |", text)
+        with open(os.path.join(self.tmp.name, "v-profiles-20261126T000000Z", "r0-2gbit.json")) as f:
+            self.assertIn("0.1", f.read())  # the stored profile is left as it was
+
+    def test_bad_sets_and_a_repredict_without_runs_are_refused(self):
+        pool = ["--pool=t1", f"--out={self.out}", f"--binary={self.bin}"]
+        for bad, named in (("--set=alpha=1", "alpha is not a profile field"),
+                           ("--set=comm_loaded_ms_per_call=-1", "-1 is not a number of ms >= 0"),
+                           ("--set=comm_loaded_ms_per_call=fast", "fast is not a number"),
+                           ("--set=comm_loaded_ms_per_call", "no value is not a number")):
+            self.assertIn(named, refused(self, [*pool, bad], bad))
+        self.assertIn("give them with --pool", refused(self, ["--repredict"], "--repredict alone"))
+        self.assertIn("not an executable", refused(self, ["--pool=t1", "--repredict", "--binary=/nonexistent"], "bin"))
+
+
 class Results(unittest.TestCase):
     def test_a_new_column_rewrites_the_header_and_shifts_no_row(self):
         import csv
