@@ -16,11 +16,12 @@ double ValidatedErrorPct(const std::string& strategy) {
   // (15 configurations a strategy, 3-5 interleaved rounds each, profiles calibrated in every round).
   // pmp: results/cpu-2core-projection-validation-pmp.csv, 2026-11-26T00:57:17Z and 03:11:24Z pooled:
   // --stage-ranks, one stage per namespace, 1f1b and zero-bubble together (16 configurations, 3 rounds each).
-  // zero3: its model changed in 271b3c1 (a neighbour's gather waits for the unit's own), so the two
-  // runs of that model pooled (--pool=2026-11-26T04:16:29Z,2026-11-26T04:39:57Z; 10 configurations;
-  // largest 27.4%, at 2 Gbit/s: the goal's "none above 20%" is not met).
+  // zero3: its model changed in 271b3c1 (a neighbour's gather waits for the unit's own): the two
+  // runs of that model and the three above predicted again from their stored profiles with it
+  // (--pool=<all five> --repredict; 25 configurations; largest 27.4%, at 2 Gbit/s: the goal's
+  // "none above 20%" is not met).
   static const std::map<std::string, double> kMedianAbsErrorPct = {
-      {"ddp", 2.5}, {"zero1", 6.9}, {"zero2", 6.5}, {"zero3", 8.8}, {"pmp", 4.3}};
+      {"ddp", 2.5}, {"zero1", 6.9}, {"zero2", 6.5}, {"zero3", 9.4}, {"pmp", 4.3}};
   const auto it = kMedianAbsErrorPct.find(strategy);
   return it == kMedianAbsErrorPct.end() ? -1 : it->second;
 }
