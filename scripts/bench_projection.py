@@ -807,10 +807,11 @@ def parse_args(argv=None):
             p.error("--pool: no run given; expected the timestamps of runs in --out, comma-separated")
         # It measures nothing: a measuring flag given with it would be silently ignored.
         given = [f"--{k.replace('_', '-')}" + ("" if isinstance(v, bool) else f"={v}") for k, v in vars(a).items()
-                 if k not in ("pool", "out", "repredict", "set", "binary") and v != p.get_default(k)]
+                 if k not in ("pool", "out", "repredict", "set") and (k != "binary" or not a.repredict)
+                 and v != p.get_default(k)]
         if given:
             p.error(f"--pool measures nothing, so {', '.join(given)} would change nothing; "
-                    "accepted with --pool: --out, --repredict, --set, --binary")
+                    "accepted with --pool: --out, --repredict, --set, and --binary with --repredict")
         if a.repredict and not os.access(a.binary, os.X_OK):
             p.error(f"--binary={a.binary}: not an executable (build it with scripts/setup.sh ddpbench)")
         return a

@@ -276,6 +276,7 @@ class Repredict(unittest.TestCase):
             self.assertIn(named, refused(self, [*pool, bad], bad))
         self.assertIn("give them with --pool", refused(self, ["--repredict"], "--repredict alone"))
         self.assertIn("not an executable", refused(self, ["--pool=t1", "--repredict", "--binary=/nonexistent"], "bin"))
+        self.assertIn("--binary=/bin/true", refused(self, ["--pool=t1", "--binary=/bin/true"], "--binary alone"))
 
 
 class Results(unittest.TestCase):
