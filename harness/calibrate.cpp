@@ -433,9 +433,11 @@ Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, to
     // aborted rank 0 on an H200), and pmp's stages across ranks run on CPU
     // devices alone (--stage-ranks): on a GPU the projection prices a hand-off
     // by the all-reduce's fit, as for a preset link.
-    if (point_to_point && device.is_cuda() && dist.is_root())
-      LogInfo("point-to-point not measured: --stage-ranks runs on CPU devices only; the all-reduce's fit stands for it");
-    if (point_to_point && !device.is_cuda()) {
+    if (point_to_point && device.is_cuda()) {
+      if (dist.is_root())
+        LogInfo("point-to-point not measured: --stage-ranks runs on CPU devices only; the all-reduce's fit "
+                "stands for it");
+    } else if (point_to_point) {
       // pmp's hand-offs: from 1 KiB (a small model's activation between stages is a few KiB, which a
       // shaped link's token bucket lets out at once: the fit of larger sizes would price it at the
       // rate) up to 4 MiB, at most 5 rounds (a 100 Mbit/s link is slow).

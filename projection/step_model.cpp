@@ -204,7 +204,7 @@ StepPrediction PredictZero3(const Profile& p, const std::vector<UnitCost>& cost,
   std::vector<int> forward(U), backward(U), gathered(U), regathered(U), scatters;
   const std::vector<int> broadcasts = step.BufferBroadcasts();
   gathered[0] = gather(0, broadcasts);
-  for (int u = 0; u < U; ++u) {  // unit u starts once the unit before it has ended and its gather has
+  for (int u = 0; u < U; ++u) {  // unit u starts once the unit before it and its own gather have ended
     std::vector<int> starts{gathered[u]};
     if (u > 0) starts.push_back(forward[u - 1]);
     if (u + 1 < U) gathered[u + 1] = gather(u + 1, starts);

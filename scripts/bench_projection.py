@@ -500,15 +500,15 @@ def predict_argv(a, profile, csv_path, link, strategy, ranks, bw_bits):
 def predict(a, profile, link, strategy, ranks, bw_bits, tmp):
     """(predicted img/s or None, the command). None: the projection has no row for it."""
     csv_path = os.path.join(tmp, "project.csv")
-    if os.path.exists(csv_path):
-        os.remove(csv_path)
     argv = predict_argv(a, profile, csv_path, link, strategy, ranks, bw_bits)
     return projected_img_s(argv, csv_path, strategy, ranks), shlex.join(argv)
 
 
 def projected_img_s(argv, csv_path, strategy, ranks):
-    """Runs the projection `argv` (writing csv_path): the img/s of `strategy` at `ranks`, or
-    None where its table has no such row."""
+    """Runs the projection `argv` (writing csv_path, an earlier table there removed first): the
+    img/s of `strategy` at `ranks`, or None where its table has no such row."""
+    if os.path.exists(csv_path):
+        os.remove(csv_path)
     run(argv, "prediction")
     with open(csv_path) as f:
         projected = CONFIGS[strategy][1][0].split("=", 1)[1]
@@ -564,8 +564,6 @@ def predict_stored(a, row, tmp):
             elif x.startswith("--project-csv="):
                 x = "--project-csv=" + csv_path
             args.append(x)
-        if os.path.exists(csv_path):
-            os.remove(csv_path)
         img = projected_img_s(args, csv_path, row["strategy"], row["ranks"])
         if img is not None:
             preds.append(img)
@@ -600,6 +598,11 @@ def fmt(v, spec=".1f"):
     return "" if v is None else format(v, spec)
 
 
+def error_pct(predicted, measured):
+    """(predicted - measured) / measured in %, as the CSV holds it; '' without a prediction."""
+    return fmt((predicted - measured) / measured * 100) if predicted is not None else ""
+
+
 def summarise(a, entries, runs, probes, link):
     """One row per (link, strategy, ranks); its prediction the median of its runs' (each
     from its round's profile: one value when calibrated once)."""
@@ -629,7 +632,7 @@ def summarise(a, entries, runs, probes, link):
             "tbf_drops": fmt(statistics.median(drops), "g") if drops else "",
             "predicted_img_s": fmt(pred, ".2f"),
             "predicted_all": ";".join(f"{v:.2f}" for v in preds),
-            "error_pct": fmt((pred - med) / med * 100) if pred is not None else "",
+            "error_pct": error_pct(pred, med),
             "predict_bw": a.predict_bw if kind != "loopback" and pred is not None else "",
             "workload": a.workload, "command": mine[-1]["command"], "tc": link.tc.get(kind, ""),
             "predict_command": pred_cmd,
@@ -699,8 +702,7 @@ def repredicted(a, rows):
                 raise ValueError(f"{r['timestamp']} {r['link']} {r['strategy']}: {e}") from None
             measured = float(r["measured_img_s"])
             was = f"{r['predicted_img_s'] or '-'} ({r['error_pct'] or '-'}%)"
-            r["predicted_img_s"] = "" if new is None else f"{new:.2f}"
-            r["error_pct"] = "" if new is None else f"{(new - measured) / measured * 100:.1f}"
+            r["predicted_img_s"], r["error_pct"] = fmt(new, ".2f"), error_pct(new, measured)
             lines.append(f"- {r['timestamp']} {r['link']} {r['strategy']} x{r['ranks']}: measured {measured:.1f}, "
                          f"as run {was}, now {r['predicted_img_s'] or '-'} ({r['error_pct'] or '-'}%)")
     return lines

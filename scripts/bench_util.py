@@ -1,5 +1,6 @@
-"""Shared by the benchmark drivers (scripts/bench_*.py): the machine line every
-result file carries, and interleaved rounds (each round runs every entry once,
+"""Shared by the benchmark drivers (scripts/bench_*.py and the torch scripts
+they compare with): the machine line every result file carries, a free port
+for spawned ranks to meet on, and interleaved rounds (each round runs every entry once,
 the order reversed every other round, so a slow minute on a shared machine
 hits every entry alike)."""
 import os
@@ -16,6 +17,13 @@ def machine():
     except (OSError, StopIteration):
         pass
     return f"{socket.gethostname()}, {os.cpu_count()} cores, {cpu}"
+
+
+def free_port():
+    """A TCP port free on loopback now, for ranks spawned on this machine to meet on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def interleaved(entries, rounds, run):

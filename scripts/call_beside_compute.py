@@ -20,13 +20,14 @@ bench_projection.py (needs root and iproute2).
 """
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_util import free_port, machine  # noqa: E402
 COLLECTIVES = ("all-gather", "all-reduce")
 
 
@@ -64,12 +65,21 @@ def rank_main():
         else:
             def issue(async_op=False):
                 return dist.all_reduce(whole, async_op=async_op)
+        def beside_one():  # as zero3 prefetches: issued, computed beside, then waited for
+            work = issue(True)
+            compute()
+            work.wait()
+
+        def serial_one():
+            issue()
+            compute()
+
         got = {"alone": [], "beside-exposed": [], "serial-extra": []}
         for _ in range(repeats):
             alone = timed(issue)
             alone_compute = timed(compute)
-            beside = timed(lambda: (lambda work: (compute(), work.wait()))(issue(True)))
-            serial = timed(lambda: (issue(), compute()))
+            beside = timed(beside_one)
+            serial = timed(serial_one)
             got["alone"].append(alone)
             got["beside-exposed"].append(beside - max(alone, alone_compute))
             got["serial-extra"].append(serial - alone - alone_compute)
@@ -83,14 +93,7 @@ def rank_main():
     dist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def parse_args(argv=None):
-    sys.path.insert(0, HERE)
     import bench_projection as B
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rate", help="tbf rate of the veth pair (tc units, e.g. 2gbit); default: loopback")
@@ -126,7 +129,7 @@ def main():
     a, B = parse_args()
     env = {"CBC_RANK": "1", "WORLD_SIZE": "2", "CBC_COMPUTE_MS": str(a.compute_ms), "CBC_CALLS": str(a.calls),
            "CBC_REPEATS": str(a.repeats), "CBC_SIZES": ",".join(map(str, a.sizes)), "CBC_COLLECTIVE": a.collective}
-    print(f"{B.machine()}; {a.collective}, {a.compute_ms:g} ms of computation beside each call, {a.calls} calls "
+    print(f"{machine()}; {a.collective}, {a.compute_ms:g} ms of computation beside each call, {a.calls} calls "
           f"timed together, median of {a.repeats}; link: {a.rate or 'loopback'}; ms per call, rank 0/rank 1",
           flush=True)
     argv = [sys.executable, os.path.abspath(__file__)]

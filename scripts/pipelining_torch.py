@@ -16,7 +16,6 @@ dualpipev in a V).
 """
 import argparse
 import os
-import socket
 import sys
 import time
 
@@ -26,6 +25,9 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining import schedules as S
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_util import free_port  # noqa: E402
 
 CLASSES = {
     "gpipe": S.ScheduleGPipe, "1f1b": S.Schedule1F1B, "interleaved": S.ScheduleInterleaved1F1B,
@@ -128,12 +130,6 @@ def skip_self_p2p():
         return [op for op in original(stage) if op.group_peer != me]
 
     _PipelineStageBase._get_init_p2p_neighbors_ops = without_self
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main():
