@@ -67,6 +67,8 @@ void WriteProfile(const Profile& p, const std::string& path) {
                       {"comm_loaded_ms_per_call", p.comm_loaded_ms_per_call},
                       {"comm_loaded_ms_per_mb", p.comm_loaded_ms_per_mb},
                       {"buffer_broadcast_bytes", p.buffer_broadcast_bytes}, {"units", units}};
+  if (p.comm_wake_ms) j["comm_wake_ms"] = *p.comm_wake_ms;
+  if (p.comm_core_latency_ms) j["comm_core_latency_ms"] = *p.comm_core_latency_ms;
   if (p.link) {
     nlohmann::json points = nlohmann::json::array();
     for (const LinkMeasurement& m : p.link_points)
@@ -183,6 +185,14 @@ Profile ReadProfile(const std::string& path) {
                             std::pair{"comm_loaded_ms_per_call", &p.comm_loaded_ms_per_call},
                             std::pair{"comm_loaded_ms_per_mb", &p.comm_loaded_ms_per_mb}})
     if (j.contains(key)) *field = std::max(0.0, Field<double>(j, key, path));
+  for (auto [key, field] : {std::pair{"comm_wake_ms", &p.comm_wake_ms},
+                            std::pair{"comm_core_latency_ms", &p.comm_core_latency_ms}})
+    if (j.contains(key) && !j[key].is_null())  // optional: null or absent, calls do not wait
+      *field = std::max(0.0, Field<double>(j, key, path));
+  if (p.comm_wake_ms.has_value() != p.comm_core_latency_ms.has_value())
+    throw ConfigError(fmt::format("{}: {} without {}: give both or neither", path,
+                                  p.comm_wake_ms ? "comm_wake_ms" : "comm_core_latency_ms",
+                                  p.comm_wake_ms ? "comm_core_latency_ms" : "comm_wake_ms"));
   if (j.contains("buffer_broadcast_bytes"))  // optional in older profiles
     for (double b : Field<std::vector<double>>(j, "buffer_broadcast_bytes", path)) {
       if (!(b > 0)) throw ConfigError(fmt::format("{}: buffer_broadcast_bytes {}: want sizes > 0", path, b));

@@ -58,6 +58,12 @@ struct Profile {
   // core, and sums on a shared one), per call and per MiB, measured with the
   // same all-reduces beside a forward and backward.
   double comm_loaded_ms_per_call = 0, comm_loaded_ms_per_mb = 0;
+  // Where the ranks compute on the cores that run their calls (CPU devices):
+  // how long after a stretch of computation a call that would have ended
+  // during it ends, and how long after its due end the scheduler lets it
+  // onto a core anyway (timeline.h's CoreWait). None: calls do not wait for
+  // the core (GPUs, and profiles written before it).
+  std::optional<double> comm_wake_ms, comm_core_latency_ms;
   // The model's buffers (batch norm's running statistics and step counts)
   // as the data-parallel strategies broadcast them from rank 0 before every
   // forward: bytes of each flat tensor c10d::broadcast_coalesced makes, one

@@ -135,7 +135,7 @@ class StepBuilder {
     return ids;
   }
   StepPrediction Finish() const {
-    const std::vector<double> end = RunTimeline(ops_, (t_.nodes > 1 ? t_.inter : t_.intra).lanes);
+    const std::vector<double> end = RunTimeline(ops_, (t_.nodes > 1 ? t_.inter : t_.intra).lanes, Wait());
     StepPrediction out;
     out.step_ms = *std::max_element(end.begin(), end.end());
     out.compute_ms = compute_ms_;
@@ -144,6 +144,11 @@ class StepBuilder {
   }
 
  private:
+  // How calls wait for the core, where they do (both terms measured).
+  std::optional<CoreWait> Wait() const {
+    if (!p_.comm_wake_ms || !p_.comm_core_latency_ms) return std::nullopt;
+    return CoreWait{*p_.comm_wake_ms, *p_.comm_core_latency_ms};
+  }
   int Add(int stream, double ms, std::vector<int> after, double wire_ms = 0) {
     ops_.push_back({stream, ms, std::move(after), wire_ms});
     return static_cast<int>(ops_.size()) - 1;

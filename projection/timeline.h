@@ -12,11 +12,24 @@
 // free lane; a call's per-call part (ms - wire_ms) runs on its lane alone,
 // its wire part needs the link, which carries one call's bytes at a time.
 // With one lane, wire_ms changes nothing.
+//
+// On CPU devices the cores that compute also run the calls: a call whose
+// bytes have arrived still needs its thread to get a core before it ends
+// (docs/projection.md, "calls that wait for the core"). Given a CoreWait, a
+// call that would end while the compute stream runs ends `wake_ms` after
+// that stretch of computation, or `latency_ms` after it would have ended
+// if that is sooner (the scheduler lets it onto the core in the meantime);
+// one that would end while the compute stream waits ends then.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 namespace ddpbench {
+
+struct CoreWait {
+  double wake_ms = 0, latency_ms = 0;
+};
 
 struct TimelineOp {
   int stream = 0;          // 0 compute, 1 communication
@@ -26,8 +39,9 @@ struct TimelineOp {
 };
 
 // End time of every operation; std::invalid_argument if the waits can never
-// be met (an operation waits for a later one of its own stream, or a cycle)
-// or `comm_lanes` < 1.
-std::vector<double> RunTimeline(const std::vector<TimelineOp>& ops, int comm_lanes = 1);
+// be met (an operation waits for a later one of its own stream, or a cycle),
+// `comm_lanes` < 1 or a CoreWait time below 0.
+std::vector<double> RunTimeline(const std::vector<TimelineOp>& ops, int comm_lanes = 1,
+                                std::optional<CoreWait> wait = std::nullopt);
 
 }  // namespace ddpbench

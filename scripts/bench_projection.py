@@ -96,7 +96,7 @@ GOAL_MEDIAN, GOAL_MAX = 10.0, 20.0
 # Profile fields --set may change when --repredict predicts stored runs again: the
 # calibrated terms a change of the model or of its calibration is tried against.
 SETTABLE = ("comm_compute_ms_per_call", "comm_compute_ms_per_mb", "comm_loaded_ms_per_call",
-            "comm_loaded_ms_per_mb", "step_overhead_ms", "optimizer_ms_per_mb")
+            "comm_loaded_ms_per_mb", "comm_wake_ms", "comm_core_latency_ms", "step_overhead_ms", "optimizer_ms_per_mb")
 
 # Children alive now (Popen), killed with their process group on any exit.
 LIVE = set()

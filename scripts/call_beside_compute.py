@@ -12,7 +12,10 @@ thread, as ddpbench pins CPU ranks (harness/cpu_pinning.h). For each size,
   serial   the collective, then the computation.
 Printed per size, each rank's median over the repeats, in ms per call:
 alone, beside-exposed = beside - max(alone, compute) (what the step loses
-beyond the longer of the two) and serial-extra = serial - alone - compute.
+beyond the longer of the two), serial-extra = serial - alone - compute, and
+ends-after: in beside, from the computation's end to the wait's (the call's
+wait for the core where it would have ended during the computation; about 0
+where the scheduler let it on before; projection/timeline.h's CoreWait).
 On loopback, or with --rate over the tbf-shaped veth pair of
 bench_projection.py (needs root and iproute2).
 
@@ -65,16 +68,20 @@ def rank_main():
         else:
             def issue(async_op=False):
                 return dist.all_reduce(whole, async_op=async_op)
+        after = []  # per call: ms from the computation's end to the wait's
+
         def beside_one():  # as zero3 prefetches: issued, computed beside, then waited for
             work = issue(True)
             compute()
+            computed = time.perf_counter()
             work.wait()
+            after.append((time.perf_counter() - computed) * 1e3)
 
         def serial_one():
             issue()
             compute()
 
-        got = {"alone": [], "beside-exposed": [], "serial-extra": []}
+        got = {"alone": [], "beside-exposed": [], "serial-extra": [], "ends-after": []}
         for _ in range(repeats):
             alone = timed(issue)
             alone_compute = timed(compute)
@@ -83,6 +90,8 @@ def rank_main():
             got["alone"].append(alone)
             got["beside-exposed"].append(beside - max(alone, alone_compute))
             got["serial-extra"].append(serial - alone - alone_compute)
+            got["ends-after"].append(statistics.median(after))
+            after.clear()
         out[size] = {k: statistics.median(v) for k, v in got.items()}
     every = [None, None]
     dist.all_gather_object(every, out)

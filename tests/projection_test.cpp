@@ -170,6 +170,30 @@ TEST(Timeline, LanesOverlapTheirCallsWaitingButNotTheirBytes) {
   EXPECT_THROW(RunTimeline(two, 0), std::invalid_argument);
 }
 
+TEST(Timeline, CallsThatWaitForTheCoreEndAfterTheComputationTheyWouldEndIn) {
+  // Call G (1 ms) issued at 0 beside compute F (4 ms); compute H waits for G.
+  const std::vector<TimelineOp> beside{{1, 1, {}}, {0, 4, {}}, {0, 2, {0}}};
+  const CoreWait wait{0.5, 100};  // 0.5 ms after the computation; the scheduler never lets it on sooner
+  EXPECT_EQ(RunTimeline(beside), (std::vector<double>{1, 4, 6}));
+  // Waiting for the core: G ends 0.5 after F (4.5), H then.
+  EXPECT_EQ(RunTimeline(beside, 1, wait), (std::vector<double>{4.5, 4, 6.5}));
+  // ... unless the scheduler lets it on 1 ms after its due end (2), sooner than 4.5.
+  EXPECT_EQ(RunTimeline(beside, 1, CoreWait{0.5, 1}), (std::vector<double>{2, 4, 6}));
+  // A call longer than the computation ends while the compute stream waits for it: as on idle cores.
+  EXPECT_EQ(RunTimeline({{1, 5, {}}, {0, 4, {}}, {0, 2, {0}}}, 1, wait), (std::vector<double>{5, 4, 7}));
+  // The computation runs on without a break (F 0..4, E 4..9): G, due at 1 or at 6, ends 0.5 after E.
+  // The next call (ready at 0) waits for its lane until then.
+  EXPECT_EQ(RunTimeline({{1, 1, {}}, {0, 4, {}}, {0, 5, {}}}, 1, wait), (std::vector<double>{9.5, 4, 9}));
+  const std::vector<TimelineOp> later{{1, 6, {}}, {0, 4, {}}, {0, 5, {}}, {1, 1, {}}};
+  EXPECT_EQ(RunTimeline(later, 1, wait), (std::vector<double>{9.5, 4, 9, 10.5}));
+  EXPECT_EQ(RunTimeline(later, 1), (std::vector<double>{6, 4, 9, 7}));
+  // A call ending exactly as a computation ends is not inside it.
+  EXPECT_EQ(RunTimeline({{1, 4, {}}, {0, 4, {}}}, 1, wait), (std::vector<double>{4, 4}));
+  EXPECT_THROW(RunTimeline(beside, 1, CoreWait{-1, 0}), std::invalid_argument);
+  EXPECT_THROW(RunTimeline(beside, 1, CoreWait{0, -1}), std::invalid_argument);
+  EXPECT_THROW(RunTimeline({{1, 1, {1}}, {0, 1, {0}}}, 1, wait), std::invalid_argument);  // deadlock
+}
+
 TEST(StepModel, Zero3OverlapsWaitingCallsOnALinkWithLanes) {
   // A link whose calls are mostly waiting (10 ms alpha, bytes nearly free):
   // two lanes let the next unit's gather wait beside a reduce-scatter.
@@ -184,6 +208,24 @@ TEST(StepModel, Zero3OverlapsWaitingCallsOnALinkWithLanes) {
   busy.comm_compute_ms_per_call = 10;
   const double busy_one = PredictZero(busy, busy.CostAt(8), OneNode(2, TestLink(1e-2, 1e12)), 1.0, 3).step_ms;
   EXPECT_NEAR(PredictZero(busy, busy.CostAt(8), OneNode(2, link), 1.0, 3).step_ms, busy_one, 1e-9);
+}
+
+TEST(StepModel, DdpCallsThatWaitForTheCoreEndAfterTheBackward) {
+  // As DdpExposesWhatTheLastBucketLeavesAfterBackward: backward 3..9 without a break, buckets
+  // ready at 5, 7, 9, each all-reduce 1 ms on one lane: [5,6] [7,8] [9,10], step 10.
+  Profile p = UniformProfile(3, 1024.0 * 1024, 8);
+  const Topology t = OneNode(2, TestLink(0, 1024.0 * 1024 * 1000));
+  EXPECT_NEAR(PredictDdp(p, p.CostAt(8), t, 1.0).step_ms, 10.0, 1e-9);
+  // Calls wait for the core until 0.5 ms after the backward: the first ends at 9.5, the
+  // others follow on the lane: [9.5,10.5] [10.5,11.5].
+  p.comm_wake_ms = 0.5, p.comm_core_latency_ms = 100;
+  EXPECT_NEAR(PredictDdp(p, p.CostAt(8), t, 1.0).step_ms, 11.5, 1e-9);
+  // Let onto the core 1 ms after their due end: 5..7, 7..9, then 9..10 with the core free.
+  p.comm_core_latency_ms = 1;
+  EXPECT_NEAR(PredictDdp(p, p.CostAt(8), t, 1.0).step_ms, 10.0, 1e-9);
+  // One term without the other waits for nothing.
+  p.comm_core_latency_ms.reset();
+  EXPECT_NEAR(PredictDdp(p, p.CostAt(8), t, 1.0).step_ms, 10.0, 1e-9);
 }
 
 TEST(StepModel, ReducerBucketsCloseOnceTheyReachTheirCap) {
@@ -344,6 +386,7 @@ TEST(Profile, RoundTripsAndRefusesAnotherModel) {
   p.link_points.push_back({"all-gather", 2, {{1e6, 0.002}, {2e6, 0.003}}});
   p.link->lanes = 2;
   p.comm_loaded_ms_per_call = 0.25;
+  p.comm_wake_ms = 0.2, p.comm_core_latency_ms = 4;
   p.buffer_broadcast_bytes = {9600, 160};
   WriteProfile(p, dir.path() + "/p.json");
   const Profile back = ReadProfile(dir.path() + "/p.json");
@@ -360,6 +403,9 @@ TEST(Profile, RoundTripsAndRefusesAnotherModel) {
   EXPECT_NEAR(back.link->own.at(Collective::kAllGather).alpha_s, 3e-4, 1e-12);
   EXPECT_NEAR(back.link->own.at(Collective::kAllGather).bandwidth, 0.7e9, 1);
   EXPECT_DOUBLE_EQ(back.comm_loaded_ms_per_call, 0.25);
+  EXPECT_EQ(back.comm_wake_ms, 0.2);
+  EXPECT_EQ(back.comm_core_latency_ms, 4.0);
+  EXPECT_FALSE(UniformProfile(1, 8).comm_wake_ms);  // none unless measured or set
   EXPECT_EQ(back.Parameters(), 3 * 1024);
   EXPECT_THROW(CheckProfileMatches(back, "resnet50", 16, 32, "float32", "p.json"), ConfigError);
   EXPECT_THROW(CheckProfileMatches(back, "resnet18", 16, 32, "amp-bf16", "p.json"), ConfigError);
@@ -388,6 +434,10 @@ TEST(Profile, RoundTripsAndRefusesAnotherModel) {
   ASSERT_NE(buffers, std::string::npos) << text;
   refused("buffers.json", std::string(text).replace(buffers, 6, "0"), "buffer_broadcast_bytes 0: want sizes > 0",
           "a broadcast of 0 bytes");
+  const size_t latency = text.find("\"comm_core_latency_ms\"");
+  ASSERT_NE(latency, std::string::npos) << text;
+  refused("wake.json", std::string(text).replace(latency, 22, "\"unused\""),
+          "comm_wake_ms without comm_core_latency_ms: give both or neither", "one of the two core-wait terms");
   WriteFile(dir.path() + "/old.json", std::string(text).replace(lanes, 11, ""));  // written before lanes
   EXPECT_EQ(ReadProfile(dir.path() + "/old.json").link->lanes, 1);
   refused("bad.json", "{\"version\": 1}", "field 'model' is missing", "a profile without fields");

@@ -43,7 +43,7 @@ class Loopback(unittest.TestCase):
         lines = [x for x in out.stdout.splitlines() if x.lstrip()[:1].isdigit()]
         self.assertEqual([x.split()[0] for x in lines], ["4096", "65536"])
         for line in lines:
-            for name in ("alone", "beside-exposed", "serial-extra"):
+            for name in ("alone", "beside-exposed", "serial-extra", "ends-after"):
                 self.assertRegex(line, name + r" -?\d+\.\d\d/-?\d+\.\d\d")
 
 
