@@ -61,8 +61,9 @@ struct Profile {
   // Where the ranks compute on the cores that run their calls (CPU devices):
   // how long after a stretch of computation a call that would have ended
   // during it ends, and how long after its due end the scheduler lets it
-  // onto a core anyway (timeline.h's CoreWait). None: calls do not wait for
-  // the core (GPUs, and profiles written before it).
+  // onto a core anyway (timeline.h's CoreWait). None, as --calibrate writes
+  // them (measured values predicted worse, docs/projection.md): calls do not
+  // wait for the core.
   std::optional<double> comm_wake_ms, comm_core_latency_ms;
   // The model's buffers (batch norm's running statistics and step counts)
   // as the data-parallel strategies broadcast them from rank 0 before every

@@ -144,7 +144,8 @@ class StepBuilder {
   }
 
  private:
-  // How calls wait for the core, where they do (both terms measured).
+  // How calls wait for the core, where the profile gives both terms (set by
+  // hand or bench_projection.py --set; --calibrate writes neither).
   std::optional<CoreWait> Wait() const {
     if (!p_.comm_wake_ms || !p_.comm_core_latency_ms) return std::nullopt;
     return CoreWait{*p_.comm_wake_ms, *p_.comm_core_latency_ms};
