@@ -70,7 +70,7 @@ class Timeline {
       // depends on what computes at its end on idle cores.
       for (double ready; next_[0] < n_ && Ready(next_[0], &ready); progressed = true)
         Place(0, compute_.Run(ready, ops_[next_[0]].ms));
-      if (pending_ >= 0) {
+      if (pending_) {
         FinishPending();
         progressed = true;
       } else if (double ready; next_[1] < n_ && Ready(next_[1], &ready)) {
@@ -108,17 +108,19 @@ class Timeline {
       Place(1, end);
       return;
     }
-    pending_ = next_[1], pending_lane_ = lane, pending_end_ = end;
+    pending_ = true, pending_lane_ = lane, pending_end_ = end;
   }
   // The compute stream is placed up to the pending call's end, or waits:
-  // the call ends then, or `wake_ms` after the computation running then.
+  // the call ends then, or where it falls inside a stretch of computation,
+  // `wake_ms` after that stretch or `latency_ms` after its due end, whichever
+  // comes first.
   void FinishPending() {
     const double busy_until = compute_.BusyUntil(pending_end_);
     const double end = busy_until < 0 ? pending_end_
                                       : std::min(pending_end_ + wait_->latency_ms, busy_until + wait_->wake_ms);
     comm_.Finish(pending_lane_, end);
     Place(1, end);
-    pending_ = -1;
+    pending_ = false;
   }
 
   const std::vector<TimelineOp>& ops_;
@@ -129,7 +131,7 @@ class Timeline {
   int done_ = 0;
   ComputeStream compute_;
   CommLanes comm_;
-  int pending_ = -1;
+  bool pending_ = false;  // the call at next_[1] has started and waits to end
   size_t pending_lane_ = 0;
   double pending_end_ = 0;
 };

@@ -405,7 +405,7 @@ TEST(Profile, RoundTripsAndRefusesAnotherModel) {
   EXPECT_DOUBLE_EQ(back.comm_loaded_ms_per_call, 0.25);
   EXPECT_EQ(back.comm_wake_ms, 0.2);
   EXPECT_EQ(back.comm_core_latency_ms, 4.0);
-  EXPECT_FALSE(UniformProfile(1, 8).comm_wake_ms);  // none unless measured or set
+  EXPECT_FALSE(UniformProfile(1, 8).comm_wake_ms);  // none unless set
   EXPECT_EQ(back.Parameters(), 3 * 1024);
   EXPECT_THROW(CheckProfileMatches(back, "resnet50", 16, 32, "float32", "p.json"), ConfigError);
   EXPECT_THROW(CheckProfileMatches(back, "resnet18", 16, 32, "amp-bf16", "p.json"), ConfigError);
