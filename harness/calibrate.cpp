@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <stdexcept>
@@ -36,6 +37,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr double kTrim = 0.15;  // MeasureCollective: each end's share left out of the mean
+constexpr double kCollectiveMinSeconds = 0.3;  // MeasureCollective: timed calls per size, at least (TimeInRounds)
 
 double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -236,20 +238,36 @@ namespace {
 // 15% of rounds. A step pays every call's cost, so the mean is what adds up;
 // on a shared CPU some calls wait a scheduler tick for a core (0.4 or 3.5 ms
 // for one size), where a median jumps between the two.
-std::vector<double> TimeInRounds(DistContext& dist, size_t count, int repeats,
+//
+// Each size takes at least `repeats` rounds, and more (up to kMaxRounds)
+// until its timed calls add up to `min_seconds` (by the untimed round's
+// time; as google/benchmark runs a case to its minimum time): a mean of a
+// few two-valued calls lands anywhere between the two values, and the small
+// sizes, which a zero3 step issues some 30 times, cost little to repeat.
+std::vector<double> TimeInRounds(DistContext& dist, size_t count, int repeats, double min_seconds,
                                  const std::function<void(size_t)>& call) {
   constexpr int kBurst = 2;
+  constexpr int kMaxRounds = 80;
   std::vector<std::vector<double>> s(count);
-  for (int r = 0; r <= repeats; ++r)
-    for (size_t i = 0; i < count; ++i) {
-      dist.AllReduceSum(0);  // start together
-      call(i);
-      WaitForCurrentStream(dist.device);
-      const auto t0 = Clock::now();
-      for (int k = 0; k < kBurst; ++k) call(i);
-      WaitForCurrentStream(dist.device);
-      if (r > 0) s[i].push_back(SecondsSince(t0) / kBurst);
-    }
+  std::vector<int> rounds(count, repeats);
+  auto burst = [&](size_t i) {
+    dist.AllReduceSum(0);  // start together
+    call(i);
+    WaitForCurrentStream(dist.device);
+    const auto t0 = Clock::now();
+    for (int k = 0; k < kBurst; ++k) call(i);
+    WaitForCurrentStream(dist.device);
+    return SecondsSince(t0) / kBurst;
+  };
+  for (size_t i = 0; i < count; ++i) {  // the untimed round sizes the others, alike on every rank
+    const double first = dist.AllReduceMax(burst(i));
+    if (min_seconds > 0 && first > 0)
+      rounds[i] = std::clamp(static_cast<int>(std::ceil(min_seconds / (kBurst * first))), repeats, kMaxRounds);
+  }
+  const int most = *std::max_element(rounds.begin(), rounds.end());
+  for (int r = 0; r < most; ++r)
+    for (size_t i = 0; i < count; ++i)
+      if (r < rounds[i]) s[i].push_back(burst(i));
   std::vector<double> seconds;
   for (size_t i = 0; i < count; ++i) seconds.push_back(dist.AllReduceMax(TrimmedMean(s[i], kTrim)));
   return seconds;
@@ -285,7 +303,7 @@ LinkMeasurement MeasureCollective(DistContext& dist, Collective c, const std::ve
                                                                              : torch::empty_like(slice)});
   }
   const std::vector<double> seconds = TimeInRounds(
-      dist, sizes.size(), repeats, [&](size_t i) { Issue(dist, c, buffers[i].in, buffers[i].out)->wait(); });
+      dist, sizes.size(), repeats, kCollectiveMinSeconds, [&](size_t i) { Issue(dist, c, buffers[i].in, buffers[i].out)->wait(); });
   LinkMeasurement m{CollectiveName(c), dist.world, {}};
   for (size_t i = 0; i < sizes.size(); ++i) m.points.emplace_back(buffers[i].bytes, seconds[i]);
   return m;
@@ -355,7 +373,7 @@ LinkMeasurement MeasurePointToPoint(DistContext& dist, const std::vector<int64_t
   std::vector<double> round_trip;
   {
     const AllCoresForNow unpinned;  // the link, not a pinned rank's wake-ups
-    round_trip = TimeInRounds(dist, sizes.size(), repeats, exchange);
+    round_trip = TimeInRounds(dist, sizes.size(), repeats, 0, exchange);
   }
   LinkMeasurement m{CollectiveName(Collective::kP2P), 2, {}};
   for (size_t i = 0; i < sizes.size(); ++i)  // half a round trip: one hand-off
