@@ -36,7 +36,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr double kTrim = 0.15;  // MeasureCollective: each end's share left out of the mean
+constexpr double kTrim = 0.15;  // each end's share of rounds left out of a mean
 constexpr double kCollectiveMinSeconds = 0.3;  // MeasureCollective: timed calls per size, at least (TimeInRounds)
 
 double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -169,10 +169,15 @@ std::pair<double, double> PerCallAndPerMiB(const std::vector<std::pair<double, d
 // calls' own time beside it, against the same calls alone,
 // Profile::comm_loaded_*. Each is a difference of two noisy timings (a
 // zero3 step pays the per-call terms some 30 times), so the three are timed
-// in turn, kInterferenceRounds rounds, and the medians compared: a change of
-// the machine's speed meanwhile moves all three alike.
+// in turn, kInterferenceRounds rounds, and their means compared (without
+// each end's kTrim, as the link's table): a change of the machine's speed
+// meanwhile moves all three alike. Not medians: a round holds 2-5 calls of
+// 64 KiB, each 0.7-1.5 or 3-6 ms beside the computation on loopback, and
+// over 15 rounds the median put the loaded per-call term at 0.8 and 2.3 ms
+// in two calibrations a minute apart; the trimmed mean of 45 rounds, 0-0.18
+// ms in four. A step pays every call, so the mean is what adds up.
 void MeasureInterference(ResNet model, const RunConfig& config, DistContext& dist, Profile* p) {
-  constexpr int kInterferenceRounds = 15;
+  constexpr int kInterferenceRounds = 45;
   const auto [x, y] = RandomBatch(model, config, dist.device);
   const LinkMeasurement idle = MeasureCollective(dist, Collective::kAllReduce, {int64_t{64} << 10, int64_t{4} << 20}, 5);
   std::vector<double> first;
@@ -203,8 +208,8 @@ void MeasureInterference(ResNet model, const RunConfig& config, DistContext& dis
   for (size_t i = 0; i < n; ++i) {
     const auto [bytes, idle_s] = idle.points[i];
     const double mib = bytes / (1024.0 * 1024.0);
-    compute_cost.emplace_back(mib, std::max(0.0, Median(with[i]) - Median(alone)) / calls[i]);
-    comm_cost.emplace_back(mib, std::max(0.0, Median(comm_ms[i]) / calls[i] - idle_s * 1000));
+    compute_cost.emplace_back(mib, std::max(0.0, TrimmedMean(with[i], kTrim) - TrimmedMean(alone, kTrim)) / calls[i]);
+    comm_cost.emplace_back(mib, std::max(0.0, TrimmedMean(comm_ms[i], kTrim) / calls[i] - idle_s * 1000));
   }
   std::tie(p->comm_compute_ms_per_call, p->comm_compute_ms_per_mb) = PerCallAndPerMiB(compute_cost);
   std::tie(p->comm_loaded_ms_per_call, p->comm_loaded_ms_per_mb) = PerCallAndPerMiB(comm_cost);
