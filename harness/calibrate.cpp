@@ -37,7 +37,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr double kTrim = 0.15;  // each end's share of rounds left out of a mean
-constexpr double kCollectiveMinSeconds = 0.3;  // MeasureCollective: timed calls per size, at least (TimeInRounds)
 
 double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -169,17 +168,18 @@ std::pair<double, double> PerCallAndPerMiB(const std::vector<std::pair<double, d
 // calls' own time beside it, against the same calls alone,
 // Profile::comm_loaded_*. Each is a difference of two noisy timings (a
 // zero3 step pays the per-call terms some 30 times), so the three are timed
-// in turn, kInterferenceRounds rounds, and their means compared (without
+// in turn, effort.interference_rounds rounds, and their means compared (without
 // each end's kTrim, as the link's table): a change of the machine's speed
 // meanwhile moves all three alike. Not medians: a round holds 2-5 calls of
 // 64 KiB, each 0.7-1.5 or 3-6 ms beside the computation on loopback, and
 // over 15 rounds the median put the loaded per-call term at 0.8 and 2.3 ms
 // in two calibrations a minute apart; the trimmed mean of 45 rounds, 0-0.18
 // ms in four. A step pays every call, so the mean is what adds up.
-void MeasureInterference(ResNet model, const RunConfig& config, DistContext& dist, Profile* p) {
-  constexpr int kInterferenceRounds = 45;
+void MeasureInterference(ResNet model, const RunConfig& config, DistContext& dist, const LinkEffort& effort,
+                         Profile* p) {
   const auto [x, y] = RandomBatch(model, config, dist.device);
-  const LinkMeasurement idle = MeasureCollective(dist, Collective::kAllReduce, {int64_t{64} << 10, int64_t{4} << 20}, 5);
+  const LinkMeasurement idle =
+      MeasureCollective(dist, Collective::kAllReduce, {int64_t{64} << 10, int64_t{4} << 20}, 5, effort.min_seconds);
   std::vector<double> first;
   for (int r = 0; r < 4; ++r) first.push_back(ComputeBeside(model, x, y, dist, nullptr).first);
   const double sizing = Median(std::vector<double>(first.begin() + 1, first.end()));  // the first untimed
@@ -193,7 +193,7 @@ void MeasureInterference(ResNet model, const RunConfig& config, DistContext& dis
   const size_t n = idle.points.size();
   std::vector<double> alone;
   std::vector<std::vector<double>> with(n), comm_ms(n);
-  for (int r = 0; r < kInterferenceRounds; ++r) {
+  for (int r = 0; r < effort.interference_rounds; ++r) {
     alone.push_back(ComputeBeside(model, x, y, dist, nullptr).first);
     for (size_t i = 0; i < n; ++i) {
       const auto [w, c] = ComputeBeside(model, x, y, dist, [&] {
@@ -216,6 +216,12 @@ void MeasureInterference(ResNet model, const RunConfig& config, DistContext& dis
 }
 
 }  // namespace
+
+// 10 rounds at least, quick sizes until their calls add up to 0.3 s, 45
+// rounds of interference: the small-call terms a zero3 step pays some 30
+// times move far less from one calibration to the next than with 10 and 15
+// (docs/projection.md, "Calibration timed to a minimum per point").
+LinkEffort CalibrationEffort() { return {10, 0.3, 45}; }
 
 std::vector<int64_t> CalibrationBatches(int64_t batch) {
   std::vector<int64_t> out{batch};
@@ -292,7 +298,8 @@ c10::intrusive_ptr<c10d::Work> Issue(DistContext& dist, Collective c, at::Tensor
 
 }  // namespace
 
-LinkMeasurement MeasureCollective(DistContext& dist, Collective c, const std::vector<int64_t>& sizes, int repeats) {
+LinkMeasurement MeasureCollective(DistContext& dist, Collective c, const std::vector<int64_t>& sizes, int repeats,
+                                  double min_seconds) {
   const auto options = torch::TensorOptions().device(dist.device);
   struct Buffers {
     double bytes;  // the whole buffer's
@@ -307,8 +314,9 @@ LinkMeasurement MeasureCollective(DistContext& dist, Collective c, const std::ve
                        c == Collective::kAllGather || dist.backend == "gloo" ? torch::empty_like(whole)
                                                                              : torch::empty_like(slice)});
   }
-  const std::vector<double> seconds = TimeInRounds(
-      dist, sizes.size(), repeats, kCollectiveMinSeconds, [&](size_t i) { Issue(dist, c, buffers[i].in, buffers[i].out)->wait(); });
+  const std::vector<double> seconds =
+      TimeInRounds(dist, sizes.size(), repeats, min_seconds,
+                   [&](size_t i) { Issue(dist, c, buffers[i].in, buffers[i].out)->wait(); });
   LinkMeasurement m{CollectiveName(c), dist.world, {}};
   for (size_t i = 0; i < sizes.size(); ++i) m.points.emplace_back(buffers[i].bytes, seconds[i]);
   return m;
@@ -393,9 +401,9 @@ namespace {
 // with something else), at most 3 times. Every rank decides alike: the
 // points are the same on every rank.
 std::pair<LinkMeasurement, Link> MeasureAllReduceLink(DistContext& dist, const std::vector<int64_t>& sizes,
-                                                      int repeats) {
+                                                      int repeats, double min_seconds) {
   for (int attempt = 1;; ++attempt, repeats *= 2) {
-    LinkMeasurement m = MeasureCollective(dist, Collective::kAllReduce, sizes, repeats);
+    LinkMeasurement m = MeasureCollective(dist, Collective::kAllReduce, sizes, repeats, min_seconds);
     try {
       Link link = FitLink(m.points, Collective::kAllReduce, dist.world, "measured");
       return {std::move(m), std::move(link)};
@@ -411,7 +419,7 @@ std::pair<LinkMeasurement, Link> MeasureAllReduceLink(DistContext& dist, const s
 
 Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, torch::Device device,
                        DistContext& dist, const std::vector<int64_t>& batches, const std::vector<int64_t>& link_sizes,
-                       int link_repeats, bool sharded_collectives, bool point_to_point) {
+                       const LinkEffort& effort, bool sharded_collectives, bool point_to_point) {
   const ResNet model = BuildModel(options, config.seed, device);
   Profile p;
   p.model = config.model, p.width = config.width, p.image_size = RunImageSize(config);
@@ -447,11 +455,11 @@ Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, to
                                            p.optimizer_ms_per_mb * static_cast<double>(p.Parameters()) *
                                                static_cast<double>(p.element_bytes) / (1024.0 * 1024.0));
   if (processes && !link_sizes.empty()) {
-    auto [m, fitted] = MeasureAllReduceLink(dist, link_sizes, link_repeats);
+    auto [m, fitted] = MeasureAllReduceLink(dist, link_sizes, effort.repeats, effort.min_seconds);
     std::vector<LinkMeasurement> sharded;  // what zero1/2/3 run instead of an all-reduce
     if (sharded_collectives)
       for (Collective c : {Collective::kReduceScatter, Collective::kAllGather})
-        sharded.push_back(MeasureCollective(dist, c, link_sizes, link_repeats));
+        sharded.push_back(MeasureCollective(dist, c, link_sizes, effort.repeats, effort.min_seconds));
     // Gloo's send and receive take host memory only (a CUDA tensor's pointer
     // aborted rank 0 on an H200), and pmp's stages across ranks run on CPU
     // devices alone (--stage-ranks): on a GPU the projection prices a hand-off
@@ -467,9 +475,9 @@ Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, to
       std::vector<int64_t> sizes{1 << 10, 4 << 10};
       for (int64_t b : link_sizes)
         if (b <= (int64_t{4} << 20)) sizes.push_back(b);
-      sharded.push_back(MeasurePointToPoint(dist, sizes, std::min(link_repeats, 5)));
+      sharded.push_back(MeasurePointToPoint(dist, sizes, std::min(effort.repeats, 5)));
     }
-    if (!device.is_cuda()) MeasureInterference(model, config, dist, &p);  // GPUs copy on their own engines
+    if (!device.is_cuda()) MeasureInterference(model, config, dist, effort, &p);  // GPUs copy on their own engines
     if (!dist.is_root()) return p;  // rank 0 fits, writes and predicts
     p.link = std::move(fitted);
     p.link->lanes = dist.comm_lanes;
@@ -502,7 +510,7 @@ int RunCalibration(const RunConfig& config, const ResNetOptions& options, torch:
   const std::vector<int64_t> batches = CalibrationBatches(config.batch_size);
   const Profile p = MeasureProfile(config, options, device, dist, batches,
                                    {16 << 10, 64 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20, 16 << 20},
-                                   10, /*sharded_collectives=*/true, /*point_to_point=*/true);
+                                   CalibrationEffort(), /*sharded_collectives=*/true, /*point_to_point=*/true);
   dist.Shutdown();
   if (dist.is_root()) {
     WriteProfile(p, config.calibrate);

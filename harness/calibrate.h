@@ -22,16 +22,29 @@ struct RunConfig;
 struct DistContext;
 struct ResNetOptions;
 
+// How long a profile's link part is timed: each collective size at least
+// `repeats` rounds and, where its calls are quick, more until they add up to
+// `min_seconds` (0: `repeats` alone); what collectives and the computation
+// cost each other (CPU devices) over `interference_rounds` rounds. --calibrate
+// takes its time (CalibrationEffort()); a run's own expectation afterwards
+// (expected.cpp) a second or so.
+struct LinkEffort {
+  int repeats = 3;
+  double min_seconds = 0;
+  int interference_rounds = 15;
+};
+LinkEffort CalibrationEffort();
+
 // The profile of this run's model: units timed at `batches`, their bytes,
 // the optimizer, and with several ranks the all-reduce at `link_sizes`
-// (none: no link), and with `sharded_collectives` the reduce-scatter and
+// (none: no link) timed with `effort`, and with `sharded_collectives` the reduce-scatter and
 // all-gather too (what zero1/2/3 run; seconds more over a slow link), and
 // with `point_to_point` a send/recv between ranks 0 and 1 (pmp's stage
 // hand-off with --stage-ranks). Every rank calls it (the link part is
 // collective).
 Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, torch::Device device,
                        DistContext& dist, const std::vector<int64_t>& batches, const std::vector<int64_t>& link_sizes,
-                       int link_repeats, bool sharded_collectives, bool point_to_point = false);
+                       const LinkEffort& effort, bool sharded_collectives, bool point_to_point = false);
 
 // Measures and writes config.calibrate; returns the exit code.
 int RunCalibration(const RunConfig& config, const ResNetOptions& model, torch::Device device, DistContext& dist);
@@ -44,11 +57,13 @@ std::vector<int64_t> CalibrationBatches(int64_t batch);
 // Collective `c` (all-reduce, reduce-scatter or all-gather, as the
 // strategies issue it on this backend) over `dist`'s group at each of
 // `sizes` bytes of the whole buffer: (bytes, seconds per call), over
-// `repeats` rounds after an untimed one, each round taking the sizes in turn
+// `repeats` rounds after an untimed one (more for a size whose calls add up
+// to less than `min_seconds`, up to 80), each round taking the sizes in turn
 // and timing two back-to-back calls of each after an untimed call; the mean
 // over rounds without the fastest and slowest 15%; every rank keeps the
 // slowest rank's.
-LinkMeasurement MeasureCollective(DistContext& dist, Collective c, const std::vector<int64_t>& sizes, int repeats);
+LinkMeasurement MeasureCollective(DistContext& dist, Collective c, const std::vector<int64_t>& sizes, int repeats,
+                                  double min_seconds);
 
 // One point-to-point hand-off between ranks 0 and 1 at each of `sizes`
 // bytes: half of a send-and-send-back, rounds and bursts as

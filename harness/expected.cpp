@@ -118,7 +118,7 @@ std::map<std::string, std::string> ExpectThisRun(const RunConfig& c, const ResNe
     if (micro > 1 && c.batch_size % micro == 0) batches.push_back(c.batch_size / micro);
     try {
       const bool zero = c.strategy.rfind("zero", 0) == 0;  // the only ones to reduce-scatter and all-gather
-      p = MeasureProfile(c, options, devices.front(), dist, batches, {64 << 10, 1 << 20, 4 << 20}, 3, zero,
+      p = MeasureProfile(c, options, devices.front(), dist, batches, {64 << 10, 1 << 20, 4 << 20}, LinkEffort{}, zero,
                          /*point_to_point=*/pipeline);
       if (!p.link && devices.size() > 1 && dist.world == 1) p.link = MeasureCopyLink(devices);
     } catch (const std::invalid_argument& e) {  // a fit the timings could not give (a loaded machine)
