@@ -26,8 +26,8 @@ struct ResNetOptions;
 // `repeats` rounds and, where its calls are quick, more until they add up to
 // `min_seconds` (0: `repeats` alone); what collectives and the computation
 // cost each other (CPU devices) over `interference_rounds` rounds. --calibrate
-// takes its time (CalibrationEffort()); a run's own expectation afterwards
-// (expected.cpp) a second or so.
+// takes its time (CalibrationEffort()); the defaults are the quick effort of a
+// run's own expectation afterwards (expected.cpp: a second or so).
 struct LinkEffort {
   int repeats = 3;
   double min_seconds = 0;
@@ -37,11 +37,11 @@ LinkEffort CalibrationEffort();
 
 // The profile of this run's model: units timed at `batches`, their bytes,
 // the optimizer, and with several ranks the all-reduce at `link_sizes`
-// (none: no link) timed with `effort`, and with `sharded_collectives` the reduce-scatter and
-// all-gather too (what zero1/2/3 run; seconds more over a slow link), and
-// with `point_to_point` a send/recv between ranks 0 and 1 (pmp's stage
-// hand-off with --stage-ranks). Every rank calls it (the link part is
-// collective).
+// (none: no link) timed with `effort`, and with `sharded_collectives` the
+// reduce-scatter and all-gather too (what zero1/2/3 run; seconds more over a
+// slow link), and with `point_to_point` a send/recv between ranks 0 and 1
+// (pmp's stage hand-off with --stage-ranks). Every rank calls it (the link
+// part is collective).
 Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, torch::Device device,
                        DistContext& dist, const std::vector<int64_t>& batches, const std::vector<int64_t>& link_sizes,
                        const LinkEffort& effort, bool sharded_collectives, bool point_to_point = false);
