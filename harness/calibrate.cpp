@@ -159,62 +159,6 @@ std::pair<double, double> PerCallAndPerMiB(const std::vector<std::pair<double, d
   return {std::max(0.0, two[0].second - per_mb * two[0].first), per_mb};
 }
 
-// What collectives and the computation cost each other when they run at the
-// same time (CPU devices: the same cores compute, move and sum the bytes).
-// The computation alone, and with n all-reduces of 64 KiB and of 4 MiB
-// issued back to back beside it (n the same on every rank, small enough for
-// them to end before it does): the computation's extra ms per call at the
-// two sizes give Profile::comm_compute_* (per call and per MiB), and the
-// calls' own time beside it, against the same calls alone,
-// Profile::comm_loaded_*. Each is a difference of two noisy timings (a
-// zero3 step pays the per-call terms some 30 times), so the three are timed
-// in turn, effort.interference_rounds rounds, and their means compared (without
-// each end's kTrim, as the link's table): a change of the machine's speed
-// meanwhile moves all three alike. Not medians: a round holds 2-5 calls of
-// 64 KiB, each 0.7-1.5 or 3-6 ms beside the computation on loopback, and
-// over 15 rounds the median put the loaded per-call term at 0.8 and 2.3 ms
-// in two calibrations a minute apart; the trimmed mean of 45 rounds, 0-0.18
-// ms in four. A step pays every call, so the mean is what adds up.
-void MeasureInterference(ResNet model, const RunConfig& config, DistContext& dist, const LinkEffort& effort,
-                         Profile* p) {
-  const auto [x, y] = RandomBatch(model, config, dist.device);
-  const LinkMeasurement idle =
-      MeasureCollective(dist, Collective::kAllReduce, {int64_t{64} << 10, int64_t{4} << 20}, 5, effort.min_seconds);
-  std::vector<double> first;
-  for (int r = 0; r < 4; ++r) first.push_back(ComputeBeside(model, x, y, dist, nullptr).first);
-  const double sizing = Median(std::vector<double>(first.begin() + 1, first.end()));  // the first untimed
-  std::vector<int> calls;
-  std::vector<std::vector<at::Tensor>> buffers;
-  for (const auto& [bytes, idle_s] : idle.points) {
-    const double fits = std::clamp(std::floor(0.6 * sizing / (idle_s * 1000)), 1.0, 20.0);
-    calls.push_back(static_cast<int>(-dist.AllReduceMax(-fits)));  // the fewest any rank can take
-    buffers.push_back({torch::ones({static_cast<int64_t>(bytes) / 4}, torch::TensorOptions().device(dist.device))});
-  }
-  const size_t n = idle.points.size();
-  std::vector<double> alone;
-  std::vector<std::vector<double>> with(n), comm_ms(n);
-  for (int r = 0; r < effort.interference_rounds; ++r) {
-    alone.push_back(ComputeBeside(model, x, y, dist, nullptr).first);
-    for (size_t i = 0; i < n; ++i) {
-      const auto [w, c] = ComputeBeside(model, x, y, dist, [&] {
-        for (int k = 0; k < calls[i]; ++k) dist.group->allreduce(buffers[i])->wait();
-      });
-      with[i].push_back(w);
-      comm_ms[i].push_back(c);
-    }
-  }
-  // (MiB, extra ms per call) of the computation, and of the collectives themselves
-  std::vector<std::pair<double, double>> compute_cost, comm_cost;
-  for (size_t i = 0; i < n; ++i) {
-    const auto [bytes, idle_s] = idle.points[i];
-    const double mib = bytes / (1024.0 * 1024.0);
-    compute_cost.emplace_back(mib, std::max(0.0, TrimmedMean(with[i], kTrim) - TrimmedMean(alone, kTrim)) / calls[i]);
-    comm_cost.emplace_back(mib, std::max(0.0, TrimmedMean(comm_ms[i], kTrim) / calls[i] - idle_s * 1000));
-  }
-  std::tie(p->comm_compute_ms_per_call, p->comm_compute_ms_per_mb) = PerCallAndPerMiB(compute_cost);
-  std::tie(p->comm_loaded_ms_per_call, p->comm_loaded_ms_per_mb) = PerCallAndPerMiB(comm_cost);
-}
-
 }  // namespace
 
 // 10 rounds at least, quick sizes until their calls add up to 0.3 s, 45
@@ -232,9 +176,6 @@ std::vector<int64_t> CalibrationBatches(int64_t batch) {
 
 namespace {
 
-// Starts one `c` of `in` (the whole buffer, S bytes) as the strategies run it
-// on this backend: zero_sharded reduces-scatters over Gloo with an all-to-all
-// of the same bytes (Gloo has no reduce-scatter of one buffer).
 // Seconds of one call(i) at each of `count` sizes, every rank keeping the
 // slowest rank's (a collective ends for all when the slowest rank's part
 // does, so every rank fits the same link). Rounds over every size in turn
@@ -284,6 +225,29 @@ std::vector<double> TimeInRounds(DistContext& dist, size_t count, int repeats, d
   return seconds;
 }
 
+// One call's tensors of `c` over a buffer of about `bytes` (S, rounded to
+// split evenly over the ranks): the all-gather sends its slice and receives
+// S; Gloo's all-to-all (reduce-scatter) and the all-reduce take S, NCCL's
+// reduce-scatter returns a slice.
+struct CallBuffers {
+  double bytes;  // the whole buffer's
+  at::Tensor in, out;
+};
+int64_t WholeNumel(const DistContext& dist, int64_t bytes) {
+  return std::max<int64_t>(1, bytes / 4 / dist.world) * dist.world;
+}
+CallBuffers BuffersFor(const DistContext& dist, Collective c, int64_t bytes) {
+  const auto options = torch::TensorOptions().device(dist.device);
+  const int64_t numel = WholeNumel(dist, bytes);
+  at::Tensor whole = torch::ones({numel}, options);
+  at::Tensor slice = torch::ones({numel / dist.world}, options);
+  return {static_cast<double>(numel * 4), c == Collective::kAllGather ? slice : whole,
+          c == Collective::kAllGather || dist.backend == "gloo" ? torch::empty_like(whole) : torch::empty_like(slice)};
+}
+
+// Starts one `c` of `in` (the whole buffer, S bytes) as the strategies run it
+// on this backend: zero_sharded reduces-scatters over Gloo with an all-to-all
+// of the same bytes (Gloo has no reduce-scatter of one buffer).
 c10::intrusive_ptr<c10d::Work> Issue(DistContext& dist, Collective c, at::Tensor& in, at::Tensor& out) {
   std::vector<at::Tensor> one{in};
   std::vector<int64_t> equal_splits;
@@ -300,20 +264,8 @@ c10::intrusive_ptr<c10d::Work> Issue(DistContext& dist, Collective c, at::Tensor
 
 LinkMeasurement MeasureCollective(DistContext& dist, Collective c, const std::vector<int64_t>& sizes, int repeats,
                                   double min_seconds) {
-  const auto options = torch::TensorOptions().device(dist.device);
-  struct Buffers {
-    double bytes;  // the whole buffer's
-    at::Tensor in, out;
-  };
-  std::vector<Buffers> buffers;
-  for (int64_t bytes : sizes) {
-    const int64_t numel = std::max<int64_t>(1, bytes / 4 / dist.world) * dist.world;  // S, divisible by the ranks
-    at::Tensor whole = torch::ones({numel}, options);
-    at::Tensor slice = torch::ones({numel / dist.world}, options);
-    buffers.push_back({static_cast<double>(numel * 4), c == Collective::kAllGather ? slice : whole,
-                       c == Collective::kAllGather || dist.backend == "gloo" ? torch::empty_like(whole)
-                                                                             : torch::empty_like(slice)});
-  }
+  std::vector<CallBuffers> buffers;
+  for (int64_t bytes : sizes) buffers.push_back(BuffersFor(dist, c, bytes));
   const std::vector<double> seconds =
       TimeInRounds(dist, sizes.size(), repeats, min_seconds,
                    [&](size_t i) { Issue(dist, c, buffers[i].in, buffers[i].out)->wait(); });
@@ -396,6 +348,121 @@ LinkMeasurement MeasurePointToPoint(DistContext& dist, const std::vector<int64_t
 
 namespace {
 
+// What collectives and the computation cost each other when they run at the
+// same time (CPU devices: the same cores compute, move and sum the bytes).
+// The computation alone, and with n calls of 64 KiB and of 4 MiB issued back
+// to back beside it (n the same on every rank, small enough for them to end
+// before it does): the computation's extra ms per call at the two sizes give
+// the compute terms of Profile::CommTerms (per call and per MiB), and the
+// calls' own time beside it, against the same calls alone (IdleMs), the
+// loaded ones.
+//
+// One set of terms per group of collectives (`groups`, each group's kinds
+// taken in turn), as the strategies issue them: ddp all-reduces, zero1/2/3
+// all-gather and reduce-scatter (zero3 some 30 times a step), and one kind
+// is no stand-in for another. On this 2-core VM, 64 KiB calls alone and
+// beside a computation, 15 rounds of 8 (trimmed means, ms; torch.distributed
+// over Gloo, loopback and a 2 Gbit/s tbf pair): all-reduce 1.4-1.8 alone
+// (median 0.4: a heavy tail of slow calls) and 0.8-1.1 beside it on
+// loopback, 0.3-0.6 slower beside it at 2 Gbit/s; all-gather and all-to-all
+// 0.2-0.7 alone and 0.4-1.0 slower beside it on both. The all-reduce's terms
+// priced zero3's calls until 2026-11-26: 0.0-0.5 ms per call on loopback and
+// 0.6-1.7 over the shaped links, where zero3 was predicted 12-19% fast and
+// 8-16% slow (docs/projection.md).
+//
+// Each is a difference of two noisy timings, so the computation alone and
+// beside each group's calls are timed in turn, effort.interference_rounds
+// rounds, and their means compared (without each end's kTrim, as the link's
+// table): a change of the machine's speed meanwhile moves all alike. Means,
+// not medians: a step pays every call.
+// Ms of one call of `c` alone at each of `sizes`: the link's own table
+// point (`tables`, just measured), else measured here. The table's: the
+// prediction prices a call by that point plus the loaded term, so at the
+// measured sizes the two add up to the calls' own time beside the
+// computation; an idle figure of its own would add its noise to the term (on
+// this VM a 64 KiB all-gather alone came out 1.14 and 0.82 ms in two
+// calibrations a minute apart).
+std::vector<double> IdleMs(DistContext& dist, Collective c, const std::vector<int64_t>& sizes,
+                           const std::vector<LinkMeasurement>& tables, const LinkEffort& effort) {
+  std::vector<double> ms;
+  for (const LinkMeasurement& t : tables) {
+    if (t.collective != CollectiveName(c)) continue;
+    for (int64_t bytes : sizes) {
+      const double exact = static_cast<double>(WholeNumel(dist, bytes) * 4);
+      for (const auto& [b, seconds] : t.points)
+        if (b == exact) ms.push_back(seconds * 1000);
+    }
+  }
+  if (ms.size() == sizes.size()) return ms;
+  ms.clear();
+  for (const auto& [b, seconds] : MeasureCollective(dist, c, sizes, 5, effort.min_seconds).points)
+    ms.push_back(seconds * 1000);
+  return ms;
+}
+
+std::vector<Profile::CommTerms> MeasureInterference(ResNet model, const RunConfig& config, DistContext& dist,
+                                                    const LinkEffort& effort,
+                                                    const std::vector<std::vector<Collective>>& groups,
+                                                    const std::vector<LinkMeasurement>& tables) {
+  const auto [x, y] = RandomBatch(model, config, dist.device);
+  const std::vector<int64_t> sizes{int64_t{64} << 10, int64_t{4} << 20};
+  std::vector<double> first;
+  for (int r = 0; r < 4; ++r) first.push_back(ComputeBeside(model, x, y, dist, nullptr).first);
+  const double sizing = Median(std::vector<double>(first.begin() + 1, first.end()));  // the first untimed
+  struct Calls {  // one group's calls of one size beside a computation
+    std::vector<Collective> kinds;
+    std::vector<CallBuffers> buffers;  // per kind
+    int n = 0;
+    double idle_ms = 0;                  // one call alone, the kinds in turn as issued
+    std::vector<double> with, comm_ms;   // per round: the computation, and the calls, beside each other
+  };
+  std::vector<std::vector<Calls>> calls(groups.size());  // per group, per size
+  for (size_t g = 0; g < groups.size(); ++g) {
+    std::vector<std::vector<double>> idle;  // per kind, per size: ms of one call alone
+    for (Collective c : groups[g]) idle.push_back(IdleMs(dist, c, sizes, tables, effort));
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      Calls& k = calls[g].emplace_back();
+      k.kinds = groups[g];
+      double mean_kind = 0;
+      for (const auto& ms : idle) mean_kind += ms[i] / static_cast<double>(idle.size());
+      const double fits = std::clamp(std::floor(0.6 * sizing / mean_kind), 1.0, 20.0);
+      k.n = static_cast<int>(-dist.AllReduceMax(-fits));  // the fewest any rank can take
+      for (int c = 0; c < k.n; ++c) k.idle_ms += idle[c % idle.size()][i] / k.n;
+      for (Collective c : k.kinds) k.buffers.push_back(BuffersFor(dist, c, sizes[i]));
+    }
+  }
+  std::vector<double> alone;
+  for (int r = 0; r < effort.interference_rounds; ++r) {
+    alone.push_back(ComputeBeside(model, x, y, dist, nullptr).first);
+    for (auto& group : calls)
+      for (Calls& k : group) {
+        const auto [w, c] = ComputeBeside(model, x, y, dist, [&k, &dist] {
+          for (int c = 0; c < k.n; ++c) {
+            CallBuffers& b = k.buffers[c % k.kinds.size()];
+            Issue(dist, k.kinds[c % k.kinds.size()], b.in, b.out)->wait();
+          }
+        });
+        k.with.push_back(w);
+        k.comm_ms.push_back(c);
+      }
+  }
+  std::vector<Profile::CommTerms> out;
+  for (const auto& group : calls) {
+    // (MiB, extra ms per call) of the computation, and of the collectives themselves
+    std::vector<std::pair<double, double>> compute_cost, comm_cost;
+    for (const Calls& k : group) {
+      const double mib = k.buffers[0].bytes / (1024.0 * 1024.0);
+      compute_cost.emplace_back(mib, std::max(0.0, TrimmedMean(k.with, kTrim) - TrimmedMean(alone, kTrim)) / k.n);
+      comm_cost.emplace_back(mib, std::max(0.0, TrimmedMean(k.comm_ms, kTrim) / k.n - k.idle_ms));
+    }
+    Profile::CommTerms& t = out.emplace_back();
+    std::tie(t.compute_ms_per_call, t.compute_ms_per_mb) = PerCallAndPerMiB(compute_cost);
+    std::tie(t.loaded_ms_per_call, t.loaded_ms_per_mb) = PerCallAndPerMiB(comm_cost);
+  }
+  return out;
+}
+
+
 // The all-reduce over `dist`'s group, measured and fitted; measured again
 // (more repeats) while the times do not grow with the size (a machine busy
 // with something else), at most 3 times. Every rank decides alike: the
@@ -477,7 +544,16 @@ Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, to
         if (b <= (int64_t{4} << 20)) sizes.push_back(b);
       sharded.push_back(MeasurePointToPoint(dist, sizes, std::min(effort.repeats, 5)));
     }
-    if (!device.is_cuda()) MeasureInterference(model, config, dist, effort, &p);  // GPUs copy on their own engines
+    if (!device.is_cuda()) {  // GPUs copy on their own engines
+      std::vector<std::vector<Collective>> groups{{Collective::kAllReduce}};
+      if (sharded_collectives) groups.push_back({Collective::kAllGather, Collective::kReduceScatter});
+      std::vector<LinkMeasurement> tables = sharded;
+      tables.push_back(m);
+      const std::vector<Profile::CommTerms> terms = MeasureInterference(model, config, dist, effort, groups, tables);
+      p.comm_compute_ms_per_call = terms[0].compute_ms_per_call, p.comm_compute_ms_per_mb = terms[0].compute_ms_per_mb;
+      p.comm_loaded_ms_per_call = terms[0].loaded_ms_per_call, p.comm_loaded_ms_per_mb = terms[0].loaded_ms_per_mb;
+      if (sharded_collectives) p.sharded_comm = terms[1];
+    }
     if (!dist.is_root()) return p;  // rank 0 fits, writes and predicts
     p.link = std::move(fitted);
     p.link->lanes = dist.comm_lanes;
@@ -498,10 +574,14 @@ Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, to
                 e.what());
       }
     }
-    LogInfo("link over {} ranks: alpha {:.1f} us, {:.3f} GB/s ({}); beside the computation each collective costs "
+    LogInfo("link over {} ranks: alpha {:.1f} us, {:.3f} GB/s ({}); beside the computation an all-reduce costs "
             "it {:.3f} ms + {:.3f} ms/MiB and takes {:.3f} ms + {:.3f} ms/MiB longer", dist.world,
             p.link->alpha_s * 1e6, p.link->bandwidth / 1e9, p.link->source, p.comm_compute_ms_per_call,
             p.comm_compute_ms_per_mb, p.comm_loaded_ms_per_call, p.comm_loaded_ms_per_mb);
+    if (p.sharded_comm)
+      LogInfo("beside the computation an all-gather or reduce-scatter costs it {:.3f} ms + {:.3f} ms/MiB and takes "
+              "{:.3f} ms + {:.3f} ms/MiB longer", p.sharded_comm->compute_ms_per_call,
+              p.sharded_comm->compute_ms_per_mb, p.sharded_comm->loaded_ms_per_call, p.sharded_comm->loaded_ms_per_mb);
   }
   return p;
 }

@@ -48,6 +48,11 @@ std::vector<UnitCost> Profile::CostAt(int64_t batch, bool* scaled) const {
   return out;
 }
 
+Profile::CommTerms Profile::CommTermsOf(Collective c) const {
+  if (sharded_comm && (c == Collective::kAllGather || c == Collective::kReduceScatter)) return *sharded_comm;
+  return {comm_compute_ms_per_call, comm_compute_ms_per_mb, comm_loaded_ms_per_call, comm_loaded_ms_per_mb};
+}
+
 void WriteProfile(const Profile& p, const std::string& path) {
   nlohmann::json units = nlohmann::json::array();
   for (const UnitProfile& u : p.units) {
@@ -67,6 +72,11 @@ void WriteProfile(const Profile& p, const std::string& path) {
                       {"comm_loaded_ms_per_call", p.comm_loaded_ms_per_call},
                       {"comm_loaded_ms_per_mb", p.comm_loaded_ms_per_mb},
                       {"buffer_broadcast_bytes", p.buffer_broadcast_bytes}, {"units", units}};
+  if (p.sharded_comm)  // the field names of the four all-reduce terms, so that one --set changes both
+    j["sharded_comm"] = {{"comm_compute_ms_per_call", p.sharded_comm->compute_ms_per_call},
+                         {"comm_compute_ms_per_mb", p.sharded_comm->compute_ms_per_mb},
+                         {"comm_loaded_ms_per_call", p.sharded_comm->loaded_ms_per_call},
+                         {"comm_loaded_ms_per_mb", p.sharded_comm->loaded_ms_per_mb}};
   if (p.comm_wake_ms) j["comm_wake_ms"] = *p.comm_wake_ms;
   if (p.comm_core_latency_ms) j["comm_core_latency_ms"] = *p.comm_core_latency_ms;
   if (p.link) {
@@ -185,6 +195,15 @@ Profile ReadProfile(const std::string& path) {
                             std::pair{"comm_loaded_ms_per_call", &p.comm_loaded_ms_per_call},
                             std::pair{"comm_loaded_ms_per_mb", &p.comm_loaded_ms_per_mb}})
     if (j.contains(key)) *field = std::max(0.0, Field<double>(j, key, path));
+  if (j.contains("sharded_comm")) {  // optional: profiles written before it price every collective alike
+    Profile::CommTerms& t = p.sharded_comm.emplace();
+    const nlohmann::json& sharded = j["sharded_comm"];
+    for (auto [key, field] : {std::pair{"comm_compute_ms_per_call", &t.compute_ms_per_call},
+                              std::pair{"comm_compute_ms_per_mb", &t.compute_ms_per_mb},
+                              std::pair{"comm_loaded_ms_per_call", &t.loaded_ms_per_call},
+                              std::pair{"comm_loaded_ms_per_mb", &t.loaded_ms_per_mb}})
+      *field = std::max(0.0, Field<double>(sharded, key, path + " sharded_comm"));
+  }
   for (auto [key, field] : {std::pair{"comm_wake_ms", &p.comm_wake_ms},
                             std::pair{"comm_core_latency_ms", &p.comm_core_latency_ms}})
     if (j.contains(key) && !j[key].is_null())  // optional: null or absent, calls do not wait

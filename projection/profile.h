@@ -58,6 +58,16 @@ struct Profile {
   // core, and sums on a shared one), per call and per MiB, measured with the
   // same all-reduces beside a forward and backward.
   double comm_loaded_ms_per_call = 0, comm_loaded_ms_per_mb = 0;
+  // The four terms above are the all-reduce's (and any collective's without
+  // its own). These are the same four measured with the calls zero1/2/3
+  // issue instead, all-gathers and reduce-scatters in turn, and price those
+  // two collectives; absent (profiles written before them, a ddp run's own
+  // expectation) the four above price every collective.
+  struct CommTerms {
+    double compute_ms_per_call = 0, compute_ms_per_mb = 0, loaded_ms_per_call = 0, loaded_ms_per_mb = 0;
+  };
+  std::optional<CommTerms> sharded_comm;
+  CommTerms CommTermsOf(Collective c) const;
   // Where the ranks compute on the cores that run their calls (CPU devices):
   // how long after a stretch of computation a call that would have ended
   // during it ends, and how long after its due end the scheduler lets it

@@ -104,7 +104,7 @@ Profile ScaledToDevice(Profile p, int64_t batch, double img_s) {
     for (auto& [b, c] : u.cost) c.forward_ms *= k, c.backward_ms *= k;
   p.step_overhead_ms *= k, p.optimizer_ms_per_mb *= k;
   p.comm_compute_ms_per_call = p.comm_compute_ms_per_mb = p.comm_loaded_ms_per_call = p.comm_loaded_ms_per_mb = 0;
-  p.comm_wake_ms.reset(), p.comm_core_latency_ms.reset();
+  p.sharded_comm.reset(), p.comm_wake_ms.reset(), p.comm_core_latency_ms.reset();
   return p;
 }
 

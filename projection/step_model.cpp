@@ -94,7 +94,8 @@ namespace {
 
 // A step's operations on the two streams (timeline.h) as a strategy issues
 // them: compute counted as it is added; each collective on the link (plus
-// the time a loaded CPU adds to it, Profile::comm_loaded_*; none on one
+// the time a loaded CPU adds to it, Profile::comm_loaded_* or its
+// sharded_comm for the all-gather and reduce-scatter; none on one
 // device, where the strategies issue no collectives), and
 // on devices that move the bytes themselves what it costs the computation
 // (Profile::comm_compute_*) taken from the compute stream where it is issued.
@@ -116,12 +117,13 @@ class StepBuilder {
   // call's bytes at a time).
   int Collective(Collective kind, double bytes, std::vector<int> after) {
     if (t_.world() == 1) return Add(1, 0, std::move(after));  // one rank: the strategies issue none
-    const double loaded_bytes = p_.comm_loaded_ms_per_mb * bytes / kMiB;
+    const Profile::CommTerms terms = p_.CommTermsOf(kind);
+    const double loaded_bytes = terms.loaded_ms_per_mb * bytes / kMiB;
     const double on_link = Ms(TopologySeconds(t_, kind, bytes));
     const double per_call = std::min(on_link, Ms(TopologySeconds(t_, kind, 0)));
-    const double serial = on_link - per_call + std::min(per_call, p_.comm_compute_ms_per_call) + loaded_bytes;
-    const int id = Add(1, on_link + p_.comm_loaded_ms_per_call + loaded_bytes, std::move(after), serial);
-    const double interference = p_.comm_compute_ms_per_call + p_.comm_compute_ms_per_mb * bytes / kMiB;
+    const double serial = on_link - per_call + std::min(per_call, terms.compute_ms_per_call) + loaded_bytes;
+    const int id = Add(1, on_link + terms.loaded_ms_per_call + loaded_bytes, std::move(after), serial);
+    const double interference = terms.compute_ms_per_call + terms.compute_ms_per_mb * bytes / kMiB;
     if (interference > 0) Add(0, interference, {});  // counted as communication, not compute
     return id;
   }

@@ -260,6 +260,14 @@ TEST(StepModel, DdpExposesWhatTheLastBucketLeavesAfterBackward) {
   EXPECT_NEAR(PredictDdp(p, p.CostAt(8), t, 1.0).step_ms, 14.0, 1e-9);
   EXPECT_NEAR(PredictDdp(p, p.CostAt(8), OneNode(1, TestLink(0, 1024.0 * 1024 * 1000)), 1.0).step_ms, 9.0, 1e-9);
   p.comm_loaded_ms_per_mb = 0, p.comm_compute_ms_per_call = 0;
+  // The terms measured with all-gathers and reduce-scatters price those two only: ddp's
+  // all-reduces keep the step of no loaded terms.
+  p.sharded_comm = Profile::CommTerms{0.5, 0.5, 2.0, 2.0};
+  EXPECT_NEAR(PredictDdp(p, p.CostAt(8), t, 1.0).step_ms, 10.0, 1e-9);
+  EXPECT_DOUBLE_EQ(p.CommTermsOf(Collective::kAllGather).loaded_ms_per_call, 2.0);
+  EXPECT_DOUBLE_EQ(p.CommTermsOf(Collective::kReduceScatter).compute_ms_per_mb, 0.5);
+  EXPECT_DOUBLE_EQ(p.CommTermsOf(Collective::kBroadcast).loaded_ms_per_call, 0.0);
+  p.sharded_comm.reset();
   // The optimizer runs after the last all-reduce: 0.5 ms per MiB x 3 MiB.
   p.optimizer_ms_per_mb = 0.5;
   EXPECT_NEAR(PredictDdp(p, p.CostAt(8), t, 1.0).step_ms, 11.5, 1e-9);
@@ -305,6 +313,14 @@ TEST(StepModel, Zero3KeepsItsLastUnitForItsBackward) {
   EXPECT_NEAR(s.step_ms, 7.0, 1e-9);
   EXPECT_NEAR(s.compute_ms, 6.0, 1e-9);
   EXPECT_NEAR(s.exposed_comm_ms, 1.0, 1e-9);
+  // A loaded CPU adds 0.5 ms to every gather and scatter (the profile's sharded_comm; the
+  // all-reduce's terms, here 3 ms, price neither): each call 1 ms. G0 [0,1], G1 [1,2], F0
+  // [1,2], F1 [2,3], B1 [3,5] beside G0 [3,4], scatter [5,6], B0 [5,7], scatter [7,8].
+  Profile loaded = p;
+  loaded.comm_loaded_ms_per_call = 3.0;
+  loaded.sharded_comm = Profile::CommTerms{0, 0, 0.5, 0};
+  EXPECT_NEAR(PredictZero(loaded, p.CostAt(8), OneNode(2, TestLink(0, 1024.0 * 1024 * 1000)), 1.0, 3).step_ms, 8.0,
+              1e-9);
 }
 
 TEST(StepModel, Zero3StartsANeighboursGatherOnceAUnitsOwnHasEnded) {
@@ -386,6 +402,7 @@ TEST(Profile, RoundTripsAndRefusesAnotherModel) {
   p.link_points.push_back({"all-gather", 2, {{1e6, 0.002}, {2e6, 0.003}}});
   p.link->lanes = 2;
   p.comm_loaded_ms_per_call = 0.25;
+  p.sharded_comm = Profile::CommTerms{0.1, 0.2, 0.3, 0.4};
   p.comm_wake_ms = 0.2, p.comm_core_latency_ms = 4;
   p.buffer_broadcast_bytes = {9600, 160};
   WriteProfile(p, dir.path() + "/p.json");
@@ -403,6 +420,12 @@ TEST(Profile, RoundTripsAndRefusesAnotherModel) {
   EXPECT_NEAR(back.link->own.at(Collective::kAllGather).alpha_s, 3e-4, 1e-12);
   EXPECT_NEAR(back.link->own.at(Collective::kAllGather).bandwidth, 0.7e9, 1);
   EXPECT_DOUBLE_EQ(back.comm_loaded_ms_per_call, 0.25);
+  ASSERT_TRUE(back.sharded_comm);
+  EXPECT_DOUBLE_EQ(back.sharded_comm->compute_ms_per_call, 0.1);
+  EXPECT_DOUBLE_EQ(back.sharded_comm->compute_ms_per_mb, 0.2);
+  EXPECT_DOUBLE_EQ(back.sharded_comm->loaded_ms_per_call, 0.3);
+  EXPECT_DOUBLE_EQ(back.sharded_comm->loaded_ms_per_mb, 0.4);
+  EXPECT_FALSE(UniformProfile(1, 8).sharded_comm);  // older profiles: every collective priced alike
   EXPECT_EQ(back.comm_wake_ms, 0.2);
   EXPECT_EQ(back.comm_core_latency_ms, 4.0);
   EXPECT_FALSE(UniformProfile(1, 8).comm_wake_ms);  // none unless set
