@@ -461,6 +461,10 @@ TEST(Profile, RoundTripsAndRefusesAnotherModel) {
   ASSERT_NE(latency, std::string::npos) << text;
   refused("wake.json", std::string(text).replace(latency, 22, "\"unused\""),
           "comm_wake_ms without comm_core_latency_ms: give both or neither", "one of the two core-wait terms");
+  const size_t sharded = text.find("\"comm_loaded_ms_per_mb\": 0.4");
+  ASSERT_NE(sharded, std::string::npos) << text;
+  refused("sharded.json", std::string(text).replace(sharded, 28, "\"comm_loaded_ms_per_mb\": \"fast\""),
+          "sharded_comm: field 'comm_loaded_ms_per_mb' has the wrong type", "a term that is not a number");
   WriteFile(dir.path() + "/old.json", std::string(text).replace(lanes, 11, ""));  // written before lanes
   EXPECT_EQ(ReadProfile(dir.path() + "/old.json").link->lanes, 1);
   refused("bad.json", "{\"version\": 1}", "field 'model' is missing", "a profile without fields");
