@@ -348,6 +348,31 @@ LinkMeasurement MeasurePointToPoint(DistContext& dist, const std::vector<int64_t
 
 namespace {
 
+// Ms of one call of `c` alone at each of `sizes`: the link's own table
+// point (`tables`, just measured), else measured here. The table's: the
+// prediction prices a call by that point plus the loaded term, so at the
+// measured sizes the two add up to the calls' own time beside the
+// computation; an idle figure of its own would add its noise to the term (on
+// this VM a 64 KiB all-gather alone came out 1.14 and 0.82 ms in two
+// calibrations a minute apart).
+std::vector<double> IdleMs(DistContext& dist, Collective c, const std::vector<int64_t>& sizes,
+                           const std::vector<LinkMeasurement>& tables, const LinkEffort& effort) {
+  std::vector<double> ms;
+  for (const LinkMeasurement& t : tables) {
+    if (t.collective != CollectiveName(c)) continue;
+    for (int64_t bytes : sizes) {
+      const double exact = static_cast<double>(WholeNumel(dist, bytes) * 4);
+      for (const auto& [b, seconds] : t.points)
+        if (b == exact) ms.push_back(seconds * 1000);
+    }
+  }
+  if (ms.size() == sizes.size()) return ms;
+  ms.clear();
+  for (const auto& [b, seconds] : MeasureCollective(dist, c, sizes, 5, effort.min_seconds).points)
+    ms.push_back(seconds * 1000);
+  return ms;
+}
+
 // What collectives and the computation cost each other when they run at the
 // same time (CPU devices: the same cores compute, move and sum the bytes).
 // The computation alone, and with n calls of 64 KiB and of 4 MiB issued back
@@ -375,31 +400,6 @@ namespace {
 // rounds, and their means compared (without each end's kTrim, as the link's
 // table): a change of the machine's speed meanwhile moves all alike. Means,
 // not medians: a step pays every call.
-// Ms of one call of `c` alone at each of `sizes`: the link's own table
-// point (`tables`, just measured), else measured here. The table's: the
-// prediction prices a call by that point plus the loaded term, so at the
-// measured sizes the two add up to the calls' own time beside the
-// computation; an idle figure of its own would add its noise to the term (on
-// this VM a 64 KiB all-gather alone came out 1.14 and 0.82 ms in two
-// calibrations a minute apart).
-std::vector<double> IdleMs(DistContext& dist, Collective c, const std::vector<int64_t>& sizes,
-                           const std::vector<LinkMeasurement>& tables, const LinkEffort& effort) {
-  std::vector<double> ms;
-  for (const LinkMeasurement& t : tables) {
-    if (t.collective != CollectiveName(c)) continue;
-    for (int64_t bytes : sizes) {
-      const double exact = static_cast<double>(WholeNumel(dist, bytes) * 4);
-      for (const auto& [b, seconds] : t.points)
-        if (b == exact) ms.push_back(seconds * 1000);
-    }
-  }
-  if (ms.size() == sizes.size()) return ms;
-  ms.clear();
-  for (const auto& [b, seconds] : MeasureCollective(dist, c, sizes, 5, effort.min_seconds).points)
-    ms.push_back(seconds * 1000);
-  return ms;
-}
-
 std::vector<Profile::CommTerms> MeasureInterference(ResNet model, const RunConfig& config, DistContext& dist,
                                                     const LinkEffort& effort,
                                                     const std::vector<std::vector<Collective>>& groups,
@@ -427,7 +427,7 @@ std::vector<Profile::CommTerms> MeasureInterference(ResNet model, const RunConfi
       for (const auto& ms : idle) mean_kind += ms[i] / static_cast<double>(idle.size());
       const double fits = std::clamp(std::floor(0.6 * sizing / mean_kind), 1.0, 20.0);
       k.n = static_cast<int>(-dist.AllReduceMax(-fits));  // the fewest any rank can take
-      for (int c = 0; c < k.n; ++c) k.idle_ms += idle[c % idle.size()][i] / k.n;
+      for (int j = 0; j < k.n; ++j) k.idle_ms += idle[j % idle.size()][i] / k.n;
       for (Collective c : k.kinds) k.buffers.push_back(BuffersFor(dist, c, sizes[i]));
     }
   }
@@ -436,14 +436,14 @@ std::vector<Profile::CommTerms> MeasureInterference(ResNet model, const RunConfi
     alone.push_back(ComputeBeside(model, x, y, dist, nullptr).first);
     for (auto& group : calls)
       for (Calls& k : group) {
-        const auto [w, c] = ComputeBeside(model, x, y, dist, [&k, &dist] {
-          for (int c = 0; c < k.n; ++c) {
-            CallBuffers& b = k.buffers[c % k.kinds.size()];
-            Issue(dist, k.kinds[c % k.kinds.size()], b.in, b.out)->wait();
+        const auto [with_ms, calls_ms] = ComputeBeside(model, x, y, dist, [&k, &dist] {
+          for (int j = 0; j < k.n; ++j) {
+            CallBuffers& b = k.buffers[j % k.kinds.size()];
+            Issue(dist, k.kinds[j % k.kinds.size()], b.in, b.out)->wait();
           }
         });
-        k.with.push_back(w);
-        k.comm_ms.push_back(c);
+        k.with.push_back(with_ms);
+        k.comm_ms.push_back(calls_ms);
       }
   }
   std::vector<Profile::CommTerms> out;
@@ -461,7 +461,6 @@ std::vector<Profile::CommTerms> MeasureInterference(ResNet model, const RunConfi
   }
   return out;
 }
-
 
 // The all-reduce over `dist`'s group, measured and fitted; measured again
 // (more repeats) while the times do not grow with the size (a machine busy
