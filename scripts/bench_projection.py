@@ -93,11 +93,14 @@ MIN_BURST = 32 * 1024
 MASTER_PORT = 29500  # a fresh namespace has every port free
 PROBE_SKIP_S = 0.5   # the probe's first half second (slow start, the full bucket) is not counted
 GOAL_MEDIAN, GOAL_MAX = 10.0, 20.0
+# What collectives and the computation cost each other: the all-reduce's at the profile's top
+# level, and under the same names in its sharded_comm (all-gathers and reduce-scatters) where it has one.
+COMM_TERMS = ("comm_compute_ms_per_call", "comm_compute_ms_per_mb", "comm_loaded_ms_per_call",
+              "comm_loaded_ms_per_mb")
 # Profile fields --set may change when --repredict predicts stored runs again: the
-# calibrated terms a change of the model or of its calibration is tried against (the first
-# four in the profile's sharded_comm as well, where it has one).
-SETTABLE = ("comm_compute_ms_per_call", "comm_compute_ms_per_mb", "comm_loaded_ms_per_call",
-            "comm_loaded_ms_per_mb", "comm_wake_ms", "comm_core_latency_ms", "step_overhead_ms", "optimizer_ms_per_mb")
+# calibrated terms a change of the model or of its calibration is tried against (COMM_TERMS
+# in the profile's sharded_comm as well).
+SETTABLE = COMM_TERMS + ("comm_wake_ms", "comm_core_latency_ms", "step_overhead_ms", "optimizer_ms_per_mb")
 
 # Children alive now (Popen), killed with their process group on any exit.
 LIVE = set()
@@ -543,7 +546,7 @@ def settled_profile(a, path, tmp):
         raise ValueError(f"{path}: not a readable profile ({e})") from None
     profile.update(a.set)
     if isinstance(profile.get("sharded_comm"), dict):  # the same terms of all-gathers and reduce-scatters
-        profile["sharded_comm"].update((k, v) for k, v in a.set.items() if k in SETTABLE[:4])
+        profile["sharded_comm"].update((k, v) for k, v in a.set.items() if k in COMM_TERMS)
     copy = os.path.join(tmp, "profile.json")
     with open(copy, "w") as f:
         json.dump(profile, f)
