@@ -112,8 +112,8 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& StrategyFla
       {"--rebalance", {"pmp"}},
       {"--fill-waits", {"pmp"}},
       {"--stage-ranks", {"mp", "pmp"}},
-      // Whole-step capture is built for single; the other strategies
-      // synchronise with the host or across processes inside their step.
+      // Whole-step capture is built for single; CheckCudaGraphs says why
+      // each other strategy is refused.
       {"--cuda-graphs", {"single"}},
   };
   return table;
@@ -137,6 +137,23 @@ void CheckFlagsApply(const RunConfig& c) {
       throw ConfigError(fmt::format("{}={}: applies only to --strategy={}, not to --strategy={}; leave it out",
                                     flag, value, Join(strategies), c.strategy));
   }
+}
+
+// --cuda-graphs on a strategy whose step cannot be captured: why, by name.
+void CheckCudaGraphs(const RunConfig& c) {
+  if (!c.cuda_graphs || c.strategy == "single") return;
+  std::string why = "its step is not built for capture";
+  if (c.strategy == "ddp")
+    why = "capturing c10d's Reducer with its NCCL all-reduces failed on an H100 (CUDA: 'operation would make the "
+          "legacy stream depend on a capturing blocking stream'), so its step runs eagerly";
+  if (c.strategy == "dp") why = "its step drives every device from a host thread of its own";
+  if (c.strategy == "mp" || c.strategy == "pmp")
+    why = "its stages run from host threads per device, or as ranks whose messages' sizes are read on the host";
+  if (c.strategy.rfind("zero", 0) == 0)
+    why = "its step times its gathers and reductions with CUDA events, which a capture cannot hold, and has no "
+          "untimed path yet";
+  throw ConfigError(fmt::format("--cuda-graphs with --strategy={}: {}; accepted: --strategy=single, or leave "
+                                "--cuda-graphs out", c.strategy, why));
 }
 
 // --rebalance: a value it accepts, and with warmup on pmp something to
@@ -381,6 +398,13 @@ void ValidateConfig(const RunConfig& c) {
     throw ConfigError(fmt::format("--cuda-graphs with --optimizer-impl={}: only the fused kernels keep their step "
                                   "count on the device, where a replayed graph can advance it; use "
                                   "--optimizer-impl=fused (the default on CUDA)", c.optimizer_impl));
+  CheckMember("--fuse", c.fuse, {"off", "bn-add-relu"});
+  if (c.fuse != "off" && c.norm != "batch")
+    throw ConfigError(fmt::format("--fuse={} with --norm={}: only BatchNorm is fused; use --norm=batch or "
+                                  "leave --fuse out", c.fuse, c.norm));
+  if (c.fuse != "off" && c.device == "cpu")
+    throw ConfigError(fmt::format("--fuse={}: the fusion runs in cuDNN, which needs --device=cuda (or auto on a "
+                                  "machine with a GPU); leave the flag out on CPU", c.fuse));
   if (c.cuda_graphs && c.device == "cpu")
     throw ConfigError("--cuda-graphs: CUDA graphs need --device=cuda (or auto on a machine with a GPU); "
                       "leave the flag out on CPU");
@@ -417,6 +441,7 @@ void ValidateConfig(const RunConfig& c) {
   CheckMember("--balance", c.balance, {"time", "params"});
   CheckMember("--units", c.units, {"auto", "blocks", "half-blocks"});
   CheckRebalance(c);
+  CheckCudaGraphs(c);
   CheckStageRanks(c);
   if (c.given.count("--chunks")) CheckAtLeast("--chunks", c.chunks, int64_t{1});
   CheckBatchNormImages(c);
@@ -502,6 +527,7 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--optimizer-impl", c.optimizer_impl,
                  "auto (CUDA: fused, CPU: per-param)|fused|foreach|per-param optimizer kernels");
   app.add_flag("--cuda-graphs", c.cuda_graphs, "CUDA: capture the whole training step once, then replay it");
+  app.add_option("--fuse", c.fuse, "off|bn-add-relu (CUDA: BatchNorm, residual add and ReLU in one cuDNN kernel)");
   app.add_option("--cpu-malloc", c.cpu_malloc,
                  "reuse (freed host memory stays mapped: no page faults per step)|system (glibc's defaults)");
   app.add_option("--cpu-device-memory-mb", c.cpu_device_memory_mb,

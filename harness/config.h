@@ -67,6 +67,7 @@ struct RunConfig {
   std::string tf32 = "on";             // on (PyTorch default: convolutions only)|off|all
   std::string optimizer_impl = "auto"; // auto|fused|foreach|per-param
   bool cuda_graphs = false;            // capture the step once, replay it
+  std::string fuse = "off";            // off|bn-add-relu: BatchNorm(+add)+ReLU fused in cuDNN
   int64_t cpu_device_memory_mb = 0;    // capacity of a CPU logical device; 0: the machine's memory
   std::string cpu_malloc = "reuse";    // reuse|system: how freed host memory comes back (memory.h)
 

@@ -27,7 +27,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Topics() {
       {"Outputs", {"--out", "--baseline", "--trace", "--run-id", "--entry", "--no-eval", "--eval-batches"}},
       {"Training to an answer", {"--time-budget", "--target-accuracy", "--eval-every", "--val-fraction",
                                  "--snapshot-dir", "--snapshot-every", "--snapshot-keep", "--resume", "--epoch-csv"}},
-      {"GPU", {"--tf32", "--cuda-graphs"}},
+      {"GPU", {"--tf32", "--cuda-graphs", "--fuse"}},
       {"Projection", {"--calibrate", "--project", "--project-csv", "--strategies", "--nodes", "--gpus-per-node",
                       "--nics-per-node", "--intra", "--inter", "--device-memory-gb", "--device-img-s", "--expected"}},
   };

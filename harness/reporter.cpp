@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "harness/config.h"
+#include "models/fused_norm.h"
 
 namespace ddpbench {
 namespace {
@@ -32,6 +33,16 @@ std::vector<double> Collect(const std::vector<RankFigures>& ranks, F field) {
 }
 
 // What ran, where, and how (the row's identity).
+// --fuse, and which kernels served it in this process: "bn-add-relu (cuDNN)",
+// or ATen's with the reason cuDNN passed (a data type it does not fuse).
+std::string FuseColumn(const std::string& fuse) {
+  if (fuse == "off") return fuse;
+  const FusedNormUse use = FusedNormUsage();
+  if (use.aten_calls == 0) return fuse + " (cuDNN)";
+  if (use.cudnn_calls == 0) return fmt::format("{} (ATen: {})", fuse, use.why_aten);
+  return fmt::format("{} (cuDNN {} calls, ATen {}: {})", fuse, use.cudnn_calls, use.aten_calls, use.why_aten);
+}
+
 void AddIdentity(const RunResult& r, Row& row) {
   const RunConfig& c = *r.config;
   row["timestamp"] = r.env.timestamp;
@@ -73,6 +84,7 @@ void AddIdentity(const RunResult& r, Row& row) {
     row["cudnn_benchmark"] = Bool(r.settings.cudnn_benchmark);
     row["cuda_graphs"] = Bool(c.cuda_graphs);
   }
+  row["fuse"] = FuseColumn(c.fuse);
 }
 
 void AddSpeed(const RunResult& r, Row& row) {

@@ -26,7 +26,7 @@ const std::vector<std::string>& ResultColumns() {
       "device_name", "threads_per_device", "oversubscribed", "model", "norm", "width",
       "small_input", "dataset", "image_size", "per_device_batch", "global_batch", "steps",
       "warmup", "epochs", "amp", "optimizer", "lr", "memory_format", "optimizer_impl", "cpu_malloc", "tf32",
-      "cudnn_benchmark", "cuda_graphs", "throughput_img_s", "repeats", "throughput_mad_img_s",
+      "cudnn_benchmark", "cuda_graphs", "fuse", "throughput_img_s", "repeats", "throughput_mad_img_s",
       "throughput_min_img_s", "throughput_max_img_s",
       "throughput_per_rank_img_s", "step_ms_p50", "step_ms_p90", "model_tflops_per_img", "mfu", "data_ms", "data_wait_ms", "data_bound_frac", "loader_img_s", "data_workers", "bad_images_skipped", "forward_ms",
       "backward_ms", "optimizer_ms", "communication_ms", "peak_mem_mb", "mem_per_device_mb",

@@ -39,6 +39,7 @@
 #include "harness/train_goal.h"
 #include "harness/trace.h"
 #include "harness/training.h"
+#include "models/fused_norm.h"
 #include "strategies/registry.h"
 #include "strategies/schedules.h"
 
@@ -103,6 +104,12 @@ RunSettings ResolveSettings(RunConfig& config, const std::vector<torch::Device>&
   const bool cuda = config.device == "cuda";
   if (config.cuda_graphs && !cuda)
     throw ConfigError("--cuda-graphs: CUDA graphs need a CUDA device; leave the flag out on CPU");
+  if (config.fuse != "off" && !cuda)
+    throw ConfigError(fmt::format("--fuse={}: the fusion runs in cuDNN, which needs a CUDA device; leave the flag "
+                                  "out on CPU", config.fuse));
+  if (config.fuse != "off" && !FusedNormHasCudnn())
+    throw ConfigError(fmt::format("--fuse={}: this ddpbench was built without cuDNN's headers (CMake found none "
+                                  "beside the torch wheel); rebuild with them or leave the flag out", config.fuse));
   RunSettings s;
   s.memory_format = config.memory_format != "auto" ? config.memory_format : cuda ? "channels_last" : "contiguous";
   s.tf32 = config.tf32;
@@ -199,6 +206,7 @@ PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, c
   run.settings = ResolveSettings(config, run.devices);
   model.channels_last = spec.channels_last = run.settings.memory_format == "channels_last";
   model.half_blocks = config.units == "half-blocks";
+  model.fuse_bn_add_relu = config.fuse == "bn-add-relu";
   ValidateResNetOptions(model);
   if (!config.data_only) CheckRunFitsDevices(run, entry.info, dist);
   if (dist.is_root()) CheckResumable(config, dist.world);

@@ -8,6 +8,8 @@
 // AnyModule so one block type serves BatchNorm, GroupNorm and frozen BatchNorm.
 #include "models/resnet.h"
 
+#include "models/fused_norm.h"
+
 #include <torch/torch.h>
 
 #include <array>
@@ -86,6 +88,24 @@ torch::Tensor Relu(torch::Tensor x) {
   return x;
 }
 
+// The blocks' norm epilogues: relu(norm(x)) and relu(norm(x) + z), as one
+// fused node when `fuse` (BatchNorm only, fused_norm.h), else as torchvision
+// writes them (the reference, and every other norm).
+torch::Tensor NormRelu(torch::nn::AnyModule& norm, const torch::Tensor& x, bool fuse) {
+  if (fuse) {
+    if (auto bn = std::dynamic_pointer_cast<torch::nn::BatchNorm2dImpl>(norm.ptr()))
+      return BatchNormAddRelu(*bn, x, torch::Tensor());
+  }
+  return Relu(norm.forward(x));
+}
+
+torch::Tensor NormAddRelu(torch::nn::AnyModule& norm, const torch::Tensor& x, const torch::Tensor& z, bool fuse) {
+  if (fuse) {
+    if (auto bn = std::dynamic_pointer_cast<torch::nn::BatchNorm2dImpl>(norm.ptr())) return BatchNormAddRelu(*bn, x, z);
+  }
+  return Relu(norm.forward(x).add_(z));
+}
+
 torch::nn::Conv2d Conv(int64_t in, int64_t out, int64_t kernel, int64_t stride,
                        int64_t padding) {
   return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, kernel)
@@ -109,8 +129,8 @@ torch::nn::Sequential MakeDownsample(int64_t in, int64_t out, int64_t stride, No
 
 class StemImpl : public torch::nn::Cloneable<StemImpl> {
  public:
-  StemImpl(int64_t in_channels, int64_t width, bool small_input, NormKind norm)
-      : in_channels_(in_channels), width_(width), small_input_(small_input), norm_(norm) {
+  StemImpl(int64_t in_channels, int64_t width, bool small_input, NormKind norm, bool fuse = false)
+      : in_channels_(in_channels), width_(width), small_input_(small_input), norm_(norm), fuse_(fuse) {
     reset();
   }
 
@@ -127,7 +147,7 @@ class StemImpl : public torch::nn::Cloneable<StemImpl> {
   }
 
   torch::Tensor forward(torch::Tensor x) {
-    x = Relu(bn1_.forward(conv1_->forward(x)));
+    x = NormRelu(bn1_, conv1_->forward(x), fuse_);
     return maxpool_ ? maxpool_->forward(x) : x;
   }
 
@@ -135,6 +155,7 @@ class StemImpl : public torch::nn::Cloneable<StemImpl> {
   int64_t in_channels_, width_;
   bool small_input_;
   NormKind norm_;
+  bool fuse_;
   torch::nn::Conv2d conv1_{nullptr};
   torch::nn::AnyModule bn1_;
   torch::nn::MaxPool2d maxpool_{nullptr};
@@ -149,8 +170,8 @@ class BasicBlockImpl : public torch::nn::Cloneable<BasicBlockImpl> {
   static constexpr int64_t kExpansion = 1;
 
   BasicBlockImpl(int64_t in_channels, int64_t planes, int64_t stride, NormKind norm,
-                 BlockPart part = BlockPart::kWhole)
-      : in_channels_(in_channels), planes_(planes), stride_(stride), norm_(norm), part_(part) {
+                 BlockPart part = BlockPart::kWhole, bool fuse = false)
+      : in_channels_(in_channels), planes_(planes), stride_(stride), norm_(norm), part_(part), fuse_(fuse) {
     reset();
   }
 
@@ -179,20 +200,20 @@ class BasicBlockImpl : public torch::nn::Cloneable<BasicBlockImpl> {
 
   torch::Tensor forward(torch::Tensor x) {
     if (part_ == BlockPart::kSecond) {
-      return Relu(bn2_.forward(conv2_->forward(x.narrow(1, 0, planes_)))
-                      .add_(x.narrow(1, planes_, planes_ * kExpansion)));
+      return NormAddRelu(bn2_, conv2_->forward(x.narrow(1, 0, planes_)),
+                         x.narrow(1, planes_, planes_ * kExpansion), fuse_);
     }
     torch::Tensor identity = downsample_ ? downsample_->forward(x) : x;
-    torch::Tensor out = Relu(bn1_.forward(conv1_->forward(x)));
+    torch::Tensor out = NormRelu(bn1_, conv1_->forward(x), fuse_);
     if (part_ == BlockPart::kFirst) return torch::cat({out, identity}, 1);
-    out = bn2_.forward(conv2_->forward(out));
-    return Relu(out.add_(identity));
+    return NormAddRelu(bn2_, conv2_->forward(out), identity, fuse_);
   }
 
  private:
   int64_t in_channels_, planes_, stride_;
   NormKind norm_;
   BlockPart part_;
+  bool fuse_;
   torch::nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
   torch::nn::AnyModule bn1_, bn2_;
   torch::nn::Sequential downsample_{nullptr};
@@ -205,8 +226,8 @@ class BottleneckImpl : public torch::nn::Cloneable<BottleneckImpl> {
   static constexpr int64_t kExpansion = 4;
 
   BottleneckImpl(int64_t in_channels, int64_t planes, int64_t stride, NormKind norm,
-                 BlockPart part = BlockPart::kWhole)
-      : in_channels_(in_channels), planes_(planes), stride_(stride), norm_(norm), part_(part) {
+                 BlockPart part = BlockPart::kWhole, bool fuse = false)
+      : in_channels_(in_channels), planes_(planes), stride_(stride), norm_(norm), part_(part), fuse_(fuse) {
     reset();
   }
 
@@ -237,21 +258,21 @@ class BottleneckImpl : public torch::nn::Cloneable<BottleneckImpl> {
 
   torch::Tensor forward(torch::Tensor x) {
     if (part_ == BlockPart::kSecond) {
-      return Relu(bn3_.forward(conv3_->forward(x.narrow(1, 0, planes_)))
-                      .add_(x.narrow(1, planes_, planes_ * kExpansion)));
+      return NormAddRelu(bn3_, conv3_->forward(x.narrow(1, 0, planes_)),
+                         x.narrow(1, planes_, planes_ * kExpansion), fuse_);
     }
     torch::Tensor identity = downsample_ ? downsample_->forward(x) : x;
-    torch::Tensor out = Relu(bn1_.forward(conv1_->forward(x)));
-    out = Relu(bn2_.forward(conv2_->forward(out)));
+    torch::Tensor out = NormRelu(bn1_, conv1_->forward(x), fuse_);
+    out = NormRelu(bn2_, conv2_->forward(out), fuse_);
     if (part_ == BlockPart::kFirst) return torch::cat({out, identity}, 1);
-    out = bn3_.forward(conv3_->forward(out));
-    return Relu(out.add_(identity));
+    return NormAddRelu(bn3_, conv3_->forward(out), identity, fuse_);
   }
 
  private:
   int64_t in_channels_, planes_, stride_;
   NormKind norm_;
   BlockPart part_;
+  bool fuse_;
   torch::nn::Conv2d conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr};
   torch::nn::AnyModule bn1_, bn2_, bn3_;
   torch::nn::Sequential downsample_{nullptr};
@@ -367,6 +388,9 @@ void ValidateResNetOptions(const ResNetOptions& options) {
                                 " is invalid; it must be at least 1 (any positive width works, "
                                 "group norm uses gcd(32, channels) groups)");
   }
+  if (options.fuse_bn_add_relu && options.norm != NormKind::kBatch)
+    throw std::invalid_argument("fused BatchNorm+add+ReLU with norm " + NormKindName(options.norm) +
+                                ": the fusion is of BatchNorm; use norm batch or leave fusion off");
   switch (options.norm) {
     case NormKind::kBatch:
     case NormKind::kGroup:
@@ -414,7 +438,7 @@ void ResNetImpl::reset() {
   unit_names_.clear();
 
   units_->push_back("stem", Stem(options_.in_channels, options_.width, options_.small_input,
-                                 options_.norm));
+                                 options_.norm, options_.fuse_bn_add_relu));
   unit_names_.push_back("stem");
   int64_t channels = options_.width;
   for (int stage = 0; stage < 4; ++stage) {
@@ -425,9 +449,9 @@ void ResNetImpl::reset() {
       const std::string unit = "layer" + std::to_string(stage + 1) + "." + std::to_string(block);
       auto add = [&](const std::string& suffix, BlockPart part) {
         if (spec.bottleneck) {
-          units_->push_back(child + suffix, Bottleneck(channels, planes, stride, options_.norm, part));
+          units_->push_back(child + suffix, Bottleneck(channels, planes, stride, options_.norm, part, options_.fuse_bn_add_relu));
         } else {
-          units_->push_back(child + suffix, BasicBlock(channels, planes, stride, options_.norm, part));
+          units_->push_back(child + suffix, BasicBlock(channels, planes, stride, options_.norm, part, options_.fuse_bn_add_relu));
         }
         unit_names_.push_back(unit + suffix);
       };

@@ -40,6 +40,10 @@ struct ResNetOptions {
   // same weights from the same seed, the same maths (the concatenation and
   // its slices are exact); only parameter names and order differ.
   bool half_blocks = false;
+  // BatchNorm (+ the residual add) + ReLU as one fused node (fused_norm.h):
+  // cuDNN's kernels on CUDA, ATen's elsewhere. The same modules, parameters
+  // and buffers; only the forward's kernels differ.
+  bool fuse_bn_add_relu = false;
 };
 
 // Throws std::invalid_argument naming the bad value and what is accepted.

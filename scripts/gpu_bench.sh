@@ -15,6 +15,14 @@
 #            and ddp/zero1/2/3 on 2 ranks, each with its own --expected=auto
 #            figure, and ddp with the profile    -> gpu-profile-resnet50-b128-bf16.json,
 #                                                   gpu-expected.csv
+#   fuse     --fuse=bn-add-relu: ddpbench single eager, graphs, fused, fused +
+#            graphs against PyTorch eager channels_last and (the first
+#            COMPILE_ROUNDS rounds, default 1) torch.compile, interleaved, on
+#            ResNet-50 and ResNet-18 (bf16, batch 256) -> gpu-fuse.csv
+#   fuse-parity  fused against unfused after 20 float32 steps, beside unfused
+#            against itself (scripts/fuse_parity.py)   -> gpu-fuse-parity.csv
+#   graphs-parity  float64 --verify of --fuse and --cuda-graphs (single)
+#                                                         -> gpu-graphs-parity.csv
 #   scripts/gpu_bench.sh [OUT_DIR [PART...]]   (env: ROUNDS=3, AMPS=bf16,
 #   MODELS="resnet50 resnet18", BIN, PY=python3); compare's rounds continue the numbering
 #   already in gpu-compare.csv
@@ -27,8 +35,8 @@ PARTS=("${@:-parity compare matrix}"); PARTS=(${PARTS[*]})
 ROUNDS="${ROUNDS:-3}"; AMPS="${AMPS:-bf16}"; MODELS="${MODELS:-resnet50 resnet18}"
 BIN="${BIN:-$ROOT/build-gpu/ddpbench}"; PY="${PY:-python3}"
 for p in "${PARTS[@]}"; do
-  case "$p" in parity|compare|compare-ddp|matrix|expected) ;;
-    *) echo "gpu_bench.sh: part '$p': want parity, compare, compare-ddp, matrix or expected" >&2; exit 2 ;;
+  case "$p" in parity|compare|compare-ddp|matrix|expected|fuse|fuse-parity|graphs-parity) ;;
+    *) echo "gpu_bench.sh: part '$p': want parity, compare, compare-ddp, matrix, expected, fuse, fuse-parity or graphs-parity" >&2; exit 2 ;;
   esac
 done
 [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_bench.sh: ROUNDS=$ROUNDS: want a whole number >= 1" >&2; exit 2; }
@@ -57,22 +65,44 @@ parity() {
   run --strategy=ddp --gpus=1 "${v[@]}"
 }
 
-# One timed run of a named case; appends "round,name,img/s,command" to gpu-compare.csv.
+# One timed run of a named case; appends "round,name,img/s,command" to $CSV
+# (default gpu-compare.csv; ddpbench's rows to ${CSV%.csv}-rows.csv).
 compare_one() {
   local round="$1" name="$2"; shift 2
+  local csv="${CSV:-$OUT_DIR/gpu-compare.csv}" rows="${CSV:+${CSV%.csv}-rows.csv}"; rows="${rows:-$OUT_DIR/gpu-compare-rows.csv}"
   local line ips
   if [[ "$1" == pytorch ]]; then
     shift; line="$("$PY" scripts/pytorch_eager.py --device=cuda "$@" 2>&1 | tail -1)"; ips="${line##*img/s=}"
+    [[ "$line" == *img/s=* ]] || { echo "  pytorch failed: $line"; ips=nan; }
     set -- "$PY" scripts/pytorch_eager.py --device=cuda "$@"
   else
     "$BIN" --device=cuda --progress=off --run-id="gpu-compare-r$round" --entry="$name" \
-      --out="$OUT_DIR/gpu-compare-rows.csv" "$@" >/dev/null 2>&1 || true
-    ips="$("$PY" -c 'import csv,sys; r=[x for x in csv.DictReader(open(sys.argv[1])) if x["run_id"]==sys.argv[2] and x["entry"]==sys.argv[3]]; print(r[-1]["throughput_img_s"] if r else "nan")' \
-      "$OUT_DIR/gpu-compare-rows.csv" "gpu-compare-r$round" "$name")"
+      --out="$rows" "$@" > "$OUT_DIR/last-run.log" 2>&1 || { echo "  ddpbench failed:"; tail -3 "$OUT_DIR/last-run.log"; }
+    ips="$("$PY" -c 'import csv,sys; r=[x for x in csv.DictReader(open(sys.argv[1])) if x["run_id"]==sys.argv[2] and x["entry"]==sys.argv[3]] if __import__("os").path.exists(sys.argv[1]) else []; print(r[-1]["throughput_img_s"] if r else "nan")' \
+      "$rows" "gpu-compare-r$round" "$name")"
     set -- ddpbench --device=cuda "$@"
   fi
   echo "round $round $name: $ips img/s"
-  echo "$(date -u +%FT%TZ),$(hostname),$round,$name,$ips,\"$*\"" >> "$OUT_DIR/gpu-compare.csv"
+  [[ -f "$csv" ]] || echo "timestamp,host,round,name,img_s,command" > "$csv"
+  echo "$(date -u +%FT%TZ),$(hostname),$round,$name,$ips,\"$*\"" >> "$csv"
+}
+
+# Medians per name and the ratios of named pairs (rounds matched) of a
+# compare-style CSV: ratios FILE A/B ...
+ratios() {
+  "$PY" - "$@" <<'PY'
+import collections, csv, math, statistics, sys
+by = collections.defaultdict(dict)
+for r in csv.DictReader(open(sys.argv[1])):
+    if r["img_s"] not in ("nan", ""):
+        by[r["name"]][r["round"]] = float(r["img_s"])
+for n, v in by.items():
+    print(f"{n:34s} median {statistics.median(v.values()):9.1f} img/s over {len(v)} rounds")
+for pair in sys.argv[2:]:
+    a, b = pair.split("/")
+    rs = [by[a][k] / by[b][k] for k in by.get(a, {}) if k in by.get(b, {})]
+    print(f"{a} / {b}: " + (f"{statistics.median(rs):.3f} (rounds: {', '.join(f'{x:.3f}' for x in rs)})" if rs else "n/a"))
+PY
 }
 
 W=(--image-size=224 --amp=bf16 --steps=40 --warmup=15)
@@ -147,6 +177,51 @@ for r in csv.DictReader(open(sys.argv[1])):
 PY
 }
 
+# --fuse=bn-add-relu and --cuda-graphs on single against PyTorch eager and
+# torch.compile (the latter compiles in its warm-up: 25 steps there).
+fuse() {
+  local CSV="$OUT_DIR/gpu-fuse.csv" r m first=1
+  [[ -f "$CSV" ]] && first="$(( $(tail -n +2 "$CSV" | cut -d, -f3 | sort -n | tail -1) + 1 ))"
+  for r in $(seq "$first" $(( first + ROUNDS - 1 ))); do
+    for m in ${FUSE_MODELS:-resnet50 resnet18}; do
+      local c=(--strategy=single --model=$m --batch-size=256 "${W[@]}")
+      CSV="$CSV" compare_one "$r" "eager-$m" "${c[@]}"
+      CSV="$CSV" compare_one "$r" "fused-$m" "${c[@]}" --fuse=bn-add-relu
+      CSV="$CSV" compare_one "$r" "graphs-$m" "${c[@]}" --cuda-graphs
+      CSV="$CSV" compare_one "$r" "fused-graphs-$m" "${c[@]}" --fuse=bn-add-relu --cuda-graphs
+      CSV="$CSV" compare_one "$r" "pytorch-$m" pytorch --model=$m --batch-size=256 "${W[@]}" --memory-format=channels_last
+      if (( r < first + ${COMPILE_ROUNDS:-1} )); then
+        CSV="$CSV" compare_one "$r" "compile-$m" pytorch --compile --model=$m --batch-size=256 --image-size=224 \
+          --amp=bf16 --steps=40 --warmup=25 --memory-format=channels_last
+      fi
+    done
+  done
+  local pairs=() m
+  for m in ${FUSE_MODELS:-resnet50 resnet18}; do
+    pairs+=("fused-$m/eager-$m" "fused-graphs-$m/pytorch-$m" "graphs-$m/pytorch-$m" "eager-$m/pytorch-$m"
+            "fused-graphs-$m/compile-$m")
+  done
+  ratios "$CSV" "${pairs[@]}"
+}
+
+fuse_parity() {
+  local out="$OUT_DIR/gpu-fuse-parity.csv"
+  # A small learning rate and 10 classes: at lr 0.1 and 1000 classes this run
+  # diverges (losses 12-33 after 20 steps on an H100), and two unfused runs
+  # already end tens apart, which would hide any difference of the fusion.
+  local w=(--model=resnet50 --image-size=64 --batch-size=32 --num-classes=10 --lr=0.01)
+  "$PY" scripts/fuse_parity.py --binary="$BIN" --out="$out" -- "${w[@]}" --amp=off
+  "$PY" scripts/fuse_parity.py --binary="$BIN" --out="$out" -- "${w[@]}" --amp=bf16
+}
+
+# float64 parity (--verify) of the fused node and of the replayed steps.
+graphs_parity() {
+  local v=(--verify --verify-steps=4 --model=resnet18 --image-size=32 --batch-size=16 --steps=4 --warmup=2
+           --out="$OUT_DIR/gpu-graphs-parity.csv")
+  run --strategy=single --fuse=bn-add-relu "${v[@]}"
+  run --strategy=single --fuse=bn-add-relu --cuda-graphs "${v[@]}"
+}
+
 for p in "${PARTS[@]}"; do
-  case "$p" in compare-ddp) compare ddp ;; *) "$p" ;; esac
+  case "$p" in compare-ddp) compare ddp ;; fuse-parity) fuse_parity ;; graphs-parity) graphs_parity ;; *) "$p" ;; esac
 done

@@ -29,6 +29,9 @@ def parse():
     p.add_argument("--warmup", type=int, default=15)
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--fused", action="store_true", help="torch.optim.SGD(fused=True)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile(model) with its default mode (Inductor): the comparison for --fuse; "
+                        "compilation happens in the warm-up steps, outside the timing")
     p.add_argument("--ddp", action="store_true",
                    help="wrap the model in DistributedDataParallel, world 1 (nccl on CUDA, gloo on CPU), "
                         "DDP's defaults: the comparison for ddpbench --strategy=ddp --gpus=1")
@@ -54,6 +57,8 @@ def main():
         dist.init_process_group("nccl" if a.device == "cuda" else "gloo", init_method="tcp://127.0.0.1:0",
                                 world_size=1, rank=0)
         model = torch.nn.parallel.DistributedDataParallel(model)
+    if a.compile:
+        model = torch.compile(model)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, fused=a.fused or None)
     g = torch.Generator().manual_seed(42)
     images = torch.randn(a.batch_size, 3, a.image_size, a.image_size, generator=g).to(dev, memory_format=fmt)

@@ -193,9 +193,23 @@ TEST(Config, StrategyFlagsOnlyWhereTheyApply) {
   EXPECT_NE(ParseError({"--strategy=ddp", "--units=half-blocks"}).find("applies only to --strategy=mp|pmp"),
             std::string::npos);
   EXPECT_EQ(ParseError({"--strategy=pmp", "--units=half-blocks", "--split=11,7"}), "");
-  // Whole-step CUDA graphs are captured for single only; bf16 and fused are fine there.
+  // Whole-step CUDA graphs are captured for single; the others are refused
+  // saying why; bf16 and fused are fine.
   EXPECT_NE(ParseError({"--strategy=ddp", "--device=cuda", "--cuda-graphs"})
-                .find("applies only to --strategy=single, not to --strategy=ddp"),
+                .find("--cuda-graphs with --strategy=ddp: capturing c10d's Reducer"),
+            std::string::npos);
+  EXPECT_NE(ParseError({"--strategy=zero3", "--device=cuda", "--cuda-graphs"})
+                .find("--cuda-graphs with --strategy=zero3: its step times its gathers"),
+            std::string::npos);
+  EXPECT_NE(ParseError({"--strategy=pmp", "--device=cuda", "--cuda-graphs"}).find("accepted: --strategy=single,"),
+            std::string::npos);
+  // --fuse: one value besides off, CUDA only, BatchNorm only.
+  EXPECT_EQ(ParseError({"--device=cuda", "--fuse=bn-add-relu"}), "");
+  EXPECT_EQ(ParseError({"--device=cuda", "--fuse=magic"}), "--fuse=magic: not accepted; accepted values: off|bn-add-relu");
+  EXPECT_NE(ParseError({"--device=cpu", "--fuse=bn-add-relu"}).find("--fuse=bn-add-relu: the fusion runs in cuDNN"),
+            std::string::npos);
+  EXPECT_NE(ParseError({"--device=cuda", "--fuse=bn-add-relu", "--norm=group"})
+                .find("--fuse=bn-add-relu with --norm=group: only BatchNorm is fused"),
             std::string::npos);
   EXPECT_EQ(ParseError({"--strategy=single", "--device=cuda", "--cuda-graphs", "--amp=bf16", "--optimizer-impl=fused"}),
             "");

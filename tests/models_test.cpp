@@ -4,6 +4,7 @@
 // parameter counting builds the big models; every forward runs on a narrow,
 // small-input network so the whole file stays within a few seconds of CPU.
 #include "models/resnet.h"
+#include "models/fused_norm.h"
 
 #include <gtest/gtest.h>
 #include <torch/nn/parallel/data_parallel.h>
@@ -424,6 +425,90 @@ TEST_F(ResNetNorm, BackwardReachesEveryParameterForEachKind) {
       EXPECT_TRUE(p.value().grad().defined()) << NormKindName(kind) << " " << p.key();
     }
   }
+}
+
+// --- fused BatchNorm(+add)+ReLU --------------------------------------------
+
+// Three SGD steps of `options`' model in float64 from seed 0 on fixed data;
+// the state after them, and each step's loss and gradients.
+struct Trained {
+  std::map<std::string, torch::Tensor> state;
+  std::vector<torch::Tensor> losses, grads;
+  torch::Tensor eval_logits;
+};
+Trained TrainThreeSteps(const ResNetOptions& options) {
+  torch::manual_seed(0);
+  ResNet model(options);
+  model->to(torch::kDouble);
+  torch::manual_seed(1);
+  const auto x = torch::randn({4, 3, 16, 16}, torch::kDouble);
+  const auto y = torch::randint(0, 10, {4}, torch::kLong);
+  Trained t;
+  model->train();
+  for (int step = 0; step < 3; ++step) {
+    model->zero_grad();
+    auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+    loss.backward();
+    t.losses.push_back(loss.detach());
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) {
+      t.grads.push_back(p.grad().clone());
+      p.sub_(p.grad(), 0.1);
+    }
+  }
+  model->eval();
+  torch::NoGradGuard no_grad;
+  t.eval_logits = model->forward(x);
+  t.state = State(*model);
+  return t;
+}
+
+double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+// The fused node's ATen path (the CPU's, and any case cuDNN refuses) computes
+// what the unfused blocks compute: losses, every gradient (the residual's
+// included: it flows on into the earlier blocks), the running statistics and
+// num_batches_tracked, and the eval-mode output, for basic and bottleneck
+// blocks, whole and cut in halves.
+TEST_F(ResNetNorm, FusedBnAddReluMatchesUnfusedInDouble) {
+  for (int depth : {18, 50}) {
+    for (bool half : {false, true}) {
+      ResNetOptions plain = Small(depth);
+      plain.half_blocks = half;
+      ResNetOptions fused = plain;
+      fused.fuse_bn_add_relu = true;
+      const std::string what = "resnet" + std::to_string(depth) + (half ? " half blocks" : "");
+      const Trained a = TrainThreeSteps(plain);
+      ResetFusedNormUsage();
+      const Trained b = TrainThreeSteps(fused);
+      const FusedNormUse use = FusedNormUsage();
+      EXPECT_GT(use.aten_calls, 0) << what;
+      EXPECT_EQ(use.cudnn_calls, 0) << what;
+      const bool named = use.why_aten.find("not on a CUDA device") != std::string::npos ||
+                         use.why_aten.find("without cuDNN") != std::string::npos;
+      EXPECT_TRUE(named) << what << ": " << use.why_aten;
+      for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_LT(MaxAbsDiff(a.losses[i], b.losses[i]), 1e-12) << what;
+      ASSERT_EQ(a.grads.size(), b.grads.size());
+      for (size_t i = 0; i < a.grads.size(); ++i) EXPECT_LT(MaxAbsDiff(a.grads[i], b.grads[i]), 1e-10) << what << " grad " << i;
+      ASSERT_EQ(a.state.size(), b.state.size());
+      for (const auto& [name, value] : a.state) {
+        ASSERT_TRUE(b.state.count(name)) << name;
+        EXPECT_LT(MaxAbsDiff(value, b.state.at(name)), 1e-10) << what << " " << name;
+      }
+      EXPECT_LT(MaxAbsDiff(a.eval_logits, b.eval_logits), 1e-10) << what;
+    }
+  }
+}
+
+TEST_F(ResNetOptionsValidation, FusionIsOfBatchNormOnly) {
+  ResNetOptions options = Small(18, NormKind::kGroup);
+  options.fuse_bn_add_relu = true;
+  const std::string message = InvalidArgumentMessage([&] { ValidateResNetOptions(options); });
+  EXPECT_NE(message.find("norm group"), std::string::npos) << message;
+  options.norm = NormKind::kBatch;
+  EXPECT_NO_THROW(ValidateResNetOptions(options));
 }
 
 // --- options ----------------------------------------------------------------

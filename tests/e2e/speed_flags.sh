@@ -54,5 +54,8 @@ bad_input single "--optimizer-impl=turbo: not accepted" --optimizer-impl=turbo
 bad_input single "--cuda-graphs: CUDA graphs need" --cuda-graphs
 bad_input single "--cuda-graphs with --amp=fp16: the loss scaler decides on the host" --cuda-graphs --amp=fp16
 bad_input single "--cuda-graphs with --optimizer-impl=foreach: only the fused kernels" --cuda-graphs --optimizer-impl=foreach
+bad_input single "--fuse=magic: not accepted; accepted values: off|bn-add-relu" --fuse=magic
+bad_input single "--fuse=bn-add-relu: the fusion runs in cuDNN, which needs --device=cuda" --fuse=bn-add-relu
+bad_input single "--fuse=bn-add-relu with --norm=group: only BatchNorm is fused" --fuse=bn-add-relu --norm=group
 bad_input single "--cpu-malloc=jemalloc: not accepted; accepted values: reuse|system" --cpu-malloc=jemalloc
 echo "speed_flags: all checks passed"
