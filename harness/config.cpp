@@ -14,7 +14,7 @@
 
 #include "datasets/dataset.h"
 #include "harness/help.h"
-#include "strategies/registry.h"
+#include "strategies/traits.h"
 #include "strategies/schedules.h"
 
 namespace ddpbench {
@@ -93,47 +93,20 @@ void CheckLabel(const std::string& flag, const std::string& value) {
                                 "and - _ . : +", flag, value));
 }
 
-// Flags that only some strategies read; every other flag applies to all.
-// A new strategy that takes one of these flags adds its name (or a prefix
-// pattern such as "zero*") here.
-const std::vector<std::pair<std::string, std::vector<std::string>>>& StrategyFlagTable() {
-  static const std::vector<std::pair<std::string, std::vector<std::string>>> table = {
-      {"--bucket-cap-mb", {"ddp", "zero*"}},
-      {"--grad-accum", {"ddp"}},
-      {"--compression", {"ddp"}},
-      {"--timeout", {"ddp", "zero*", "mp", "pmp"}},
-      {"--zero-reduce", {"zero*"}},
-      {"--balance", {"mp", "pmp"}},
-      {"--split", {"mp", "pmp"}},
-      {"--units", {"mp", "pmp"}},
-      {"--chunks", {"pmp"}},
-      {"--schedule", {"pmp"}},
-      {"--virtual-stages", {"pmp"}},
-      {"--rebalance", {"pmp"}},
-      {"--fill-waits", {"pmp"}},
-      {"--stage-ranks", {"mp", "pmp"}},
-      // Whole-step capture is built for single; CheckCudaGraphs says why
-      // each other strategy is refused.
-      {"--cuda-graphs", {"single"}},
-  };
-  return table;
-}
-
-bool StrategyMatches(const std::string& strategy, const std::string& pattern) {
-  if (!pattern.empty() && pattern.back() == '*')
-    return strategy.compare(0, pattern.size() - 1, pattern, 0, pattern.size() - 1) == 0;
-  return strategy == pattern;
+// The row of --strategy, or the one error naming the registered strategies.
+const StrategyTraits& TraitsOf(const RunConfig& c) {
+  if (const StrategyTraits* t = FindTraits(c.strategy)) return *t;
+  throw ConfigError(fmt::format("--strategy={}: not registered; registered strategies: {}", c.strategy,
+                                Join(TraitNames())));
 }
 
 // A strategy-specific flag given with another strategy: one error naming
 // the strategies it applies to.
 void CheckFlagsApply(const RunConfig& c) {
+  const StrategyTraits& traits = TraitsOf(c);
   for (const auto& [flag, value] : c.given) {
     const auto strategies = FlagStrategies(flag);
-    if (strategies.empty()) continue;
-    bool applies = false;
-    for (const auto& pattern : strategies) applies = applies || StrategyMatches(c.strategy, pattern);
-    if (!applies)
+    if (!strategies.empty() && !traits.Reads(flag))
       throw ConfigError(fmt::format("{}={}: applies only to --strategy={}, not to --strategy={}; leave it out",
                                     flag, value, Join(strategies), c.strategy));
   }
@@ -141,19 +114,10 @@ void CheckFlagsApply(const RunConfig& c) {
 
 // --cuda-graphs on a strategy whose step cannot be captured: why, by name.
 void CheckCudaGraphs(const RunConfig& c) {
-  if (!c.cuda_graphs || c.strategy == "single") return;
-  std::string why = "its step is not built for capture";
-  if (c.strategy == "ddp")
-    why = "capturing c10d's Reducer with its NCCL all-reduces failed on an H100 (CUDA: 'operation would make the "
-          "legacy stream depend on a capturing blocking stream'), so its step runs eagerly";
-  if (c.strategy == "dp") why = "its step drives every device from a host thread of its own";
-  if (c.strategy == "mp" || c.strategy == "pmp")
-    why = "its stages run from host threads per device, or as ranks whose messages' sizes are read on the host";
-  if (c.strategy.rfind("zero", 0) == 0)
-    why = "its step times its gathers and reductions with CUDA events, which a capture cannot hold, and has no "
-          "untimed path yet";
-  throw ConfigError(fmt::format("--cuda-graphs with --strategy={}: {}; accepted: --strategy=single, or leave "
-                                "--cuda-graphs out", c.strategy, why));
+  const std::string& why = TraitsOf(c).no_cuda_graphs;
+  if (!c.cuda_graphs || why.empty()) return;
+  throw ConfigError(fmt::format("--cuda-graphs with --strategy={}: {}; accepted: --strategy={}, or leave "
+                                "--cuda-graphs out", c.strategy, why, Join(StrategiesReading("--cuda-graphs"))));
 }
 
 // --rebalance: a value it accepts, and with warmup on pmp something to
@@ -161,7 +125,7 @@ void CheckCudaGraphs(const RunConfig& c) {
 // in (its first step's times include first-touch costs).
 void CheckRebalance(const RunConfig& c) {
   CheckMember("--rebalance", c.rebalance, {"auto", "off", "warmup"});
-  if (c.rebalance != "warmup" || c.strategy != "pmp") return;
+  if (c.rebalance != "warmup" || !TraitsOf(c).Reads("--rebalance")) return;
   if (!c.split.empty())
     throw ConfigError(fmt::format("--rebalance=warmup with --split={}: a given split is run as given; accepted: "
                                   "--rebalance=off, or leave --split out", c.split));
@@ -272,11 +236,7 @@ double ParseDuration(const std::string& flag, const std::string& value) {
   return total;
 }
 
-std::vector<std::string> FlagStrategies(const std::string& flag) {
-  for (const auto& [name, strategies] : StrategyFlagTable())
-    if (name == flag) return strategies;
-  return {};
-}
+std::vector<std::string> FlagStrategies(const std::string& flag) { return StrategiesReading(flag); }
 
 std::string ShellQuote(const std::string& arg) {
   if (!arg.empty() && arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -331,7 +291,7 @@ void CheckBatchNormImages(const RunConfig& c) {
                                   "a larger --image-size, or --norm=group", c.batch_size,
                                   c.grad_accum > 1 ? fmt::format(" --grad-accum={}", c.grad_accum) : "", fewest,
                                   c.image_size, fewest * c.grad_accum, c.grad_accum > 1 ? " (per micro-batch)" : ""));
-  if (c.strategy == "pmp" && c.chunks > 0 && c.batch_size % c.chunks == 0) CheckMicroBatchImages(c, c.image_size);
+  if (TraitsOf(c).micro_batches && c.chunks > 0 && c.batch_size % c.chunks == 0) CheckMicroBatchImages(c, c.image_size);
 }
 
 }  // namespace
@@ -353,7 +313,7 @@ int64_t FewestTrainingImages(const RunConfig& c, int64_t image_size) {
 }
 
 void ValidateConfig(const RunConfig& c) {
-  FindStrategy(c.strategy);  // names the registered strategies if unknown
+  const StrategyTraits& traits = TraitsOf(c);  // names the registered strategies if unknown
   CheckAtLeast("--gpus", c.gpus, 1);
   if (c.gpus > 1024) throw ConfigError(fmt::format("--gpus={}: must be at most 1024", c.gpus));
   CheckMember("--device", c.device, {"auto", "cuda", "cpu"});
@@ -417,18 +377,18 @@ void ValidateConfig(const RunConfig& c) {
   CheckAtLeast("--verify-steps", c.verify_steps, int64_t{1});
   if (!(c.verify_tolerance > 0)) throw ConfigError(fmt::format("--verify-tolerance={}: must be > 0", c.verify_tolerance));
   if (!(c.bucket_cap_mb > 0)) throw ConfigError(fmt::format("--bucket-cap-mb={}: must be > 0", c.bucket_cap_mb));
-  if (c.strategy == "zero3" && c.bucket_cap_mb != 25.0)
-    throw ConfigError(fmt::format("--bucket-cap-mb={}: zero3's buckets are the model's units (one each); leave "
-                                  "--bucket-cap-mb at its default, or use ddp|zero1|zero2", c.bucket_cap_mb));
+  if (traits.zero_stage == 3 && c.bucket_cap_mb != 25.0)
+    throw ConfigError(fmt::format("--bucket-cap-mb={}: {}'s buckets are the model's units (one each); leave "
+                                  "--bucket-cap-mb at its default, or use ddp|zero1|zero2", c.bucket_cap_mb, c.strategy));
   CheckAtLeast("--grad-accum", c.grad_accum, int64_t{1});
-  if (c.grad_accum > 1 && c.strategy != "ddp")
+  if (c.grad_accum > 1 && !traits.Reads("--grad-accum"))
     throw ConfigError(fmt::format("--grad-accum={}: gradient accumulation is a ddp option; use it with "
                                   "--strategy=ddp or leave it at 1", c.grad_accum));
   if (c.batch_size % c.grad_accum != 0)
     throw ConfigError(fmt::format("--grad-accum={}: must divide --batch-size={} (each step splits the batch "
                                   "into that many micro-batches)", c.grad_accum, c.batch_size));
   CheckMember("--compression", c.compression, {"none", "fp16", "bf16"});
-  if (c.compression != "none" && c.strategy.rfind("zero", 0) == 0)
+  if (c.compression != "none" && traits.family == Family::kSharded)
     throw ConfigError(fmt::format("--compression={}: gradient compression is a ddp option; {} reduces "
                                   "gradients in full precision (leave --compression at none)", c.compression, c.strategy));
   if (!(c.timeout_s > 0)) throw ConfigError(fmt::format("--timeout={}: must be > 0 seconds", c.timeout_s));

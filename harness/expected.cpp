@@ -75,7 +75,7 @@ bool OnOneDevice(const RunConfig& c, int world) { return std::max(world, c.gpus)
 // its own GPU, so its figure would be the sharing, not the strategy (dp on
 // an H100: 0.47 of it). mp runs one stage at a time: sharing costs it nothing.
 bool SharesOneGpu(const RunConfig& c, const std::vector<torch::Device>& devices) {
-  if (c.strategy != "dp" && c.strategy != "pmp") return false;
+  if (!FindStrategy(c.strategy).info.devices_at_once()) return false;
   for (size_t i = 1; i < devices.size(); ++i)
     if (devices[i].is_cuda() && devices[i] == devices.front()) return true;
   return false;
@@ -84,12 +84,12 @@ bool SharesOneGpu(const RunConfig& c, const std::vector<torch::Device>& devices)
 }  // namespace
 
 bool ExpectsThroughput(const RunConfig& c, int world) {
-  if (c.expected == "off" || c.strategy == "single" || c.data_only) return false;
+  const StrategyInfo& info = FindStrategy(c.strategy).info;
+  if (c.expected == "off" || info.family == Family::kSingle || c.data_only) return false;
   // One rank of a one-rank-per-device strategy (ddp, zero1/2/3): its step against its own parts
   // (units, optimizer, step overhead) says what the strategy's machinery
   // costs where there is nothing to communicate.
-  return !OnOneDevice(c, world) ||
-         FindStrategy(c.strategy).info.parallelism == Parallelism::kDataMultiProcess;
+  return !OnOneDevice(c, world) || info.parallelism() == Parallelism::kDataMultiProcess;
 }
 
 void CheckExpectedProfile(const RunConfig& c) {
@@ -109,7 +109,8 @@ std::map<std::string, std::string> ExpectThisRun(const RunConfig& c, const ResNe
     if (dist.is_root()) LogWarn("expected_img_s left empty: --strategy={}'s devices are one GPU", c.strategy);
     return {};
   }
-  const bool pipeline = c.strategy == "mp" || c.strategy == "pmp";
+  const StrategyInfo& info = FindStrategy(c.strategy).info;
+  const bool pipeline = info.family == Family::kPipeline;
   const int micro = pipeline ? ExtraInt(extras, "chunks", 1) : 1;
   Profile p;
   std::string from;
@@ -117,7 +118,7 @@ std::map<std::string, std::string> ExpectThisRun(const RunConfig& c, const ResNe
     std::vector<int64_t> batches{c.batch_size};
     if (micro > 1 && c.batch_size % micro == 0) batches.push_back(c.batch_size / micro);
     try {
-      const bool zero = c.strategy.rfind("zero", 0) == 0;  // the only ones to reduce-scatter and all-gather
+      const bool zero = info.family == Family::kSharded;  // the only ones to reduce-scatter and all-gather
       p = MeasureProfile(c, options, devices.front(), dist, batches, {64 << 10, 1 << 20, 4 << 20}, LinkEffort{}, zero,
                          /*point_to_point=*/pipeline);
       if (!p.link && devices.size() > 1 && dist.world == 1) p.link = MeasureCopyLink(devices);

@@ -70,7 +70,7 @@ void PrintStrategies() {
                                  "N processes (one per device)", "1 process, model cut over N devices"};
   fmt::print("{:<8} {:<40} {}\n", "strategy", "devices", "description");
   for (const auto& e : ddpbench::StrategyTable())
-    fmt::print("{:<8} {:<40} {}\n", e.info.name, kKinds[static_cast<int>(e.info.parallelism)],
+    fmt::print("{:<8} {:<40} {}\n", e.info.name, kKinds[static_cast<int>(e.info.parallelism())],
                e.info.description);
 }
 

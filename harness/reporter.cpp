@@ -10,6 +10,7 @@
 
 #include "harness/config.h"
 #include "models/fused_norm.h"
+#include "strategies/traits.h"
 
 namespace ddpbench {
 namespace {
@@ -259,7 +260,8 @@ bool FindBaselineThroughput(const std::vector<Row>& rows, const Row& row, double
   };
   for (auto it = rows.rbegin(); it != rows.rend(); ++it) {
     const Row& r = *it;
-    if (get(r, "strategy") != "single" || get(r, "gpus") != "1") continue;
+    const StrategyTraits* traits = FindTraits(get(r, "strategy"));
+    if (!traits || traits->family != Family::kSingle || get(r, "gpus") != "1") continue;
     bool same = true;
     for (const char* k : kMatch) same = same && get(r, k) == get(row, k);
     if (!same || get(r, "throughput_img_s").empty()) continue;

@@ -52,9 +52,9 @@ std::vector<torch::Device> ResolveDevices(const RunConfig& c, const StrategyInfo
                                           const DistContext& dist, bool* oversubscribed) {
   const bool cuda = c.device == "cuda";
   const bool rank_per_device = RunsRankPerDevice(info, c);
-  int per_process = !rank_per_device && (info.parallelism == Parallelism::kDataInProcess ||
-                                         info.parallelism == Parallelism::kModel) ? c.gpus : 1;
-  if (info.parallelism == Parallelism::kNone && c.gpus != 1)
+  int per_process = !rank_per_device && (info.parallelism() == Parallelism::kDataInProcess ||
+                                         info.parallelism() == Parallelism::kModel) ? c.gpus : 1;
+  if (info.parallelism() == Parallelism::kNone && c.gpus != 1)
     throw ConfigError(fmt::format("--gpus={}: the '{}' strategy uses exactly one device; use --gpus=1 "
                                   "or a multi-device strategy (dp|ddp|mp|pmp|zero1|zero2|zero3)", c.gpus, c.strategy));
   std::vector<torch::Device> devices;
@@ -124,8 +124,8 @@ RunSettings ResolveSettings(RunConfig& config, const std::vector<torch::Device>&
 int DefaultDataWorkers(const RunConfig& c, const StrategyInfo& info, const DistContext& dist) {
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   const int processes = RunsRankPerDevice(info, c) ? dist.local_world : 1;
-  const int devices = info.parallelism == Parallelism::kDataMultiProcess ? dist.local_world
-                      : info.parallelism == Parallelism::kNone         ? 1
+  const int devices = info.parallelism() == Parallelism::kDataMultiProcess ? dist.local_world
+                      : info.parallelism() == Parallelism::kNone         ? 1
                                                                        : c.gpus;
   const int busy = devices * (c.device == "cuda" ? 1 : c.threads_per_device);
   return std::max(1, (cores - busy) / std::max(1, processes));
@@ -135,10 +135,9 @@ int DefaultDataWorkers(const RunConfig& c, const StrategyInfo& info, const DistC
 // one device (memory_fit.h), before anything is allocated.
 void CheckRunFitsDevices(const PreparedRun& run, const StrategyInfo& info, const DistContext& dist) {
   const RunConfig& config = run.config;
-  const std::string& s = config.strategy;
-  const int zero_stage = s == "zero1" ? 1 : s == "zero2" ? 2 : s == "zero3" ? 3 : 0;
-  const bool model_cut = info.parallelism == Parallelism::kModel;
-  const int world = info.parallelism == Parallelism::kDataMultiProcess ? dist.world : 1;
+  const int zero_stage = info.zero_stage;
+  const bool model_cut = info.parallelism() == Parallelism::kModel;
+  const int world = info.parallelism() == Parallelism::kDataMultiProcess ? dist.world : 1;
   const DeviceDemand demand =
       EstimateDeviceDemand(run.model, run.info.height, run.info.width, config.batch_size, config.optimizer,
                            config.momentum, zero_stage, world, model_cut ? config.gpus : 1);
@@ -149,8 +148,8 @@ void CheckRunFitsDevices(const PreparedRun& run, const StrategyInfo& info, const
     CheckDemandFits(config, demand, static_cast<double>(config.cpu_device_memory_mb) * 1024 * 1024,
                     "a cpu device (--cpu-device-memory-mb)");
   } else {  // the devices on this host share its memory
-    const int sharing = info.parallelism == Parallelism::kDataMultiProcess ? dist.local_world
-                        : info.parallelism == Parallelism::kNone         ? 1
+    const int sharing = info.parallelism() == Parallelism::kDataMultiProcess ? dist.local_world
+                        : info.parallelism() == Parallelism::kNone         ? 1
                                                                          : config.gpus;
     CheckDemandFits(config, demand, AvailableHostBytes() / std::max(1, sharing),
                     fmt::format("a cpu device (this machine's available memory shared by {} device(s))", sharing));
@@ -184,11 +183,11 @@ PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, c
   spec.val_fraction = config.val_fraction;
   spec.data_workers = config.data_workers > 0 ? config.data_workers : DefaultDataWorkers(config, entry.info, dist);
   spec.skip_bad_images = config.skip_bad_images;
-  run.replicas = entry.info.parallelism == Parallelism::kDataInProcess      ? config.gpus
-                 : entry.info.parallelism == Parallelism::kDataMultiProcess ? dist.world
+  run.replicas = entry.info.parallelism() == Parallelism::kDataInProcess      ? config.gpus
+                 : entry.info.parallelism() == Parallelism::kDataMultiProcess ? dist.world
                                                                             : 1;
   run.process_batch =
-      config.batch_size * (entry.info.parallelism == Parallelism::kDataInProcess ? config.gpus : 1);
+      config.batch_size * (entry.info.parallelism() == Parallelism::kDataInProcess ? config.gpus : 1);
   spec.batch_size = run.process_batch;
   run.global_batch = config.batch_size * run.replicas;
   {
@@ -231,7 +230,7 @@ void ConfigureProcess(const PreparedRun& run, const StrategyEntry& entry, DistCo
     InstallCpuMemoryTracker(config.cpu_device_memory_mb * (int64_t{1} << 20));
   }
   // Pipeline stages on separate ranks all read the same batches.
-  dist.same_data = entry.info.parallelism == Parallelism::kModel && config.stage_ranks;
+  dist.same_data = entry.info.parallelism() == Parallelism::kModel && config.stage_ranks;
   // Oversubscribed GPUs cannot host one NCCL rank each: such ranks use Gloo.
   if (RunsRankPerDevice(entry.info, config))
     dist.Connect(config.timeout_s, cuda, /*nccl=*/cuda && !run.oversubscribed);
@@ -411,7 +410,7 @@ RunResult DescribeRun(const PreparedRun& run, const DistContext& dist, double lr
 int Report(const RunResult& result) {
   const RunConfig& config = *result.config;
   Row row = BuildRow(result);
-  if (config.strategy != "single") {
+  if (FindStrategy(config.strategy).info.family != Family::kSingle) {
     const std::string baseline = !config.baseline.empty() ? config.baseline : config.out;
     struct stat st {};
     const bool exists = !baseline.empty() && ::stat(baseline.c_str(), &st) == 0 && S_ISREG(st.st_mode);

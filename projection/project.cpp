@@ -9,6 +9,7 @@
 
 #include "harness/config.h"
 #include "projection/step_model.h"
+#include "strategies/traits.h"
 
 namespace ddpbench {
 
@@ -58,10 +59,11 @@ std::string Num(double v, int digits = 1) { return fmt::format("{:.{}f}", v, dig
 Row MakeRow(const RunConfig& c, const std::string& strategy, const Topology& t, int64_t batch,
             const StepPrediction& s, double single_img_s) {
   const double error = ValidatedErrorPct(strategy);
-  const bool pipeline = strategy == "pmp" || strategy == "mp";
+  const StrategyTraits* traits = FindTraits(strategy);
+  const bool pipeline = traits && traits->family == Family::kPipeline;
   const int validated = std::max(1, ValidatedWorld());
   return Row{{"strategy", strategy},
-             {"schedule", strategy == "pmp" ? c.schedule : ""},
+             {"schedule", traits && traits->micro_batches ? c.schedule : ""},
              {"nodes", std::to_string(t.nodes)},
              {"gpus_per_node", std::to_string(t.per_node)},
              {"world", std::to_string(t.world())},

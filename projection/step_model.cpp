@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <utility>
 
@@ -12,6 +13,7 @@
 #include "harness/config.h"
 #include "projection/timeline.h"
 #include "strategies/pipeline_shape.h"
+#include "strategies/traits.h"
 #include "strategies/zero_memory.h"
 
 namespace ddpbench {
@@ -362,8 +364,8 @@ void SetPipelineMemory(const Profile& p, const DeviceBytes& bytes, const Pipelin
   }
 }
 
-StepPrediction PredictPipeline(const Profile& p, const StepQuery& q) {
-  const bool mp = q.strategy == "mp";
+StepPrediction PredictPipeline(const Profile& p, const StepQuery& q, const StrategyTraits& traits) {
+  const bool mp = !traits.micro_batches;  // one stage at a time: one micro-batch, GPipe's order
   const int S = q.topology.world();
   const PipelineSchedule schedule = mp ? PipelineSchedule::kGPipe : q.schedule;
   const int V = mp ? 1 : q.virtual_stages > 0 ? q.virtual_stages : ChunksPerDevice(schedule, 0);
@@ -392,41 +394,69 @@ StepPrediction PredictPipeline(const Profile& p, const StepQuery& q) {
   return out;
 }
 
+// The data-parallel families: every device runs the whole model on its batch.
+StepPrediction PredictDataParallel(const Profile& p, const StepQuery& q, const StrategyTraits& traits) {
+  const int world = q.topology.world();
+  StepPrediction out;
+  bool scaled = false;
+  const std::vector<UnitCost> cost = p.CostAt(q.batch, &scaled);
+  if (traits.family == Family::kDataInProcess) out = PredictDp(p, cost, q.topology);
+  else if (traits.family == Family::kSharded) out = PredictZero(p, cost, q.topology, q.bucket_cap_mb, traits.zero_stage);
+  else out = PredictDdp(p, cost, q.topology, q.bucket_cap_mb);
+  out.scaled = scaled;
+  out.images = q.batch * world;
+  // dp keeps one optimizer on its first device; the others one per rank.
+  const int holders = traits.family == Family::kDataInProcess ? 1 : world;
+  SetDataParallelMemory(p, traits.zero_stage, holders, q.batch, &out);
+  return out;
+}
+
+using FamilyModel = StepPrediction (*)(const Profile&, const StepQuery&, const StrategyTraits&);
+
+// How each family's step is modelled: the step model's dispatch.
+const std::map<Family, FamilyModel>& FamilyModels() {
+  static const std::map<Family, FamilyModel> models = {
+      {Family::kSingle, PredictDataParallel},   {Family::kDataInProcess, PredictDataParallel},
+      {Family::kDataRanks, PredictDataParallel}, {Family::kSharded, PredictDataParallel},
+      {Family::kPipeline, PredictPipeline},
+  };
+  return models;
+}
+
 }  // namespace
 
 const std::vector<std::string>& ModelledStrategies() {
-  static const std::vector<std::string> kAll = {"single", "dp", "ddp", "zero1", "zero2", "zero3", "mp", "pmp"};
-  return kAll;
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& t : StrategyTraitsTable())
+      if (FamilyModels().count(t.family)) out.push_back(t.name);
+    return out;
+  }();
+  return names;
 }
 
-int MinimumWorld(const std::string& strategy) { return strategy == "mp" || strategy == "pmp" ? 2 : 1; }
+int MinimumWorld(const std::string& strategy) {
+  const StrategyTraits* t = FindTraits(strategy);
+  return t ? t->min_devices() : 1;
+}
 
 StepPrediction PredictStep(const Profile& p, const StepQuery& q) {
   const auto& all = ModelledStrategies();
   if (std::find(all.begin(), all.end(), q.strategy) == all.end())
     throw ConfigError(fmt::format("--strategies: '{}' is not accepted; accepted: {}", q.strategy,
                                   fmt::join(all, ", ")));
+  const StrategyTraits& traits = *FindTraits(q.strategy);
   const int world = q.topology.world();
-  if (world < MinimumWorld(q.strategy) || (q.strategy == "single" && world != 1))
+  const bool one_device = traits.family == Family::kSingle;
+  if (world < traits.min_devices() || (one_device && world != 1))
     throw ConfigError(fmt::format("--strategy={} on {} device{}: {}", q.strategy, world, world == 1 ? "" : "s",
-                                  q.strategy == "single" ? "single runs on exactly 1 device"
-                                                         : fmt::format("needs at least {} devices", MinimumWorld(q.strategy))));
-  if (q.strategy == "dp" && q.topology.nodes > 1)
-    throw ConfigError(fmt::format("--strategy=dp on {} nodes: dp drives the devices of one node from one process",
-                                  q.topology.nodes));
+                                  one_device ? fmt::format("{} runs on exactly 1 device", q.strategy)
+                                             : fmt::format("needs at least {} devices", traits.min_devices())));
+  if (traits.family == Family::kDataInProcess && q.topology.nodes > 1)
+    throw ConfigError(fmt::format("--strategy={} on {} nodes: {} drives the devices of one node from one process",
+                                  q.strategy, q.topology.nodes, q.strategy));
   if (q.batch < 1) throw ConfigError(fmt::format("--batch-size={}: must be at least 1", q.batch));
-  if (q.strategy == "mp" || q.strategy == "pmp") return PredictPipeline(p, q);
-  StepPrediction out;
-  bool scaled = false;
-  const std::vector<UnitCost> cost = p.CostAt(q.batch, &scaled);
-  int stage = 0;
-  if (q.strategy == "dp") out = PredictDp(p, cost, q.topology);
-  else if (q.strategy == "single" || q.strategy == "ddp") out = PredictDdp(p, cost, q.topology, q.bucket_cap_mb);
-  else out = PredictZero(p, cost, q.topology, q.bucket_cap_mb, stage = q.strategy.back() - '0');
-  out.scaled = scaled;
-  out.images = q.batch * world;
-  SetDataParallelMemory(p, stage, q.strategy == "dp" ? 1 : world, q.batch, &out);
-  return out;
+  return FamilyModels().at(traits.family)(p, q, traits);
 }
 
 }  // namespace ddpbench

@@ -1,4 +1,5 @@
-// The one table of strategies. A new strategy adds its factory here.
+// The strategies this build can run: each traits row (traits.cpp) with its
+// factory. A new strategy adds one traits row there and its factory here.
 #include "strategies/registry.h"
 
 #include <fmt/format.h>
@@ -10,36 +11,23 @@
 namespace ddpbench {
 
 const std::vector<StrategyEntry>& StrategyTable() {
-  static const std::vector<StrategyEntry> table = {
-      {{"single", "one device: the reference every other strategy is checked against",
-        Parallelism::kNone, false},
-       MakeSingleStrategy},
-      {{"dp", "DataParallel: replicas on every device of one process, batch scattered, gradients reduced to device 0",
-        Parallelism::kDataInProcess, true},
-       MakeDpStrategy},
-      {{"ddp", "DistributedDataParallel: one rank per device, PyTorch's c10d::Reducer (bucketed all-reduce "
-               "overlapping backward)",
-        Parallelism::kDataMultiProcess, true},
-       MakeDdpStrategy},
-      {{"mp", "model parallel: the model's units split over the devices, one stage working at a time",
-        Parallelism::kModel, false},
-       MakeMpStrategy},
-      {{"pmp", "pipelined model parallel: micro-batches through the stages at once (GPipe or 1F1B)",
-        Parallelism::kModel, true},
-       MakePmpStrategy},
-      {{"zero1", "ZeRO-1: one rank per device, optimizer state sharded 1/N (bucketed reduce-scatter or all-reduce "
-                 "overlapping backward, bucketed all-gather of the updated parameters overlapping the next forward)",
-        Parallelism::kDataMultiProcess, true},
-       MakeZero1Strategy},
-      {{"zero2", "ZeRO-2: as zero1, and gradients sharded 1/N too (each bucket reduce-scattered into the shard, "
-                 "its buffer given back)",
-        Parallelism::kDataMultiProcess, true},
-       MakeZero2Strategy},
-      {{"zero3", "ZeRO-3 (FSDP-style): parameters, gradients and optimizer state sharded 1/N; each unit "
-                 "all-gathered before its forward and backward, freed after, the next unit's gather prefetched",
-        Parallelism::kDataMultiProcess, true},
-       MakeZero3Strategy},
+  // Each factory beside its traits row (traits.cpp), by name.
+  static const std::vector<std::pair<std::string, std::unique_ptr<Strategy> (*)()>> factories = {
+      {"single", MakeSingleStrategy}, {"dp", MakeDpStrategy},       {"ddp", MakeDdpStrategy},
+      {"mp", MakeMpStrategy},         {"pmp", MakePmpStrategy},     {"zero1", MakeZero1Strategy},
+      {"zero2", MakeZero2Strategy},   {"zero3", MakeZero3Strategy},
   };
+  static const std::vector<StrategyEntry> table = [] {
+    std::vector<StrategyEntry> rows;
+    for (const auto& [name, make] : factories) {
+      const StrategyTraits* traits = FindTraits(name);
+      TORCH_CHECK(traits, "strategy registry: '", name, "' has a factory but no traits row (strategies/traits.cpp)");
+      rows.push_back({*traits, make});
+    }
+    TORCH_CHECK(rows.size() == StrategyTraitsTable().size(),
+                "strategy registry: a traits row (strategies/traits.cpp) has no factory here");
+    return rows;
+  }();
   return table;
 }
 
@@ -57,8 +45,8 @@ const StrategyEntry& FindStrategy(const std::string& name) {
 }
 
 bool RunsRankPerDevice(const StrategyInfo& info, const RunConfig& config) {
-  return info.parallelism == Parallelism::kDataMultiProcess ||
-         (info.parallelism == Parallelism::kModel && config.stage_ranks);
+  return info.parallelism() == Parallelism::kDataMultiProcess ||
+         (info.parallelism() == Parallelism::kModel && config.stage_ranks);
 }
 
 }  // namespace ddpbench

@@ -11,6 +11,8 @@
 #include <sstream>
 #include <thread>
 
+#include "strategies/traits.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -330,7 +332,7 @@ StagePlan PlanOfSplit(const std::vector<int>& counts, const UnitTimes& times) {
 
 void LogStagePlan(const RunConfig& config, const ResNet& model, const StagePlan& plan) {
   const char* how = !config.split.empty()       ? "--split"
-                    : config.balance == "time" && config.strategy == "pmp"
+                    : config.balance == "time" && FindTraits(config.strategy)->micro_batches
                         ? "shortest simulated step on measured times"
                     : config.balance == "time" ? "balanced by measured time"
                                                : "balanced by parameter count";

@@ -16,6 +16,7 @@
 #include "datasets/dataset.h"
 #include "harness/state_map.h"
 #include "models/resnet.h"
+#include "strategies/traits.h"
 
 namespace ddpbench {
 
@@ -23,24 +24,8 @@ struct RunConfig;
 class PhaseTimer;
 struct DistContext;
 
-// How a strategy uses devices; the harness derives batch sizes, the number of
-// processes and learning-rate scaling from this.
-enum class Parallelism {
-  kNone,              // one device (single)
-  kDataInProcess,     // one process drives --gpus replicas (dp)
-  kDataMultiProcess,  // one rank per device (ddp, zero1)
-  kModel,             // one model cut across --gpus devices (mp, pmp)
-};
-
-struct StrategyInfo {
-  std::string name;
-  std::string description;
-  Parallelism parallelism = Parallelism::kNone;
-  // True when BatchNorm statistics are taken over a different set of samples
-  // than in the single-device run (per-replica or per-micro-batch), so the
-  // parity check must use a batch-independent norm.
-  bool batch_norm_differs = false;
-};
+// The registry row's traits (name, family, flags ...): strategies/traits.h.
+using StrategyInfo = StrategyTraits;
 
 struct RunContext {
   const RunConfig* config = nullptr;

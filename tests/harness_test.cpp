@@ -25,6 +25,9 @@
 #include "harness/memory.h"
 #include "harness/results.h"
 #include "harness/runner.h"
+#include "projection/step_model.h"
+#include "strategies/registry.h"
+#include "strategies/traits.h"
 #include "tests/test_util.h"
 
 namespace ddpbench {
@@ -178,12 +181,12 @@ TEST(Config, StrategyFlagsOnlyWhereTheyApply) {
   EXPECT_EQ(ParseError({"--strategy=dp", "--chunks=8"}),
             "--chunks=8: applies only to --strategy=pmp, not to --strategy=dp; leave it out");
   EXPECT_EQ(ParseError({"--strategy=mp", "--bucket-cap-mb=5"}),
-            "--bucket-cap-mb=5: applies only to --strategy=ddp|zero*, not to --strategy=mp; leave it out");
+            "--bucket-cap-mb=5: applies only to --strategy=ddp|zero1|zero2|zero3, not to --strategy=mp; leave it out");
   EXPECT_NE(ParseError({"--strategy=single", "--split=4,6"}).find("applies only to --strategy=mp|pmp"),
             std::string::npos);
   EXPECT_NE(ParseError({"--strategy=ddp", "--schedule", "gpipe"}).find("--schedule=gpipe: applies only to --strategy=pmp"),
             std::string::npos);
-  EXPECT_NE(ParseError({"--strategy=pmp", "--zero-reduce=all-reduce"}).find("--strategy=zero*"), std::string::npos);
+  EXPECT_NE(ParseError({"--strategy=pmp", "--zero-reduce=all-reduce"}).find("--strategy=zero1|zero2|zero3"), std::string::npos);
   EXPECT_NE(ParseError({"--strategy=pmp", "--schedule=1f1b", "--virtual-stages=2"})
                 .find("--virtual-stages=2: applies only to --schedule=interleaved|interleaved-zero-bubble"),
             std::string::npos);
@@ -213,15 +216,49 @@ TEST(Config, StrategyFlagsOnlyWhereTheyApply) {
             std::string::npos);
   EXPECT_EQ(ParseError({"--strategy=single", "--device=cuda", "--cuda-graphs", "--amp=bf16", "--optimizer-impl=fused"}),
             "");
-  // Where they apply, and defaults never given, are fine; zero* matches by prefix.
+  // Where they apply, and defaults never given, are fine; each zero stage reads the zero flags.
   EXPECT_EQ(ParseError({"--strategy=pmp", "--chunks=8", "--split=4,6", "--balance=params"}), "");
   EXPECT_EQ(ParseError({"--strategy=mp", "--split=4,6"}), "");
   EXPECT_EQ(ParseError({"--strategy=zero1", "--bucket-cap-mb=5", "--zero-reduce=all-reduce"}), "");
   EXPECT_EQ(ParseError({"--strategy=ddp", "--bucket-cap-mb=5", "--timeout=30"}), "");
   EXPECT_EQ(ParseError({"--strategy=pmp", "--schedule=interleaved", "--virtual-stages=3"}), "");
   EXPECT_EQ(ParseError({"--strategy=dp"}), "");
-  EXPECT_EQ(FlagStrategies("--bucket-cap-mb"), (std::vector<std::string>{"ddp", "zero*"}));
+  EXPECT_EQ(FlagStrategies("--bucket-cap-mb"), (std::vector<std::string>{"ddp", "zero1", "zero2", "zero3"}));
   EXPECT_TRUE(FlagStrategies("--batch-size").empty());
+}
+
+// The traits table is the one place a strategy is described: the registry
+// pairs every row with a factory, the rows agree with themselves (a ZeRO
+// stage only where states are sharded, each stage once), and every flag a
+// row reads is one the parser knows and reports as that strategy's.
+TEST(StrategyTraits, EveryRegisteredStrategyHasOneConsistentRow) {
+  ASSERT_EQ(StrategyTable().size(), StrategyTraitsTable().size());
+  std::set<int> stages;
+  for (const auto& entry : StrategyTable()) {
+    const StrategyTraits* t = FindTraits(entry.info.name);
+    ASSERT_NE(t, nullptr) << entry.info.name;
+    EXPECT_EQ(t->family, entry.info.family) << t->name;
+    if (t->family == Family::kSharded) {
+      EXPECT_TRUE(t->zero_stage >= 1 && t->zero_stage <= 3) << t->name;
+      EXPECT_TRUE(stages.insert(t->zero_stage).second) << t->name << " repeats stage " << t->zero_stage;
+    } else {
+      EXPECT_EQ(t->zero_stage, 0) << t->name;
+    }
+    EXPECT_EQ(t->min_devices(), t->family == Family::kPipeline ? 2 : 1) << t->name;
+    EXPECT_EQ(MinimumWorld(t->name), t->min_devices()) << t->name;
+    EXPECT_TRUE(t->micro_batches ? t->family == Family::kPipeline : true) << t->name;
+    for (const auto& flag : t->flags) {
+      const auto readers = FlagStrategies(flag);
+      EXPECT_NE(std::find(readers.begin(), readers.end(), t->name), readers.end()) << t->name << " " << flag;
+      EXPECT_NE(HelpGroup(flag), "") << flag << " is in no --help topic";
+    }
+    // --cuda-graphs: captured exactly where the row gives no reason.
+    EXPECT_EQ(t->Reads("--cuda-graphs"), t->no_cuda_graphs.empty()) << t->name;
+  }
+  EXPECT_EQ(stages, (std::set<int>{1, 2, 3}));
+  EXPECT_EQ(FindTraits("zero4"), nullptr);
+  EXPECT_EQ(ParseError({"--strategy=zero4"}).rfind("--strategy=zero4: not registered; registered strategies: single|", 0),
+            0u);
 }
 
 TEST(Config, StepsAndEpochsAreExclusive) {

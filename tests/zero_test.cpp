@@ -393,7 +393,7 @@ TEST(ZeroStrategies, MemoryColumnsOfEveryStage) {
 TEST(ZeroConfig, RegisteredAsMultiProcessDataParallel) {
   for (const char* name : {"zero1", "zero2", "zero3"}) {
     const auto& entry = FindStrategy(name);
-    EXPECT_EQ(entry.info.parallelism, Parallelism::kDataMultiProcess) << name;
+    EXPECT_EQ(entry.info.parallelism(), Parallelism::kDataMultiProcess) << name;
     EXPECT_TRUE(entry.info.batch_norm_differs) << name;
   }
 }

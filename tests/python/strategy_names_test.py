@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""A strategy is described in one place: its own file, its traits row
+(strategies/traits.cpp) and its factory line (strategies/registry.cpp). Every
+other C++ file asks the traits (family, ZeRO stage, flags read, ...), never
+compares a strategy's name: this test fails on a comparison such as
+`strategy == "pmp"`, `"zero3" != name`, `strategy.back()` or
+`rfind("zero", 0)` anywhere else in the program's sources."""
+import glob
+import os
+import re
+import unittest
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+NAMES = r"(single|dp|ddp|mp|pmp|zero[123]?)"
+COMPARISON = re.compile(rf'[=!]=\s*"{NAMES}"|"{NAMES}"\s*[=!]=|strategy\.back\(\)|rfind\("zero"')
+OWNERS = {f"strategies/{n}.cpp" for n in ["single", "dp", "ddp", "mp", "pmp", "zero1", "zero2", "zero3", "traits",
+                                          "registry"]}
+
+
+def offenders(root):
+    found = []
+    for folder in ["harness", "strategies", "projection", "models", "datasets"]:
+        for path in sorted(glob.glob(os.path.join(root, folder, "*.[ch]*"))):
+            rel = os.path.relpath(path, root)
+            if rel in OWNERS:
+                continue
+            for n, line in enumerate(open(path, encoding="utf-8"), 1):
+                if COMPARISON.search(line):
+                    found.append(f"{rel}:{n}: {line.strip()}")
+    return found
+
+
+class StrategyNames(unittest.TestCase):
+    def test_no_name_is_compared_outside_its_owners(self):
+        self.assertEqual(offenders(ROOT), [])
+
+    def test_the_pattern_catches_the_forms_it_names(self):
+        for line in ['if (c.strategy == "pmp") {', 'x = "zero3" != s;', 'int stage = q.strategy.back() - \'0\';',
+                     'c.strategy.rfind("zero", 0) == 0']:
+            self.assertTrue(COMPARISON.search(line), line)
+        self.assertFalse(COMPARISON.search('{"--chunks", "pmp"}'))
+
+
+if __name__ == "__main__":
+    unittest.main()
