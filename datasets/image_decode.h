@@ -1,5 +1,5 @@
-// Decoding one JPEG or PNG file to 8-bit RGB for the ImageFolder source
-// (issue 24). JPEGs are decoded by libjpeg-turbo at a DCT scale of 1/1, 1/2,
+// Decoding one JPEG or PNG file to 8-bit RGB for the ImageFolder source.
+// JPEGs are decoded by libjpeg-turbo at a DCT scale of 1/1, 1/2,
 // 1/4 or 1/8 chosen by the caller, so a crop much larger than the network's
 // input never pays for a full-size decode (what DALI and PIL's draft mode
 // do). The format comes from the file's first bytes, not its name (a PNG

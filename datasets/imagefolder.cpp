@@ -1,4 +1,4 @@
-// The ImageFolder dataset (issue 24): DIR/train/<class>/... and
+// The ImageFolder dataset: DIR/train/<class>/... and
 // DIR/val/<class>/... read by torchvision's rules (classes are the sorted
 // subfolder names; files are found by walking each class folder, sorted by
 // folder path and then by name; extensions .jpg, .jpeg and .png in any case,

@@ -164,7 +164,7 @@ std::pair<double, double> PerCallAndPerMiB(const std::vector<std::pair<double, d
 // 10 rounds at least, quick sizes until their calls add up to 0.3 s, 45
 // rounds of interference: the small-call terms a zero3 step pays some 30
 // times move far less from one calibration to the next than with 10 and 15
-// (docs/projection.md, "Calibration timed to a minimum per point").
+// (research/projection-record.md, "Calibration timed to a minimum per point").
 LinkEffort CalibrationEffort() { return {10, 0.3, 45}; }
 
 std::vector<int64_t> CalibrationBatches(int64_t batch) {
@@ -393,7 +393,7 @@ std::vector<double> IdleMs(DistContext& dist, Collective c, const std::vector<in
 // 0.2-0.7 alone and 0.4-1.0 slower beside it on both. The all-reduce's terms
 // priced zero3's calls until 2026-11-26: 0.0-0.5 ms per call on loopback and
 // 0.6-1.7 over the shaped links, where zero3 was predicted 12-19% fast and
-// 8-16% slow (docs/projection.md).
+// 8-16% slow (research/projection-record.md).
 //
 // Each is a difference of two noisy timings, so the computation alone and
 // beside each group's calls are timed in turn, effort.interference_rounds

@@ -154,7 +154,7 @@ void CheckStageRanks(const RunConfig& c) {
                       "predicts pmp too); leave --stage-ranks out");
 }
 
-// Budgets, targets, validation and snapshots (issue 13).
+// Budgets, targets, validation and snapshots.
 void ValidateAnswerFlags(const RunConfig& c) {
   if (c.target_accuracy != -1 && !(c.target_accuracy > 0 && c.target_accuracy <= 1))
     throw ConfigError(fmt::format("--target-accuracy={}: must be a top-1 fraction in (0, 1], e.g. 0.85",

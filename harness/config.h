@@ -62,7 +62,7 @@ struct RunConfig {
   double weight_decay = 0.0;
   uint64_t seed = 42;
 
-  // Speed (issue 9): how the step runs, never what it computes.
+  // Speed: how the step runs, never what it computes.
   std::string memory_format = "auto";  // auto|channels_last|contiguous (auto: by device)
   std::string tf32 = "on";             // on (PyTorch default: convolutions only)|off|all
   std::string optimizer_impl = "auto"; // auto|fused|foreach|per-param
@@ -81,7 +81,7 @@ struct RunConfig {
   bool eval = true;                // test accuracy when the dataset is real
   int64_t eval_batches = 0;        // 0: the whole test set
 
-  // Training to an answer (issue 13): budgets, targets, validation, snapshots.
+  // Training to an answer: budgets, targets, validation, snapshots.
   std::string time_budget;         // as typed ("90m"); "" : none
   double time_budget_s = -1;       // parsed; -1: none
   double target_accuracy = -1;     // validation top-1 in (0, 1]; -1: none
@@ -116,7 +116,7 @@ struct RunConfig {
   bool stage_ranks = false;          // mp/pmp: one rank (process) per stage, hand-off by send/recv
   std::string fill_waits = "on";     // on|off: pmp zero-bubble on CPU: pending W's fill waits (pipeline.cpp)
 
-  // Projection (issue 23, projection/): calibrate a profile, or project one.
+  // Projection (projection/): calibrate a profile, or project one.
   std::string calibrate;           // profile JSON to write instead of training ("" : train)
   std::string project;             // profile JSON to predict from instead of training ("" : train)
   std::string project_csv;         // --project: the what-if table as CSV ("" : printed only)

@@ -1,4 +1,4 @@
-// --data-only (issue 24): the training loop with a step that does nothing,
+// --data-only: the training loop with a step that does nothing,
 // so the harness times the data source alone (data_wait_ms, loader_img_s,
 // throughput) with the same timer, rows and progress as a real run: "how
 // many decode threads does it take to feed this batch size?".

@@ -1,4 +1,4 @@
-// Expected against measured (issue 23): a multi-device run predicts its own
+// Expected against measured (the projection checked on its own run): a multi-device run predicts its own
 // throughput with the projection model (projection/step_model.h) from its
 // own parts, and its row says how close it came. The parts are measured by
 // the run itself after its timed steps (each unit's forward and backward on

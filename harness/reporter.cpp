@@ -154,7 +154,7 @@ void AddMemoryAndQuality(const RunResult& r, Row& row) {
   }
 }
 
-// Budgets, targets, epochs and snapshots (issue 13).
+// Budgets, targets, epochs and snapshots.
 void AddGoal(const RunResult& r, Row& row) {
   const RunConfig& c = *r.config;
   if (c.val_fraction > 0) row["val_fraction"] = fmt::format("{}", c.val_fraction);

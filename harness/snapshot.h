@@ -1,5 +1,5 @@
-// Snapshots that let a long run survive a killed rank or a preempted job
-// (issue 13): every rank writes its own tensors (model, optimizer state or
+// Snapshots that let a long run survive a killed rank or a preempted job:
+// every rank writes its own tensors (model, optimizer state or
 // its shard, loss scaler, RNG) atomically, and rank 0 then writes a manifest
 // naming every rank's file, its size and SHA-1, the loop's state (step,
 // elapsed time, per-epoch history) and the configuration it belongs to. A

@@ -1,4 +1,4 @@
-// A training state by stable names (issue 13's snapshots): what a strategy
+// A training state by stable names (the snapshots'): what a strategy
 // hands out between steps and takes back before its next one, so that a
 // resumed run continues bit for bit. One mechanism for every strategy: a
 // module's parameters and buffers, a torch::optim::Optimizer's per-parameter

@@ -1,4 +1,4 @@
-// Training to an answer (issue 13): what happens between two steps of a run
+// Training to an answer: what happens between two steps of a run
 // that trains for epochs, a time budget or a target accuracy, or that keeps
 // snapshots. After each step it validates (at each epoch's end, or every
 // --eval-every steps), records the epoch, checks the target and the budget,

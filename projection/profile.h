@@ -72,7 +72,7 @@ struct Profile {
   // how long after a stretch of computation a call that would have ended
   // during it ends, and how long after its due end the scheduler lets it
   // onto a core anyway (timeline.h's CoreWait). None, as --calibrate writes
-  // them (measured values predicted worse, docs/projection.md): calls do not
+  // them (measured values predicted worse, research/projection-record.md): calls do not
   // wait for the core.
   std::optional<double> comm_wake_ms, comm_core_latency_ms;
   // The model's buffers (batch norm's running statistics and step counts)

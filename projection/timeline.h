@@ -15,7 +15,7 @@
 //
 // On CPU devices the cores that compute also run the calls: a call whose
 // bytes have arrived still needs its thread to get a core before it ends
-// (docs/projection.md, "calls that wait for the core"). Given a CoreWait, a
+// (research/projection-record.md, "calls that wait for the core"). Given a CoreWait, a
 // call that would end while the compute stream runs ends `wake_ms` after
 // that stretch of computation, or `latency_ms` after it would have ended
 // if that is sooner (the scheduler lets it onto the core in the meantime);

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Benchmarks ddpbench's ImageFolder loader against torchvision's DataLoader
-on the same JPEG folder (issue 24). Not a test: it measures.
+on the same JPEG folder. Not a test: it measures.
 
 Both sides do the same work per image: read the file, decode it, the
 training transforms (RandomResizedCrop(SIZE), RandomHorizontalFlip) and

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Benchmarks every pipeline schedule ddpbench and torch.distributed.pipelining
-both have (issue 27), side by side on CPU: ddpbench's pmp (2 logical CPU
+both have, side by side on CPU: ddpbench's pmp (2 logical CPU
 devices of 1 thread in one process) against PyTorch's schedule class
 (scripts/pipelining_torch.py: 2 ranks of 1 thread over Gloo), the same
 ResNet-18 cut at the same unit boundaries, the same batch and micro-batches,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What a collective issued beside computation costs a CPU rank pinned to one
 core, as zero3 issues its prefetch gathers: the measurement behind
-docs/projection.md's "calls that wait for the core".
+research/projection-record.md's "calls that wait for the core".
 
 Two ranks (torch.distributed, Gloo), each pinned to its own core with one
 thread, as ddpbench pins CPU ranks (harness/cpu_pinning.h). For each size,

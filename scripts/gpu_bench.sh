@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# The GPU figures of issues 9 and 11, for a machine with CUDA (build first with
+# The GPU figures (speed, pipelines, projection, fusion), for a machine with CUDA (build first with
 # scripts/gpu_build.sh). Parts, each appending to OUT_DIR (default results/):
 #   parity   every strategy and pipeline schedule, and --cuda-graphs, with
 #            --verify (float64 against single)          -> gpu-parity.csv
 #   compare  ddpbench against PyTorch eager channels_last (scripts/pytorch_eager.py)
-#            on issue 9's workloads, interleaved rounds; ddp world 1 against
+#            on the speed workloads, interleaved rounds; ddp world 1 against
 #            single, PyTorch DDP world 1 against PyTorch eager (compare-ddp:
 #            only these)                                 -> gpu-compare.csv
 #            (one line per run) and gpu-compare-rows.csv (ddpbench's rows)
 #   matrix   every strategy on ResNet-50 and ResNet-18 at AMPS (default bf16)
 #                                                         -> gpu-matrix.csv
-#   expected the projection (issue 23): --calibrate a ResNet-50 profile (bf16,
+#   expected the projection: --calibrate a ResNet-50 profile (bf16,
 #            batch 128, 2 oversubscribed ranks over Gloo), then ddp on 1 GPU
 #            and ddp/zero1/2/3 on 2 ranks, each with its own --expected=auto
 #            figure, and ddp with the profile    -> gpu-profile-resnet50-b128-bf16.json,

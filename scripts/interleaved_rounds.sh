@@ -8,7 +8,7 @@
 #   scripts/interleaved_rounds.sh OUT.csv ROUNDS 'name:flags' ['name:flags' ...]
 #
 # Each row's entry is name-rN and its run id RUN_ID (default: interleaved-
-# <UTC date>). COMMON holds the flags every run shares (default: issue 11's
+# <UTC date>). COMMON holds the flags every run shares (default: the pipeline benchmarks'
 # workload: CPU, 1 thread per device, ResNet-18 at 64 px, batch 32, 10 timed
 # steps); BIN the binary (default build/ddpbench).
 set -euo pipefail

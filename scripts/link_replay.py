@@ -6,7 +6,7 @@ bytes. This script separates the link from the CPU: it runs ddp's and zero1's co
 ResNet-18 (width 16) step, with their bucket sizes and issue order and the compute as sleeps,
 on Gloo across two network namespaces (bench_projection.Link), and then times Gloo's all-to-all
 and all-gather of one size called back to back and after a barrier. The figures it printed are
-quoted in docs/projection.md ("Validation over shaped links").
+quoted in research/projection-record.md ("Validation over shaped links").
 
   .venv/bin/python scripts/link_replay.py --rate=100mbit [--steps=25]
 

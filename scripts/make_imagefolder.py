@@ -2,7 +2,7 @@
 """Writes an ImageFolder tree of real-looking JPEGs (DIR/train/<class>/*.jpg,
 DIR/val/<class>/*.jpg) for tests, benchmarks and users without image data.
 
-Why it exists: the imagefolder loader (issue 24) and its benchmark need JPEGs
+Why it exists: the imagefolder loader and its benchmark need JPEGs
 that cost what photos cost to decode (ImageNet-like sizes, smooth content plus
 fine texture, quality about 90), and a made-up tree whose classes are
 learnable. Every image is a pure function of (--seed, split, class, index).

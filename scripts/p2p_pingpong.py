@@ -3,7 +3,7 @@
 in torch.distributed (Gloo), to tell the link from ddpbench's own timing of it.
 
 ddpbench --calibrate timed 1-4 KiB hand-offs over the 100 and 500 Mbit/s pair at
-0.6-1.9 ms (half a round trip), where pmp's runs never paid that (docs/projection.md,
+0.6-1.9 ms (half a round trip), where pmp's runs never paid that (research/projection-record.md,
 "pmp over the link"). This times the same exchange, each rank's receive posted
 before the send, one rank in each namespace: after a barrier, one untimed exchange,
 then two back to back timed together (as ddpbench's TimeInRounds does), 40 times a

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch's own pipeline schedules (torch.distributed.pipelining) on CPU
-ranks over Gloo: the comparison side of scripts/bench_schedules.py (issue 27).
+ranks over Gloo: the comparison side of scripts/bench_schedules.py.
 
 Trains torchvision's ResNet-18 (the model ddpbench's resnet18 reproduces) cut
 into chunks at the same unit boundaries ddpbench's --split uses (units: stem,

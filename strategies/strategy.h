@@ -75,7 +75,7 @@ class Strategy {
   // Optimizer-state bytes held by this process (for optimizer_state_mb).
   virtual double OptimizerStateMb() { return -1; }
 
-  // Snapshots (issue 13). TensorMap (harness/state_map.h): everything the
+  // Snapshots. TensorMap (harness/state_map.h): everything the
   // next training step depends on, by stable name.
   // Every tensor the next step depends on in this process: parameters and buffers
   // ("model.<name>", BatchNorm running stats and num_batches_tracked included), optimizer

@@ -1,4 +1,4 @@
-// The fuzz suite for every C++ reader of outside data (issue 25): each seed of
+// The fuzz suite for every C++ reader of outside data: each seed of
 // tests/fuzz/corpus/ (and a snapshot written here, whose format belongs to
 // this build's LibTorch) is mutated thousands of times with a fixed seed (bit
 // flips, truncation, growth, 32-bit header fields set to 0, huge and negative
@@ -154,7 +154,7 @@ TEST_F(Fuzz, CifarBinary) {
   }
 }
 
-// The ImageFolder source's decoder (issue 24): baseline and progressive JPEG
+// The ImageFolder source's decoder: baseline and progressive JPEG
 // and PNG fixtures, through the header, the full decode and the training
 // sample (crop, DCT-scaled decode, resize) as a worker runs them.
 TEST_F(Fuzz, JpegAndPngImages) {

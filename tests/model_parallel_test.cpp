@@ -1079,7 +1079,7 @@ INSTANTIATE_TEST_SUITE_P(
              "resnet18 norm=group amp=off dtype=float64"},
         Case{"--strategy=mp --gpus=2 --units=half-blocks --split=10,8 --batch-size=8",
              "resnet18 norm=batch amp=off dtype=float64"},
-        // The schedules of issue 27, on 2 and 3 devices, SGD and Adam.
+        // The looped and V schedules, on 2 and 3 devices, SGD and Adam.
         Case{"--strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --schedule=looped-bfs",
              "resnet18 norm=group amp=off dtype=float64"},
         Case{"--strategy=pmp --gpus=3 --oversubscribe --batch-size=6 --chunks=3 --schedule=looped-bfs --optimizer=adam "

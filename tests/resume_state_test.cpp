@@ -1,4 +1,4 @@
-// Exact resume (issue 13) on the strategies' side: a run interrupted after
+// Exact resume on the strategies' side: a run interrupted after
 // step k (SaveState, copied to the CPU), continued by a freshly set up
 // strategy (LoadState) on the same batches, ends with every parameter, buffer
 // and optimizer state bit-identical to an uninterrupted run. For every

@@ -1,4 +1,4 @@
-// Issue 9's speed features must not change what a step computes: the
+// The speed features (memory format, TF32, fused optimizers, graphs) must not change what a step computes: the
 // multi-tensor and fused optimizers equal torch::optim's per-parameter ones,
 // channels-last weights and images give the same parameters as contiguous
 // ones (float64), and the FLOP count behind MFU matches torchvision's

@@ -3,7 +3,7 @@
 // whole backward of the same stage. Zero-bubble pays off only when B + W is
 // about one backward; every extra millisecond lands on the stage's busy time.
 // One iteration is one micro-batch's forward plus its backward (whole, or B
-// then W); ResNet-18 at 64 px as in issue 11's workload, one CPU thread.
+// then W); ResNet-18 at 64 px as in the pipeline benchmarks' workload, one CPU thread.
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The projection's calibration end to end through the real binary (issue 23):
+# The projection's calibration end to end through the real binary:
 # --calibrate on 2 spawned ranks writes a profile with every unit, the link's
 # all-reduce fit and its own reduce-scatter and all-gather fits (what zero1/2/3
 # run), each with its measured points at 8 sizes (the link's table), and the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Evaluation keeps ranks in step whatever test batches each rank holds
-# (issue 25): a test set of one image (ranks with no batch at all) on 2 and 3
+# Evaluation keeps ranks in step whatever test batches each rank holds:
+# a test set of one image (ranks with no batch at all) on 2 and 3
 # ranks, and an uneven one (5 images, batch 2, 2 ranks: shares of 3 and 2, so
 # 2 batches against 1), for every multi-rank strategy (ddp, zero1, zero2,
 # zero3, whose Predict gathers parameters). Each run must write its row, and

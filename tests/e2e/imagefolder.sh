@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The ImageFolder dataset end to end (issue 24) on a made-up JPEG folder
+# The ImageFolder dataset end to end on a made-up JPEG folder
 # (scripts/make_imagefolder.py): --data-only writes its row with the loader's
 # figures; a 2-rank ddp run learns the 4 classes well above chance and its row
 # carries data_wait_ms, data_bound_frac, loader_img_s and data_workers; a

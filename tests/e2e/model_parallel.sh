@@ -24,7 +24,7 @@ COMMON=(--device=cpu --small-input --width=8 --image-size=16 --num-classes=10 --
 "$BIN" --strategy=pmp --gpus=2 $OVER "${COMMON[@]}" --batch-size=16 --chunks=4 --schedule=1f1b --balance=params --verify
 "$BIN" --strategy=pmp --gpus=2 $OVER "${COMMON[@]}" --batch-size=16 --chunks=2 --split=5,5 --balance=time
 # Defaults (time-balanced split; micro-batches and schedule chosen by predicted
-# step time), then every schedule (issue 27's looped-bfs, zbv, dualpipev too) x optimizer on 2
+# step time), then every schedule (looped-bfs, zbv, dualpipev too) x optimizer on 2
 # and 3 devices against single in float64.
 "$BIN" --strategy=pmp --gpus=2 $OVER "${COMMON[@]}" --batch-size=16 --verify
 PAR=(--device=cpu --small-input --width=8 --image-size=16 --num-classes=10 --steps=2 --warmup=0 --progress=off

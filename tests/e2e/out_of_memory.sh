@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Out of memory (issue 25), through the real binary on CPU:
+# Out of memory, through the real binary on CPU:
 #  - a run whose model state and activations surely exceed a device is
 #    refused before anything is allocated: exit 2, one error line naming the
 #    flags, the demand and the capacity (a --width or --batch-size far too

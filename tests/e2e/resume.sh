@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Training to an answer and surviving failures (issue 13), through the real
+# Training to an answer and surviving failures, through the real
 # binary on a small MNIST-format dataset made here:
 #  - kill -9 of one rank after the second snapshot, then the same command
 #    again: it resumes and ends bit-identical (every tensor of the final

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Snapshots killed at every point (issue 25): SIGKILL at 24 points (20 on single, 4 on ddp) of
+# Snapshots killed at every point: SIGKILL at 24 points (20 on single, 4 on ddp) of
 # snapshot writing chosen by a fixed seed (before, half-way through, after the
 # rank file; before and after the manifest's rename; after pruning; the
 # crash points of harness/crash_point.h), on single and on rank 1 of a

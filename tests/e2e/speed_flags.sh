@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 9's flags through the real binary on CPU: the row says how the step
+# The speed flags through the real binary on CPU: the row says how the step
 # ran (memory format, optimizer kernels, host malloc, FLOPs per image; CUDA-only columns
 # empty), and every bad value is one clear error, exit 2, no row.
 set -euo pipefail

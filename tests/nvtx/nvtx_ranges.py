@@ -25,7 +25,7 @@ CASES = [
     (["--strategy=dp", "--gpus=2", "--oversubscribe"], PHASES | {"communication"}),
     (["--strategy=pmp", "--gpus=2", "--oversubscribe", "--chunks=2"], PHASES),
 ]
-# Asked for by issue 12 but not emitted yet: the test fails once they appear,
+# Asked for by the profiling work but not emitted yet: the test fails once they appear,
 # so this list is kept honest. (ddp's comm hook now marks each bucket's
 # all-reduce launch, so there is none left.)
 KNOWN_GAPS = {}

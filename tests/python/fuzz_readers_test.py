@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fuzz suite of the Python readers of outside data (issue 25): the nightly
+"""Fuzz suite of the Python readers of outside data: the nightly
 job's TOML matrix (scripts/nightly.py load_matrix) and scripts/report.py's
 inputs (a results CSV and its failures CSV, read by scripts/rows.py, then
 every table, the markdown, the HTML page and the gate built from them).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the decoding fixtures of tests/image_decode_test.cpp (issue 24): small
+"""Writes the decoding fixtures of tests/image_decode_test.cpp: small
 images of known pixels in every kind the ImageFolder source must read, and
 what a reference decoder (Pillow, which also decodes with libjpeg-turbo's
 accurate IDCT) makes of each, as raw RGB. Run it again only to change them;
