@@ -128,7 +128,7 @@ struct RunConfig {
   std::string inter;               // --project: link between nodes ("" : measured, else ib-ndr400)
   double device_memory_gb = 0;     // --project: for the largest batch that fits (0: not asked)
   double device_img_s = 0;         // --project: one device's img/s to scale the profile's compute to (0: as measured)
-  std::string expected = "auto";   // auto|off|PROFILE: multi-device rows' expected_img_s (harness/expected.h)
+  std::string expected = "auto";   // auto|off|PROFILE: multi-device rows' expected_img_s (app/expected.h)
 
   // The flags given on the command line (name -> value as typed), so that a
   // flag that does not apply to the strategy is an error, not ignored.
@@ -146,13 +146,6 @@ struct RunConfig {
   bool UsesCuda() const { return device == "cuda"; }  // after resolution
 };
 
-// Parses argv into a RunConfig and validates it. Throws ConfigError (bad
-// value) or returns false when --help was printed (exit 0).
-bool ParseCommandLine(int argc, char** argv, RunConfig* config);
-
-// Range and combination checks shared by the CLI and the tests.
-void ValidateConfig(const RunConfig& config);
-
 // The fewest images one device may train on at once with `image_size` px
 // inputs: 2 where batch norm (--norm=batch) would otherwise see one value per
 // channel (the last stage's map is the image halved, rounded up, 5 times, or
@@ -163,15 +156,6 @@ int64_t FewestTrainingImages(const RunConfig& config, int64_t image_size);
 // its micro-batches (of a --batch-size it divides) hold too few images.
 void CheckMicroBatchImages(const RunConfig& config, int64_t image_size);
 
-// The strategies a strategy-specific flag applies to ("zero*": every
-// strategy whose name starts with "zero"); empty for a flag every strategy
-// takes. The one table of which flag belongs to which strategies.
-std::vector<std::string> FlagStrategies(const std::string& flag);
-
 std::string ShellQuote(const std::string& arg);
-
-// "90", "90s", "30m", "2h", "1h30m", "1.5h" in seconds; throws ConfigError
-// naming `flag` and the value otherwise.
-double ParseDuration(const std::string& flag, const std::string& value);
 
 }  // namespace ddpbench

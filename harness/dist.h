@@ -25,7 +25,7 @@ struct DistContext {
   int comm_lanes = 1;             // collectives in flight at once: Gloo's threads, NCCL's one stream
   c10::intrusive_ptr<c10d::ProcessGroup> group;
   torch::Device device = torch::kCPU;  // where collective buffers live (NCCL: the GPU)
-  // Rendezvous (from the launcher, harness/launcher.h).
+  // Rendezvous (from the launcher, app/launcher.h).
   std::string master_addr;
   int master_port = 0;
   bool store_served = false;  // else rank 0 serves the TCPStore

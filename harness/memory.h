@@ -10,9 +10,13 @@
 #include <stdexcept>
 #include <string>
 
-#include "strategies/strategy.h"
-
 namespace ddpbench {
+
+// A device's peak memory over the timed steps, as a row reports it.
+struct DeviceMemory {
+  double peak_allocated_mb = 0;  // CUDA caching-allocator / CPU tracked tensor bytes
+  double peak_reserved_mb = -1;  // CUDA only; -1: not applicable
+};
 
 constexpr int kMaxCpuDevices = 1024;
 

@@ -10,7 +10,7 @@ same matrix entry and workload (rows.workload). A figure regresses when
   the entry   failed tonight (scripts/nightly.py recorded it).
 
 Separately, any row of tonight (with or without history) whose vs_expected
-(measured over the throughput its own parts and link predict, harness/
+(measured over the throughput its own parts and link predict, app/
 expected.h) is below `vs_expected` is flagged SLOWER THAN EXPECTED with the
 predicted step's largest term; it counts as a regression only with
 `expected_fails` (the model's own error is a few to ~20 percent,

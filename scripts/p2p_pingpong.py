@@ -31,7 +31,7 @@ def rank_main():
     import torch.distributed as dist
     torch.set_num_threads(1)
     pin = os.environ.get("P2P_PIN")
-    if pin:  # as ddpbench pins rank r of a CPU run to core r (harness/runner.cpp PinRankToCores)
+    if pin:  # as ddpbench pins rank r of a CPU run to core r (app/runner.cpp PinRankToCores)
         os.sched_setaffinity(0, {int(os.environ["RANK"])})
     dist.init_process_group("gloo")
     rank = dist.get_rank()

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "datasets/dataset.h"
+#include "harness/memory.h"
 #include "harness/state_map.h"
 #include "models/resnet.h"
 #include "strategies/traits.h"
@@ -43,11 +44,6 @@ struct StepResult {
 struct EvalCounts {
   int64_t correct = 0;
   int64_t total = 0;
-};
-
-struct DeviceMemory {
-  double peak_allocated_mb = 0;  // CUDA caching-allocator / CPU tracked tensor bytes
-  double peak_reserved_mb = -1;  // CUDA only; -1: not applicable
 };
 
 class Strategy {

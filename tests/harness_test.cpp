@@ -20,11 +20,11 @@
 
 #include "harness/context.h"
 #include "harness/cpu_pinning.h"
-#include "harness/help.h"
-#include "harness/config.h"
+#include "app/help.h"
+#include "app/cli.h"
 #include "harness/memory.h"
 #include "harness/results.h"
-#include "harness/runner.h"
+#include "app/runner.h"
 #include "projection/step_model.h"
 #include "strategies/registry.h"
 #include "strategies/traits.h"
@@ -307,7 +307,7 @@ TEST(Config, HelpGroupsEveryFlagByTopicOneLineEach) {
     EXPECT_GT(at, last) << topic;
     last = at;
   }
-  EXPECT_EQ(help.find("\nOther:"), std::string::npos) << "a flag without a topic in harness/help.cpp:\n" << help;
+  EXPECT_EQ(help.find("\nOther:"), std::string::npos) << "a flag without a topic in app/help.cpp:\n" << help;
   std::istringstream lines(help);
   int flags = 0;
   for (std::string line; std::getline(lines, line);) {

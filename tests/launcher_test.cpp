@@ -9,7 +9,7 @@
 #include <map>
 
 #include "harness/config.h"
-#include "harness/launcher.h"
+#include "app/launcher.h"
 #include "harness/store_socket.h"
 
 namespace ddpbench {

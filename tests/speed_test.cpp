@@ -15,7 +15,7 @@
 #include "harness/memory.h"
 #include "harness/mfu.h"
 #include "harness/multi_tensor_optim.h"
-#include "harness/run_result.h"
+#include "app/run_result.h"
 #include "harness/training.h"
 #include "models/resnet.h"
 

@@ -13,7 +13,7 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "harness/config.h"
+#include "app/cli.h"
 #include "harness/dist.h"
 #include "harness/phase.h"
 #include "harness/training.h"

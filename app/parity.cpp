@@ -1,4 +1,4 @@
-#include "harness/parity.h"
+#include "app/parity.h"
 
 #include <torch/torch.h>
 

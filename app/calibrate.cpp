@@ -1,5 +1,5 @@
 // The measurements behind a projection profile (calibrate.h).
-#include "harness/calibrate.h"
+#include "app/calibrate.h"
 
 #include <torch/torch.h>
 
@@ -25,7 +25,7 @@
 #include "harness/dist.h"
 #include "harness/log.h"
 #include "harness/memory.h"
-#include "harness/run_result.h"
+#include "app/run_result.h"
 #include "harness/training.h"
 #include "strategies/device_workers.h"
 #include "strategies/stages.h"

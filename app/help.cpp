@@ -1,5 +1,5 @@
 // --help grouped by topic, one line per flag (see help.h).
-#include "harness/help.h"
+#include "app/help.h"
 
 #include <CLI/CLI.hpp>
 

@@ -1,5 +1,5 @@
 // See data_only.h.
-#include "harness/data_only.h"
+#include "app/data_only.h"
 
 #include "strategies/strategy.h"
 

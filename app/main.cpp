@@ -10,13 +10,13 @@
 #include <fmt/format.h>
 
 #include "datasets/dataset.h"
-#include "harness/config.h"
+#include "app/cli.h"
 #include "harness/dist.h"
-#include "harness/launcher.h"
+#include "app/launcher.h"
 #include "harness/log.h"
 #include "harness/memory.h"
 #include "harness/results.h"
-#include "harness/runner.h"
+#include "app/runner.h"
 #include "projection/project.h"
 #include "strategies/registry.h"
 

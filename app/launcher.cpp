@@ -1,4 +1,4 @@
-#include "harness/launcher.h"
+#include "app/launcher.h"
 
 #include <fmt/format.h>
 #include <signal.h>

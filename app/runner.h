@@ -8,7 +8,7 @@
 
 #include "harness/config.h"
 #include "harness/results.h"
-#include "harness/run_result.h"  // FindBaselineThroughput, Percentile (tests)
+#include "app/run_result.h"  // FindBaselineThroughput, Percentile (tests)
 
 namespace ddpbench {
 

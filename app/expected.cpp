@@ -1,5 +1,5 @@
 // The run's own expected throughput (expected.h).
-#include "harness/expected.h"
+#include "app/expected.h"
 
 #include <torch/torch.h>
 
@@ -8,12 +8,12 @@
 
 #include <fmt/format.h>
 
-#include "harness/calibrate.h"
+#include "app/calibrate.h"
 #include "harness/config.h"
 #include "harness/dist.h"
 #include "harness/log.h"
-#include "harness/run_result.h"
-#include "harness/step_loop.h"
+#include "app/run_result.h"
+#include "app/step_loop.h"
 #include "projection/step_model.h"
 #include "strategies/registry.h"
 #include "strategies/stages.h"

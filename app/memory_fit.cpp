@@ -1,5 +1,5 @@
 // See memory_fit.h.
-#include "harness/memory_fit.h"
+#include "app/memory_fit.h"
 
 #include <fmt/format.h>
 

@@ -1,5 +1,5 @@
 // --help's layout: the flags grouped by topic, one line each (the full
-// descriptions are in docs/flags.md). Kept apart from config.cpp, which adds
+// descriptions are in docs/flags.md). Kept apart from cli.cpp, which adds
 // the flags, so that grouping them is one table and one call there.
 #pragma once
 

@@ -14,7 +14,7 @@
 
 #include "datasets/dataset.h"
 #include "harness/snapshot.h"
-#include "harness/step_loop.h"
+#include "app/step_loop.h"
 
 namespace ddpbench {
 

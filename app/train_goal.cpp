@@ -2,7 +2,7 @@
 // budget is read from each rank's clock, signals reach ranks at different
 // moments) goes through one all-reduce per step, so all ranks stop after the
 // same step; validation accuracy is already the same on every rank.
-#include "harness/train_goal.h"
+#include "app/train_goal.h"
 
 #include <signal.h>
 

@@ -3,7 +3,7 @@
 // (step_loop.cpp), evaluate, gather every rank's figures into one RunResult,
 // and (rank 0) report it (reporter.cpp). Everything is measured the same way
 // for every strategy.
-#include "harness/runner.h"
+#include "app/runner.h"
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
@@ -23,20 +23,20 @@
 #include "harness/context.h"
 #include "harness/cpu_pinning.h"
 #include "harness/cuda_support.h"
-#include "harness/calibrate.h"
-#include "harness/data_only.h"
-#include "harness/expected.h"
+#include "app/calibrate.h"
+#include "app/data_only.h"
+#include "app/expected.h"
 #include "harness/dist.h"
 #include "harness/memory.h"
-#include "harness/memory_fit.h"
-#include "harness/parity.h"
+#include "app/memory_fit.h"
+#include "app/parity.h"
 #include "harness/log.h"
 #include "harness/mfu.h"
 #include "harness/phase.h"
-#include "harness/run_result.h"
+#include "app/run_result.h"
 #include "harness/snapshot.h"
-#include "harness/step_loop.h"
-#include "harness/train_goal.h"
+#include "app/step_loop.h"
+#include "app/train_goal.h"
 #include "harness/trace.h"
 #include "harness/training.h"
 #include "models/fused_norm.h"

@@ -2,7 +2,7 @@
 // ones a strategy makes itself, one per check point when losses are read, and
 // one per step when one process drives several GPUs (CUDA events cannot time
 // a step that spans devices).
-#include "harness/step_loop.h"
+#include "app/step_loop.h"
 
 #include <torch/torch.h>
 

@@ -1,7 +1,7 @@
 // The CSV-row reporter and the console line: RunResult in, text out. Every
 // figure a row carries is formatted here, in one place, from what the loop
 // measured; nothing here measures.
-#include "harness/run_result.h"
+#include "app/run_result.h"
 
 #include <algorithm>
 #include <cmath>
@@ -225,7 +225,7 @@ double MedianAbsoluteDeviation(const std::vector<double>& values) {
   return Median(dev);
 }
 
-// Measured over expected (harness/expected.h), when the run predicted itself.
+// Measured over expected (app/expected.h), when the run predicted itself.
 void AddVsExpected(Row& row) {
   const auto expected = row.find("expected_img_s");
   const auto measured = row.find("throughput_img_s");

@@ -1,0 +1,28 @@
+// The command line: argv into a validated RunConfig (CLI11), with one clear
+// message for every bad value. Above every other folder: validation asks the
+// strategies' traits and the pipeline schedules.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "harness/config.h"
+
+namespace ddpbench {
+
+// Parses argv into a RunConfig and validates it. Throws ConfigError (bad
+// value) or returns false when --help was printed (exit 0).
+bool ParseCommandLine(int argc, char** argv, RunConfig* config);
+
+// Range and combination checks shared by the CLI and the tests.
+void ValidateConfig(const RunConfig& config);
+
+// The strategies that read a strategy-specific flag (each strategy's traits
+// row lists the flags it reads); empty for a flag every strategy takes.
+std::vector<std::string> FlagStrategies(const std::string& flag);
+
+// "90", "90s", "30m", "2h", "1h30m", "1.5h" in seconds; throws ConfigError
+// naming `flag` and the value otherwise.
+double ParseDuration(const std::string& flag, const std::string& value);
+
+}  // namespace ddpbench
