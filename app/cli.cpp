@@ -14,6 +14,7 @@
 
 #include "datasets/dataset.h"
 #include "app/help.h"
+#include "strategies/registry.h"
 #include "strategies/traits.h"
 #include "strategies/schedules.h"
 
@@ -93,12 +94,8 @@ void CheckLabel(const std::string& flag, const std::string& value) {
                                 "and - _ . : +", flag, value));
 }
 
-// The row of --strategy, or the one error naming the registered strategies.
-const StrategyTraits& TraitsOf(const RunConfig& c) {
-  if (const StrategyTraits* t = FindTraits(c.strategy)) return *t;
-  throw ConfigError(fmt::format("--strategy={}: not registered; registered strategies: {}", c.strategy,
-                                Join(TraitNames())));
-}
+// The row of --strategy, or the registry's one error naming the registered strategies.
+const StrategyTraits& TraitsOf(const RunConfig& c) { return FindStrategy(c.strategy).info; }
 
 // A strategy-specific flag given with another strategy: one error naming
 // the strategies it applies to.

@@ -88,6 +88,12 @@ std::string Unservable(const torch::Tensor& x, const torch::Tensor& z, const tor
   return "";
 }
 
+// Why cuDNN itself refused a case (what RefusedBefore caches by its prefix).
+std::string Refusal(cudnnStatus_t s, const torch::Tensor& x, bool has_z) {
+  return fmt::format("cuDNN: {} for {} {}", cudnnGetErrorString(s), c10::toString(x.scalar_type()),
+                     has_z ? "bn-add-relu" : "bn-relu");
+}
+
 }  // namespace
 
 bool Available() { return true; }
@@ -107,8 +113,7 @@ std::optional<Forward> TryForward(const torch::Tensor& x, const torch::Tensor& z
   if (s == CUDNN_STATUS_SUCCESS)
     s = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, kMode, ops, d.relu.d, d.act.d, &reserve_bytes);
   if (s != CUDNN_STATUS_SUCCESS) {
-    why = fmt::format("cuDNN: {} for {} {}", cudnnGetErrorString(s), c10::toString(x.scalar_type()),
-                      z.defined() ? "bn-add-relu" : "bn-relu");
+    why = Refusal(s, x, z.defined());
     return std::nullopt;
   }
   Forward f;
@@ -126,8 +131,7 @@ std::optional<Forward> TryForward(const torch::Tensor& x, const torch::Tensor& z
       factor, running_mean.data_ptr(), running_var.data_ptr(), eps, f.save_mean.data_ptr(), f.save_invvar.data_ptr(),
       d.relu.d, work.data_ptr(), work_bytes, f.reserve.data_ptr(), reserve_bytes);
   if (s == CUDNN_STATUS_NOT_SUPPORTED || s == CUDNN_STATUS_BAD_PARAM) {
-    why = fmt::format("cuDNN: {} for {} {}", cudnnGetErrorString(s), c10::toString(x.scalar_type()),
-                      z.defined() ? "bn-add-relu" : "bn-relu");
+    why = Refusal(s, x, z.defined());
     return std::nullopt;
   }
   Check(s, "fused batch-norm forward");

@@ -87,6 +87,14 @@ compare_one() {
   echo "$(date -u +%FT%TZ),$(hostname),$round,$name,$ips,\"$*\"" >> "$csv"
 }
 
+# The next round number of a compare-style CSV: one past its highest (1 when
+# it has none, or does not exist yet).
+next_round() {
+  local last=0
+  [[ -f "$1" ]] && last="$(tail -n +2 "$1" | cut -d, -f3 | sort -n | tail -1)"
+  echo $(( ${last:-0} + 1 ))
+}
+
 # Medians per name and the ratios of named pairs (rounds matched) of a
 # compare-style CSV: ratios FILE A/B ...
 ratios() {
@@ -127,7 +135,7 @@ compare_ddp_round() {
 
 compare() {
   [[ -f "$OUT_DIR/gpu-compare.csv" ]] || echo "timestamp,host,round,name,img_s,command" > "$OUT_DIR/gpu-compare.csv"
-  local r first; first="$(( $(tail -n +2 "$OUT_DIR/gpu-compare.csv" | cut -d, -f3 | sort -n | tail -1) + 1 ))"
+  local r first; first="$(next_round "$OUT_DIR/gpu-compare.csv")"
   for r in $(seq "$first" $(( first + ROUNDS - 1 ))); do
     [[ "${1:-}" == ddp ]] || compare_single_round "$r"
     compare_ddp_round "$r"
@@ -180,8 +188,7 @@ PY
 # --fuse=bn-add-relu and --cuda-graphs on single against PyTorch eager and
 # torch.compile (the latter compiles in its warm-up: 25 steps there).
 fuse() {
-  local CSV="$OUT_DIR/gpu-fuse.csv" r m first=1
-  [[ -f "$CSV" ]] && first="$(( $(tail -n +2 "$CSV" | cut -d, -f3 | sort -n | tail -1) + 1 ))"
+  local CSV="$OUT_DIR/gpu-fuse.csv" r m first; first="$(next_round "$CSV")"
   for r in $(seq "$first" $(( first + ROUNDS - 1 ))); do
     for m in ${FUSE_MODELS:-resnet50 resnet18}; do
       local c=(--strategy=single --model=$m --batch-size=256 "${W[@]}")

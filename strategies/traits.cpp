@@ -84,12 +84,6 @@ const StrategyTraits* FindTraits(const std::string& name) {
   return nullptr;
 }
 
-std::vector<std::string> TraitNames() {
-  std::vector<std::string> names;
-  for (const auto& t : StrategyTraitsTable()) names.push_back(t.name);
-  return names;
-}
-
 std::vector<std::string> StrategiesReading(const std::string& flag) {
   std::vector<std::string> names;
   for (const auto& t : StrategyTraitsTable())

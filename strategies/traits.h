@@ -53,7 +53,6 @@ struct StrategyTraits {
 
 const std::vector<StrategyTraits>& StrategyTraitsTable();
 const StrategyTraits* FindTraits(const std::string& name);  // nullptr when unregistered
-std::vector<std::string> TraitNames();
 // The strategies that read `flag`, in table order ({} when every one does).
 std::vector<std::string> StrategiesReading(const std::string& flag);
 
