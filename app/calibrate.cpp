@@ -18,12 +18,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "harness/config.h"
+#include "base/config.h"
 #include "harness/context.h"
 #include "harness/cpu_pinning.h"
 #include "harness/cuda_support.h"
 #include "harness/dist.h"
-#include "harness/log.h"
+#include "base/log.h"
 #include "harness/memory.h"
 #include "app/run_result.h"
 #include "harness/training.h"

@@ -15,8 +15,8 @@
 #include "datasets/dataset.h"
 #include "app/help.h"
 #include "strategies/registry.h"
-#include "strategies/traits.h"
-#include "strategies/schedules.h"
+#include "planning/traits.h"
+#include "planning/schedules.h"
 
 namespace ddpbench {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/config.h"
+#include "base/config.h"
 
 namespace ddpbench {
 

@@ -9,9 +9,9 @@
 #include <fmt/format.h>
 
 #include "app/calibrate.h"
-#include "harness/config.h"
+#include "base/config.h"
 #include "harness/dist.h"
-#include "harness/log.h"
+#include "base/log.h"
 #include "app/run_result.h"
 #include "app/step_loop.h"
 #include "projection/step_model.h"

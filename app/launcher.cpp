@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "harness/config.h"
+#include "base/config.h"
 #include "harness/store_socket.h"
 
 extern char** environ;

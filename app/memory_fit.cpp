@@ -6,10 +6,10 @@
 #include <cmath>
 #include <fstream>
 
-#include "harness/config.h"
+#include "base/config.h"
 #include "harness/memory.h"
 #include "models/resnet.h"
-#include "strategies/zero_memory.h"
+#include "planning/zero_memory.h"
 
 namespace ddpbench {
 

@@ -2,7 +2,7 @@
 
 #include <torch/torch.h>
 
-#include "harness/config.h"
+#include "base/config.h"
 #include "harness/dist.h"
 #include "harness/phase.h"
 #include "strategies/factories.h"

@@ -8,9 +8,9 @@
 
 #include <fmt/format.h>
 
-#include "harness/config.h"
+#include "base/config.h"
 #include "models/fused_norm.h"
-#include "strategies/traits.h"
+#include "planning/traits.h"
 
 namespace ddpbench {
 namespace {

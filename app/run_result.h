@@ -13,7 +13,7 @@
 
 #include "harness/context.h"
 #include "harness/phase.h"
-#include "harness/results.h"
+#include "base/results.h"
 
 namespace ddpbench {
 

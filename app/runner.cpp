@@ -30,7 +30,7 @@
 #include "harness/memory.h"
 #include "app/memory_fit.h"
 #include "app/parity.h"
-#include "harness/log.h"
+#include "base/log.h"
 #include "harness/mfu.h"
 #include "harness/phase.h"
 #include "app/run_result.h"
@@ -41,7 +41,7 @@
 #include "harness/training.h"
 #include "models/fused_norm.h"
 #include "strategies/registry.h"
-#include "strategies/schedules.h"
+#include "planning/schedules.h"
 
 namespace ddpbench {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/config.h"
-#include "harness/results.h"
+#include "base/config.h"
+#include "base/results.h"
 #include "app/run_result.h"  // FindBaselineThroughput, Percentile (tests)
 
 namespace ddpbench {

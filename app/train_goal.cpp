@@ -14,10 +14,10 @@
 
 #include <fmt/format.h>
 
-#include "harness/config.h"
+#include "base/config.h"
 #include "harness/dist.h"
-#include "harness/log.h"
-#include "harness/results.h"
+#include "base/log.h"
+#include "base/results.h"
 #include "strategies/strategy.h"
 
 namespace ddpbench {

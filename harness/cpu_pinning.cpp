@@ -6,7 +6,7 @@
 #include <mutex>
 #include <vector>
 
-#include "harness/log.h"
+#include "base/log.h"
 
 namespace ddpbench {
 

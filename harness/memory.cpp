@@ -12,9 +12,9 @@
 #include <mutex>
 #include <new>
 
-#include "harness/config.h"
+#include "base/config.h"
 #include "harness/cuda_support.h"
-#include "harness/log.h"
+#include "base/log.h"
 
 namespace ddpbench {
 namespace {

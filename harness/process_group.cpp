@@ -19,7 +19,7 @@
 #include <sstream>
 
 #include "harness/dist.h"
-#include "harness/log.h"
+#include "base/log.h"
 #include "harness/socket_ifname.h"
 #include "harness/store_socket.h"
 

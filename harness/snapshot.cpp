@@ -5,7 +5,7 @@
 // rank has finished writing, and only then is the manifest written. Loading
 // walks the manifests newest first and takes the first one that every rank
 // finds intact (an all-reduce per candidate), so all ranks resume together.
-#include "harness/crash_point.h"
+#include "base/crash_point.h"
 #include "harness/snapshot.h"
 
 #include <ATen/Context.h>
@@ -23,12 +23,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "harness/config.h"
+#include "base/config.h"
 #include "harness/context.h"
 #include "harness/cuda_support.h"
 #include "harness/dist.h"
-#include "harness/log.h"
-#include "harness/results.h"
+#include "base/log.h"
+#include "base/results.h"
 
 namespace ddpbench {
 namespace {

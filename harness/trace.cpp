@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/dist.h"
-#include "harness/log.h"
-#include "harness/results.h"
+#include "base/log.h"
+#include "base/results.h"
 
 namespace ddpbench::trace {
 

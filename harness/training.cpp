@@ -3,7 +3,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
-#include "harness/config.h"
+#include "base/config.h"
 #include "harness/multi_tensor_optim.h"
 
 namespace ddpbench {

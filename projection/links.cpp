@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "harness/config.h"
+#include "base/config.h"
 
 namespace ddpbench {
 

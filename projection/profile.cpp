@@ -10,8 +10,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "harness/config.h"
-#include "harness/results.h"
+#include "base/config.h"
+#include "base/results.h"
 
 namespace ddpbench {
 

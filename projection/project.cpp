@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "harness/config.h"
+#include "base/config.h"
 #include "projection/step_model.h"
-#include "strategies/traits.h"
+#include "planning/traits.h"
 
 namespace ddpbench {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/results.h"
+#include "base/results.h"
 #include "projection/profile.h"
 
 namespace ddpbench {

@@ -10,11 +10,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "harness/config.h"
+#include "base/config.h"
 #include "projection/timeline.h"
-#include "strategies/pipeline_shape.h"
-#include "strategies/traits.h"
-#include "strategies/zero_memory.h"
+#include "planning/pipeline_plan.h"
+#include "planning/traits.h"
+#include "planning/zero_memory.h"
 
 namespace ddpbench {
 

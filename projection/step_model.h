@@ -26,7 +26,7 @@
 
 #include "projection/links.h"
 #include "projection/profile.h"
-#include "strategies/schedules.h"
+#include "planning/schedules.h"
 
 namespace ddpbench {
 

@@ -21,13 +21,13 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "harness/config.h"
+#include "base/config.h"
 #include "harness/dist.h"
 #include "harness/phase.h"
 #include "harness/training.h"
 #include "strategies/data_parallel.h"
 #include "strategies/factories.h"
-#include "strategies/zero_memory.h"
+#include "planning/zero_memory.h"
 
 namespace ddpbench {
 namespace {

@@ -22,7 +22,7 @@
 // starts by copying device 0's parameters and buffers into the replicas.
 #include <torch/torch.h>
 
-#include "harness/config.h"
+#include "base/config.h"
 #include "harness/phase.h"
 #include "harness/training.h"
 #include "strategies/device_workers.h"

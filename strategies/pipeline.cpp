@@ -11,10 +11,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "harness/config.h"
+#include "base/config.h"
 #include "harness/cuda_support.h"
 #include "harness/dist.h"
-#include "harness/log.h"
+#include "base/log.h"
 #include "harness/memory.h"
 #include "harness/phase.h"
 #include "harness/trace.h"
@@ -22,7 +22,7 @@
 #include "strategies/device_workers.h"
 #include "strategies/pipeline_shape.h"
 #include "strategies/rebalance.h"
-#include "strategies/schedules.h"
+#include "planning/schedules.h"
 #include "strategies/split_backward.h"
 #include "strategies/stage_link.h"
 #include "strategies/stages.h"

@@ -18,7 +18,7 @@
 
 #include <vector>
 
-#include "strategies/schedules.h"
+#include "planning/schedules.h"
 #include "strategies/stages.h"
 
 namespace ddpbench {

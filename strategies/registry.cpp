@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "harness/config.h"
+#include "base/config.h"
 #include "strategies/factories.h"
 
 namespace ddpbench {
@@ -21,11 +21,11 @@ const std::vector<StrategyEntry>& StrategyTable() {
     std::vector<StrategyEntry> rows;
     for (const auto& [name, make] : factories) {
       const StrategyTraits* traits = FindTraits(name);
-      TORCH_CHECK(traits, "strategy registry: '", name, "' has a factory but no traits row (strategies/traits.cpp)");
+      TORCH_CHECK(traits, "strategy registry: '", name, "' has a factory but no traits row (planning/traits.cpp)");
       rows.push_back({*traits, make});
     }
     TORCH_CHECK(rows.size() == StrategyTraitsTable().size(),
-                "strategy registry: a traits row (strategies/traits.cpp) has no factory here");
+                "strategy registry: a traits row (planning/traits.cpp) has no factory here");
     return rows;
   }();
   return table;

@@ -5,7 +5,7 @@
 
 #include <optional>
 
-#include "harness/config.h"
+#include "base/config.h"
 #include "harness/cuda_graph.h"
 #include "harness/phase.h"
 #include "harness/training.h"

@@ -4,7 +4,7 @@
 #include <torch/torch.h>
 
 #include "harness/dist.h"
-#include "harness/log.h"
+#include "base/log.h"
 #include "harness/training.h"
 #include "strategies/pipeline_shape.h"
 

@@ -17,7 +17,7 @@
 #include "harness/memory.h"
 #include "harness/state_map.h"
 #include "models/resnet.h"
-#include "strategies/traits.h"
+#include "planning/traits.h"
 
 namespace ddpbench {
 
@@ -25,7 +25,7 @@ struct RunConfig;
 class PhaseTimer;
 struct DistContext;
 
-// The registry row's traits (name, family, flags ...): strategies/traits.h.
+// The registry row's traits (name, family, flags ...): planning/traits.h.
 using StrategyInfo = StrategyTraits;
 
 struct RunContext {

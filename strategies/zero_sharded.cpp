@@ -1,7 +1,7 @@
 // The engine of zero1, zero2 and zero3 (what each stage shards: see
 // zero_sharded.h).
 //
-// Layout (strategies/zero_partition.h): the trainable parameters live in one
+// Layout (planning/zero_partition.h): the trainable parameters live in one
 // flat layout cut into buckets, each bucket padded and split into N equal
 // slices, rank r owning slice r of every bucket. Stages 1 and 2 order it by
 // gradient readiness (learnt from a probe backward, as DDP learns it from its
@@ -66,13 +66,13 @@
 #include <numeric>
 #include <torch/csrc/distributed/c10d/comm.hpp>
 
-#include "harness/config.h"
+#include "base/config.h"
 #include "harness/dist.h"
 #include "harness/phase.h"
 #include "harness/training.h"
 #include "strategies/data_parallel.h"
-#include "strategies/zero_memory.h"
-#include "strategies/zero_partition.h"
+#include "planning/zero_memory.h"
+#include "planning/zero_partition.h"
 
 namespace ddpbench {
 namespace {

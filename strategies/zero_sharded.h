@@ -1,6 +1,6 @@
 // The one engine of the sharded data-parallel strategies zero1, zero2 and
 // zero3 (strategies/zero_sharded.cpp): one flat-buffer partition
-// (strategies/zero_partition.h), one bucket machinery (reduce-scatter of each
+// (planning/zero_partition.h), one bucket machinery (reduce-scatter of each
 // bucket as soon as its gradients are ready, all-gather of parameters bucket
 // by bucket, each model unit waiting only for its own buckets). A stage says
 // what is sharded and so when it is gathered:

@@ -25,7 +25,7 @@
 #include "datasets/image_transforms.h"
 #include "harness/dist.h"
 #include "harness/memory.h"
-#include "harness/results.h"
+#include "base/results.h"
 #include "harness/snapshot.h"
 #include "tests/test_util.h"
 

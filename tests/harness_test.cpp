@@ -23,11 +23,11 @@
 #include "app/help.h"
 #include "app/cli.h"
 #include "harness/memory.h"
-#include "harness/results.h"
+#include "base/results.h"
 #include "app/runner.h"
 #include "projection/step_model.h"
 #include "strategies/registry.h"
-#include "strategies/traits.h"
+#include "planning/traits.h"
 #include "tests/test_util.h"
 
 namespace ddpbench {

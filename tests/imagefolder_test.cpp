@@ -46,7 +46,7 @@ std::vector<std::string> DataLines(const std::string& name) {
   return lines;
 }
 
-std::string ErrorOf(const std::function<void()>& f) {
+std::string DataErrorOf(const std::function<void()>& f) {
   try {
     f();
   } catch (const DataError& e) {
@@ -75,24 +75,24 @@ TEST(ImageFolderScanTest, BadLayoutsHaveOneMessageEach) {
   TempDir dir;
   MakeDirs(dir.File("none"));
   Put(dir.path(), "none/loose.jpg");
-  EXPECT_THAT(ErrorOf([&] { detail::ScanImageFolder(dir.File("none"), {}); }), HasSubstr("none: no class folders"));
+  EXPECT_THAT(DataErrorOf([&] { detail::ScanImageFolder(dir.File("none"), {}); }), HasSubstr("none: no class folders"));
   Put(dir.path(), "empty/cat/1.jpg");
   Put(dir.path(), "empty/dog/readme.txt");
-  EXPECT_THAT(ErrorOf([&] { detail::ScanImageFolder(dir.File("empty"), {}); }),
+  EXPECT_THAT(DataErrorOf([&] { detail::ScanImageFolder(dir.File("empty"), {}); }),
               HasSubstr("empty/dog: class folder with no .jpg, .jpeg or .png files (1 other files)"));
   Put(dir.path(), "val/cow/1.jpg");
-  EXPECT_THAT(ErrorOf([&] { detail::ScanImageFolder(dir.File("val"), {"cat", "dog"}); }),
+  EXPECT_THAT(DataErrorOf([&] { detail::ScanImageFolder(dir.File("val"), {"cat", "dog"}); }),
               HasSubstr("val/cow: class 'cow' is not one of train/'s 2 classes (cat, dog)"));
   DataSpec spec;
   spec.name = "imagefolder";
-  EXPECT_THAT(ErrorOf([&] { DescribeDataset(spec); }), HasSubstr("needs --data-dir=DIR"));
+  EXPECT_THAT(DataErrorOf([&] { DescribeDataset(spec); }), HasSubstr("needs --data-dir=DIR"));
   spec.data_dir = dir.path();
-  EXPECT_THAT(ErrorOf([&] { DescribeDataset(spec); }), HasSubstr("/train: no such folder"));
+  EXPECT_THAT(DataErrorOf([&] { DescribeDataset(spec); }), HasSubstr("/train: no such folder"));
   Put(dir.path(), "train/cat/1.jpg");
   std::remove(dir.File("val/cow/1.jpg").c_str());
   ::rmdir(dir.File("val/cow").c_str());
   ::rmdir(dir.File("val").c_str());
-  EXPECT_THAT(ErrorOf([&] { DescribeDataset(spec); }), HasSubstr("/val: no such folder; add val/<class>/ folders, or hold out"));
+  EXPECT_THAT(DataErrorOf([&] { DescribeDataset(spec); }), HasSubstr("/val: no such folder; add val/<class>/ folders, or hold out"));
 }
 
 // --- geometry ----------------------------------------------------------------
@@ -225,7 +225,7 @@ TEST(ImageFolderSourceTest, BadImageStopsTheRunOrIsSkippedAndCounted) {
   DataSpec spec = SmallFolder(dir.path());
   Put(dir.path(), "train/one/0_baseline.jpg", "not an image at all");
   spec.batch_size = 12;
-  EXPECT_THAT(ErrorOf([&] { MakeTrainSource(spec, 0, 1)->Next(); }),
+  EXPECT_THAT(DataErrorOf([&] { MakeTrainSource(spec, 0, 1)->Next(); }),
               HasSubstr("train/one/0_baseline.jpg: neither JPEG nor PNG"));
   spec.skip_bad_images = true;
   auto source = MakeTrainSource(spec, 0, 1);

@@ -8,7 +8,7 @@
 
 #include <map>
 
-#include "harness/config.h"
+#include "base/config.h"
 #include "app/launcher.h"
 #include "harness/store_socket.h"
 

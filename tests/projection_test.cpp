@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "harness/config.h"
+#include "base/config.h"
 #include "projection/links.h"
 #include "projection/profile.h"
 #include "projection/project.h"

@@ -17,7 +17,7 @@
 #include <iostream>
 #include <stdexcept>
 
-#include "harness/config.h"
+#include "base/config.h"
 #include "harness/dist.h"
 #include "harness/phase.h"
 #include "harness/store_socket.h"

@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "harness/config.h"
+#include "base/config.h"
 #include "harness/memory.h"
 #include "harness/mfu.h"
 #include "harness/multi_tensor_optim.h"

@@ -19,8 +19,8 @@
 #include "harness/training.h"
 #include "models/resnet.h"
 #include "strategies/registry.h"
-#include "strategies/zero_memory.h"
-#include "strategies/zero_partition.h"
+#include "planning/zero_memory.h"
+#include "planning/zero_partition.h"
 
 namespace ddpbench {
 namespace {

@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "harness/config.h"
+#include "base/config.h"
 #include "harness/context.h"
 #include "harness/dist.h"
 #include "harness/phase.h"

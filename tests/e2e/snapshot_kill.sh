@@ -2,7 +2,7 @@
 # Snapshots killed at every point: SIGKILL at 24 points (20 on single, 4 on ddp) of
 # snapshot writing chosen by a fixed seed (before, half-way through, after the
 # rank file; before and after the manifest's rename; after pruning; the
-# crash points of harness/crash_point.h), on single and on rank 1 of a
+# crash points of base/crash_point.h), on single and on rank 1 of a
 # 2-rank ddp run. After each kill the same command runs again: it must resume
 # from the newest complete snapshot (manifest and every rank file it names,
 # intact) or the one before, never a mixture, and end bit-identical (every

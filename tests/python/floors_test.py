@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
 """The source folders are floors, each including only its own and lower ones:
 
-  6 app/         the program: command line, the run, the row, calibration
-  5 projection/  the step model and links (torch-free)
-  4 strategies/  the strategies and their traits
-  3 datasets/    the data sources
-  2 harness/     runtime services: RunConfig, logging, process groups, memory, traces
-  1 models/      the ResNet and its fused norm
+  8 app/         the program: command line, the run, the row, calibration
+  7 strategies/  the strategies and their engines
+  6 datasets/    the data sources
+  5 harness/     runtime services: process groups, memory, phases, traces, snapshots
+  4 models/      the ResNet and its fused norm
+  3 projection/  the step model and links (torch-free)
+  2 planning/    traits, schedule tables, stage splits, ZeRO arithmetic (torch-free)
+  1 base/        RunConfig, the log, the results CSV (torch-free)
+
+Each floor is its own library (CMakeLists.txt); floors 1-3 are compiled
+without LibTorch's headers, so a torch include there fails the build.
 
 An #include that runs up a floor fails this test (ctest's py.floors_test), so
 a strategy cannot come to depend on the program that runs it, nor the
@@ -17,7 +22,8 @@ import re
 import unittest
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-FLOORS = {"models": 1, "harness": 2, "datasets": 3, "strategies": 4, "projection": 5, "app": 6}
+FLOORS = {"base": 1, "planning": 2, "projection": 3, "models": 4, "harness": 5, "datasets": 6, "strategies": 7,
+          "app": 8}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/[^"]+"', re.M)
 
 

@@ -1,17 +1,17 @@
-#include "strategies/schedules.h"
+#include "planning/schedules.h"
 
 #include <algorithm>
 #include <deque>
 #include <map>
 #include <numeric>
 #include <set>
+#include <stdexcept>
 #include <tuple>
 
-#include <c10/util/Exception.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "harness/config.h"
+#include "base/config.h"
 
 namespace ddpbench {
 namespace {
@@ -25,9 +25,9 @@ PipelineAction Forward(int m, int chunk) { return {PipelineOp::kForward, m, chun
 }  // namespace
 
 PipelineTable EmptyPipelineTable(int devices, int virtual_stages, int micro_batches, bool v_placement) {
-  TORCH_CHECK(devices >= 1 && virtual_stages >= 1 && micro_batches >= 1 && (!v_placement || virtual_stages == 2),
-              "pipeline table: ", devices, " devices, ", virtual_stages, " chunks each, ", micro_batches,
-              " micro-batches");
+  if (devices < 1 || virtual_stages < 1 || micro_batches < 1 || (v_placement && virtual_stages != 2))
+    throw std::logic_error(fmt::format("pipeline table: {} devices, {} chunks each, {} micro-batches", devices,
+                                       virtual_stages, micro_batches));
   PipelineTable t;
   t.devices = devices;
   t.virtual_stages = virtual_stages;
@@ -170,7 +170,8 @@ PipelineTable InterleavedZeroBubbleTable(int devices, int virtual_stages, int mi
 PipelineTable InterleavedTable(int devices, int virtual_stages, int micro_batches) {
   const int S = devices, V = virtual_stages, M = micro_batches;
   PipelineTable t = EmptyTable(S, V, M);
-  TORCH_CHECK(M % S == 0, "interleaved: ", M, " micro-batches is not a multiple of ", S, " devices");
+  if (M % S != 0)
+    throw std::logic_error(fmt::format("interleaved: {} micro-batches is not a multiple of {} devices", M, S));
   const int total = M * V;  // (micro-batch, chunk) pairs per device
   for (int d = 0; d < S; ++d) {
     // The k-th forward (backward) of device d: groups of S micro-batches
@@ -205,7 +206,7 @@ PipelineTable BuildPipelineTable(PipelineSchedule schedule, int devices, int vir
     case PipelineSchedule::kZeroBubbleV: return ZeroBubbleVTable(devices, micro_batches);
     case PipelineSchedule::kDualPipeV: return DualPipeVTable(devices, micro_batches);
   }
-  TORCH_CHECK(false, "unknown pipeline schedule");
+  throw std::logic_error("unknown pipeline schedule");
 }
 
 double PipelineSimulation::Bubble() const {
@@ -224,7 +225,7 @@ ChunkTimes SplitChunkTimes(const std::vector<double>& forward, const std::vector
 }
 
 ChunkTimes UniformChunkTimes(int chunks) {
-  return {std::vector<double>(chunks, 1.0), std::vector<double>(chunks, 1.0), std::vector<double>(chunks, 1.0)};
+  return {std::vector<double>(chunks, 1.0), std::vector<double>(chunks, 1.0), std::vector<double>(chunks, 1.0), {}};
 }
 
 PipelineSimulation SimulatePipeline(const PipelineTable& t, const ChunkTimes& times) {

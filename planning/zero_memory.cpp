@@ -1,4 +1,4 @@
-#include "strategies/zero_memory.h"
+#include "planning/zero_memory.h"
 
 #include <fmt/format.h>
 

@@ -1,5 +1,5 @@
 // See crash_point.h.
-#include "harness/crash_point.h"
+#include "base/crash_point.h"
 
 #include <csignal>
 #include <cstdio>

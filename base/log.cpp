@@ -1,4 +1,4 @@
-#include "harness/log.h"
+#include "base/log.h"
 
 #include <unistd.h>
 

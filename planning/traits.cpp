@@ -1,6 +1,6 @@
 // The one table of strategy traits (traits.h). A new strategy adds its row
 // here and its factory in registry.cpp.
-#include "strategies/traits.h"
+#include "planning/traits.h"
 
 #include <algorithm>
 

@@ -6,12 +6,13 @@
 // the one PyTorch's schedule class produces for it, so a run of ours and a
 // run of PyTorch's do the same work in the same order; the rules are restated
 // here from the papers and that order, in this file's own terms.
-#include "strategies/schedules.h"
+#include "planning/schedules.h"
 
 #include <algorithm>
 #include <deque>
+#include <stdexcept>
 
-#include <c10/util/Exception.h>
+#include <fmt/format.h>
 
 namespace ddpbench {
 namespace {
@@ -108,7 +109,8 @@ PipelineTable ZeroBubbleVTable(int devices, int micro_batches) {
 
 PipelineTable DualPipeVTable(int devices, int micro_batches) {
   const int S = devices, M = micro_batches;
-  TORCH_CHECK(M >= 2 * S, "dualpipev: ", M, " micro-batches, fewer than its ", 2 * S, " stages");
+  if (M < 2 * S)
+    throw std::logic_error(fmt::format("dualpipev: {} micro-batches, fewer than its {} stages", M, 2 * S));
   PipelineTable t = EmptyPipelineTable(S, 2, M, /*v_placement=*/true);
   for (int d = 0; d < S; ++d) {
     VRow r(&t.actions[d], d, 2 * S - 1 - d, M);

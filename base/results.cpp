@@ -1,5 +1,5 @@
-#include "harness/crash_point.h"
-#include "harness/results.h"
+#include "base/crash_point.h"
+#include "base/results.h"
 
 #include <csv.h>
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 
 #include <fmt/format.h>
 
-#include "harness/config.h"
+#include "base/config.h"
 
 namespace ddpbench {
 

@@ -1,4 +1,4 @@
-#include "strategies/zero_partition.h"
+#include "planning/zero_partition.h"
 
 #include <fmt/format.h>
 

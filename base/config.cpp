@@ -1,7 +1,7 @@
 // RunConfig's own arithmetic and the checks the strategies repeat once their
 // data is open (micro-batches against batch norm); the command line that
 // fills a RunConfig is app/cli.cpp.
-#include "harness/config.h"
+#include "base/config.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

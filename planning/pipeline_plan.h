@@ -1,0 +1,72 @@
+// The pure side of pmp's pipeline shape (strategies/pipeline_shape.h
+// measures and chooses): whether a run measures its split, a model's half
+// blocks counted as whole blocks, a split's step on ideal devices, the
+// fastest split of measured units, and the micro-batch counts to try.
+// Torch-free, so that the step model (projection/) costs a pipeline with the
+// same arithmetic as pmp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "planning/schedules.h"
+#include "planning/stage_split.h"
+
+namespace ddpbench {
+
+struct RunConfig;
+
+// The split is the measured one: no --split, --balance=time.
+bool SplitMeasured(const RunConfig& config);
+
+// True when pmp chooses the units itself: --units=auto with SplitMeasured.
+// Setup then builds the model in half blocks for ChoosePipelineShape, and
+// again in blocks if its plan counts whole blocks.
+bool UnitsOpen(const RunConfig& config);
+
+// Whether pmp re-splits after the warm-up (rebalance.h): --rebalance=warmup,
+// or auto (the default) with one chunk per device (`virtual_stages` 1); and
+// either way SplitMeasured and at least 2 warm-up steps. With interleaving a device's chunks interfere (on the 2-core
+// VM a device's second chunk ran 0.9-2.1x its set-up sum), so a chunk's
+// in-run time is no measure of its units, and re-splitting did not pay there
+// (results/cpu-2core-rebalance-ab.csv).
+bool RebalanceApplies(const RunConfig& config, int virtual_stages);
+
+// Each unit's block, numbered from 0 in order: a half-block model's
+// "layer3.1a" and "layer3.1b" are one block; every other unit (the stem, the
+// head, a whole block) is its own.
+std::vector<int> BlockOfUnit(const std::vector<std::string>& unit_names);
+
+// The names of the blocks of BlockOfUnit ("layer3.1" for "layer3.1a" and
+// "layer3.1b"): a whole-block model's unit names.
+std::vector<std::string> WholeBlockNames(const std::vector<std::string>& unit_names);
+
+// A split counted in whole blocks (BlockOfUnit's blocks) as the same cuts
+// counted in the units of `unit_names` (each half-block block is 2 units).
+std::vector<int> SplitInUnits(const std::vector<int>& block_counts, const std::vector<std::string>& unit_names);
+
+// Times of half-block units summed per block (BlockOfUnit): the times of the
+// same model's units built in whole blocks.
+UnitTimes MergeHalfBlocks(const UnitTimes& halves, const std::vector<std::string>& unit_names);
+
+// The step of `table` on ideal devices with chunk times from `plan` (forward
+// measured; backward = the rest; a split backward's B and W as halves, the
+// first chunk's all W).
+double PredictStepMs(const PipelineTable& table, const StagePlan& plan);
+
+// The split of the measured units into the table's chunks whose simulated
+// step (PredictStepMs) is shortest: every contiguous split is tried, except
+// those where one device's busy time alone (M x its chunks' times) already
+// exceeds the best step found. Starts from BalanceSplit (the slowest chunk
+// as fast as possible) and keeps it unless another is strictly faster: with
+// V chunks a device, or a first chunk whose forward the others wait for, the
+// slowest chunk is not what sets the step.
+std::vector<int> FastestSplit(const PipelineTable& table, const UnitTimes& measured);
+
+// The micro-batch counts tried when --chunks is not given: divisors of the
+// batch from the device count up (at least 1), in increasing order, each
+// leaving micro-batches of at least `fewest_images` (FewestTrainingImages).
+std::vector<int> MicroBatchCandidates(int64_t batch_size, int devices, int64_t fewest_images = 1);
+
+}  // namespace ddpbench
