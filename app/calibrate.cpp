@@ -28,7 +28,7 @@
 #include "app/run_result.h"
 #include "harness/training.h"
 #include "strategies/device_workers.h"
-#include "strategies/stages.h"
+#include "strategies/pipeline/stages.h"
 
 namespace ddpbench {
 

@@ -16,7 +16,7 @@
 #include "app/step_loop.h"
 #include "projection/step_model.h"
 #include "strategies/registry.h"
-#include "strategies/stages.h"
+#include "strategies/pipeline/stages.h"
 
 namespace ddpbench {
 

@@ -1,4 +1,4 @@
-// The pure side of pmp's pipeline shape (strategies/pipeline_shape.h
+// The pure side of pmp's pipeline shape (strategies/pipeline/pipeline_shape.h
 // measures and chooses): whether a run measures its split, a model's half
 // blocks counted as whole blocks, a split's step on ideal devices, the
 // fastest split of measured units, and the micro-batch counts to try.

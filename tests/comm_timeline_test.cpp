@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "harness/phase.h"
-#include "strategies/data_parallel.h"
+#include "strategies/data/data_parallel.h"
 
 namespace ddpbench {
 namespace {

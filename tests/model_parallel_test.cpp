@@ -27,12 +27,12 @@
 #include "base/results.h"
 #include "harness/training.h"
 #include "strategies/device_workers.h"
-#include "strategies/pipeline_shape.h"
-#include "strategies/rebalance.h"
+#include "strategies/pipeline/pipeline_shape.h"
+#include "strategies/pipeline/rebalance.h"
 #include "strategies/registry.h"
 #include "planning/schedules.h"
-#include "strategies/split_backward.h"
-#include "strategies/stages.h"
+#include "strategies/pipeline/split_backward.h"
+#include "strategies/pipeline/stages.h"
 #include "tests/test_util.h"
 
 namespace ddpbench {

@@ -1,5 +1,5 @@
 // Google Benchmark: what cutting a pipeline stage's backward into B and W
-// (zero-bubble schedules, strategies/split_backward.h) costs against one
+// (zero-bubble schedules, strategies/pipeline/split_backward.h) costs against one
 // whole backward of the same stage. Zero-bubble pays off only when B + W is
 // about one backward; every extra millisecond lands on the stage's busy time.
 // One iteration is one micro-batch's forward plus its backward (whole, or B
@@ -13,7 +13,7 @@
 
 #include "harness/memory.h"
 #include "models/resnet.h"
-#include "strategies/split_backward.h"
+#include "strategies/pipeline/split_backward.h"
 
 namespace ddpbench {
 namespace {

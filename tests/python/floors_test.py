@@ -30,7 +30,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/[^"]+"', re.M)
 def upward_includes(root):
     found = []
     for folder, floor in FLOORS.items():
-        for path in sorted(glob.glob(os.path.join(root, folder, "*.[ch]*"))):
+        for path in sorted(glob.glob(os.path.join(root, folder, "**", "*.[ch]*"), recursive=True)):
             with open(path, encoding="utf-8") as f:
                 text = f.read()
             for m in INCLUDE.finditer(text):

@@ -13,14 +13,15 @@ import unittest
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 NAMES = r"(single|dp|ddp|mp|pmp|zero[123]?)"
 COMPARISON = re.compile(rf'[=!]=\s*"{NAMES}"|"{NAMES}"\s*[=!]=|strategy\.back\(\)|rfind\("zero"')
-OWNERS = {f"strategies/{n}.cpp" for n in ["single", "dp", "ddp", "mp", "pmp", "zero1", "zero2", "zero3",
-                                          "registry"]} | {"planning/traits.cpp"}
+OWNERS = {"strategies/single.cpp", "strategies/data/dp.cpp", "strategies/data/ddp.cpp", "strategies/pipeline/mp.cpp",
+          "strategies/pipeline/pmp.cpp", "strategies/sharded/zero1.cpp", "strategies/sharded/zero2.cpp",
+          "strategies/sharded/zero3.cpp", "strategies/registry.cpp", "planning/traits.cpp"}
 
 
 def offenders(root):
     found = []
     for folder in ["base", "planning", "projection", "models", "harness", "datasets", "strategies", "app"]:
-        for path in sorted(glob.glob(os.path.join(root, folder, "*.[ch]*"))):
+        for path in sorted(glob.glob(os.path.join(root, folder, "**", "*.[ch]*"), recursive=True)):
             rel = os.path.relpath(path, root)
             if rel in OWNERS:
                 continue

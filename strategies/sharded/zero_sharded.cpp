@@ -51,7 +51,7 @@
 //
 // fp16 loss scaling: every rank unscales its own slices, so the inf/NaN
 // verdict is all-reduced (MAX) before the shared skip-or-step decision.
-#include "strategies/zero_sharded.h"
+#include "strategies/sharded/zero_sharded.h"
 
 #include <c10/core/DeviceGuard.h>
 #include <fmt/format.h>
@@ -70,7 +70,7 @@
 #include "harness/dist.h"
 #include "harness/phase.h"
 #include "harness/training.h"
-#include "strategies/data_parallel.h"
+#include "strategies/data/data_parallel.h"
 #include "planning/zero_memory.h"
 #include "planning/zero_partition.h"
 

@@ -1,4 +1,4 @@
-#include "strategies/pipeline_shape.h"
+#include "strategies/pipeline/pipeline_shape.h"
 
 #include <algorithm>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "strategies/split_backward.h"
+#include "strategies/pipeline/split_backward.h"
 
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>

@@ -25,7 +25,7 @@
 #include "harness/dist.h"
 #include "harness/phase.h"
 #include "harness/training.h"
-#include "strategies/data_parallel.h"
+#include "strategies/data/data_parallel.h"
 #include "strategies/factories.h"
 #include "planning/zero_memory.h"
 

@@ -3,9 +3,9 @@
 // gradients are reduce-scattered bucket by bucket during backward, each rank
 // steps its slice, and the updated slices are all-gathered bucket by bucket
 // while the next forward runs, each model unit waiting for its own buckets.
-// The machinery is the one of zero2 and zero3: strategies/zero_sharded.cpp.
+// The machinery is the one of zero2 and zero3: strategies/sharded/zero_sharded.cpp.
 #include "strategies/factories.h"
-#include "strategies/zero_sharded.h"
+#include "strategies/sharded/zero_sharded.h"
 
 namespace ddpbench {
 

@@ -3,9 +3,9 @@
 // produces it; the bucket is reduce-scattered into this rank's gradient shard
 // and its buffer given back, so only a few bucket buffers exist at a time.
 // Parameters stay whole on every rank and are gathered as in zero1 (bucket by
-// bucket, overlapping the next forward). Machinery: strategies/zero_sharded.cpp.
+// bucket, overlapping the next forward). Machinery: strategies/sharded/zero_sharded.cpp.
 #include "strategies/factories.h"
-#include "strategies/zero_sharded.h"
+#include "strategies/sharded/zero_sharded.h"
 
 namespace ddpbench {
 

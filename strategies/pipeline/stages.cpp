@@ -1,4 +1,4 @@
-#include "strategies/stages.h"
+#include "strategies/pipeline/stages.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>

@@ -4,9 +4,9 @@
 // forward and freed after, gathered again before its backward and freed once
 // its gradients are reduce-scattered into the shard; the next unit's gather
 // is prefetched so that it overlaps this unit's compute, so at most two units
-// are held in full. Machinery: strategies/zero_sharded.cpp.
+// are held in full. Machinery: strategies/sharded/zero_sharded.cpp.
 #include "strategies/factories.h"
-#include "strategies/zero_sharded.h"
+#include "strategies/sharded/zero_sharded.h"
 
 namespace ddpbench {
 

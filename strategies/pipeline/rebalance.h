@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "planning/schedules.h"
-#include "strategies/stages.h"
+#include "strategies/pipeline/stages.h"
 
 namespace ddpbench {
 

@@ -1,6 +1,6 @@
-#include "strategies/rebalance.h"
+#include "strategies/pipeline/rebalance.h"
 
-#include "strategies/pipeline_shape.h"
+#include "strategies/pipeline/pipeline_shape.h"
 
 namespace ddpbench {
 namespace {

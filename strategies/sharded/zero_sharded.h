@@ -1,5 +1,5 @@
 // The one engine of the sharded data-parallel strategies zero1, zero2 and
-// zero3 (strategies/zero_sharded.cpp): one flat-buffer partition
+// zero3 (strategies/sharded/zero_sharded.cpp): one flat-buffer partition
 // (planning/zero_partition.h), one bucket machinery (reduce-scatter of each
 // bucket as soon as its gradients are ready, all-gather of parameters bucket
 // by bucket, each model unit waiting only for its own buckets). A stage says

@@ -1,4 +1,4 @@
-#include "strategies/stage_link.h"
+#include "strategies/pipeline/stage_link.h"
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/torch.h>
@@ -6,7 +6,7 @@
 #include "harness/dist.h"
 #include "base/log.h"
 #include "harness/training.h"
-#include "strategies/pipeline_shape.h"
+#include "strategies/pipeline/pipeline_shape.h"
 
 namespace ddpbench {
 

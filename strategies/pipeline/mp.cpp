@@ -9,7 +9,7 @@
 // and optimizer state. The maths is the single-device run's, BatchNorm
 // included: --verify compares the model as it is.
 #include "strategies/factories.h"
-#include "strategies/pipeline.h"
+#include "strategies/pipeline/pipeline.h"
 
 namespace ddpbench {
 

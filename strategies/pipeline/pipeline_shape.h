@@ -25,7 +25,7 @@
 
 #include "models/resnet.h"
 #include "planning/pipeline_plan.h"
-#include "strategies/stages.h"
+#include "strategies/pipeline/stages.h"
 
 namespace ddpbench {
 

@@ -10,6 +10,12 @@
 // split_backward.h). mp is the one-micro-batch case, where the stages take
 // turns.
 //
+// Its parts, each in this folder: engine.h (the state they share), walk.h
+// (a device's row of the table), transport.h (hand-offs between chunks, in
+// one process or across --stage-ranks), placement.h (units on devices, the
+// re-split after the warm-up), figures.h (the row's columns), and
+// pipeline.cpp (the strategy: set-up, steps, evaluation, snapshots).
+//
 // Row extras: split (units per chunk, "5,5", what --split accepts; pmp's
 // --rebalance=warmup may change it after the warm-up, rebalance.h),
 // split_setup (the split chosen at set-up),

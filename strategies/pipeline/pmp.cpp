@@ -17,7 +17,7 @@
 // the schedule, the measured bubble beside the ideal one, each device's busy
 // time and peak activation memory (pipeline.h).
 #include "strategies/factories.h"
-#include "strategies/pipeline.h"
+#include "strategies/pipeline/pipeline.h"
 
 namespace ddpbench {
 

@@ -1,0 +1,332 @@
+// mp and pmp: the pipeline strategy, which sets the engine up (the shape,
+// the chunks, the devices, the transport) and runs its steps through the
+// schedule walk (walk.h); evaluation, snapshots and the row's figures.
+#include "strategies/pipeline/pipeline.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <memory>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "base/config.h"
+#include "harness/dist.h"
+#include "harness/state_map.h"
+#include "harness/trace.h"
+#include "harness/training.h"
+#include "strategies/pipeline/engine.h"
+#include "strategies/pipeline/figures.h"
+#include "strategies/pipeline/pipeline_shape.h"
+#include "strategies/pipeline/placement.h"
+#include "strategies/pipeline/stage_link.h"
+#include "strategies/pipeline/transport.h"
+#include "strategies/pipeline/walk.h"
+
+namespace ddpbench {
+namespace {
+
+using pipeline::Clock;
+using pipeline::Device;
+using pipeline::StageWork;
+using pipeline::StepState;
+
+// The trace's name of device d's thread: its stage, or with interleaving
+// (chunks > devices) the model chunks it holds.
+std::string StageNames(int d, const PipelineTable& table) {
+  if (table.chunks() == table.devices) return fmt::format("stage {}", d);
+  std::vector<int> held;
+  for (int c = 0; c < table.chunks(); ++c)
+    if (table.DeviceOf(c) == d) held.push_back(c);
+  return fmt::format("device {} (stages {})", d, fmt::join(held, ","));
+}
+
+std::string Divisors(int64_t n) {
+  std::vector<int64_t> d;
+  for (int64_t i = 1; i <= n && d.size() < 12; ++i)
+    if (n % i == 0) d.push_back(i);
+  return fmt::format("{}{}", fmt::join(d, ", "), d.back() == n ? "" : ", ...");
+}
+
+// The checks of --chunks/--schedule/--virtual-stages that need the batch and
+// the device count; each a ConfigError naming the value and what is accepted.
+void CheckPipelineShape(const RunConfig& c, int devices) {
+  if (c.chunks < 1) throw ConfigError(fmt::format("--chunks={}: must be at least 1", c.chunks));
+  if (c.batch_size % c.chunks != 0)
+    throw ConfigError(fmt::format(
+        "--chunks={}: --batch-size={} does not divide into {} equal micro-batches; accepted: a divisor of {} ({})",
+        c.chunks, c.batch_size, c.chunks, c.batch_size, Divisors(c.batch_size)));
+  CheckMicroBatchImages(c, RunImageSize(c));
+  const PipelineSchedule schedule = ParsePipelineSchedule(c.schedule);
+  const int least = MinMicroBatches(schedule, devices);
+  if (c.chunks < least)
+    throw ConfigError(fmt::format(
+        "--chunks={}: --schedule={} needs at least {} micro-batches on --gpus={} ({}); accepted: --chunks>={}",
+        c.chunks, c.schedule, least, devices,
+        schedule == PipelineSchedule::kDualPipeV ? "one per stage of its V" : "one per device", least));
+  if (NeedsGroupsOfDevices(schedule) && c.chunks % devices != 0)
+    throw ConfigError(fmt::format(
+        "--chunks={}: --schedule={} takes micro-batches in groups of --gpus={}; accepted: a multiple of {} "
+        "that divides --batch-size={}", c.chunks, c.schedule, devices, devices, c.batch_size));
+}
+
+class PipelineStrategy final : public Strategy {
+ public:
+  explicit PipelineStrategy(bool pipelined) { e_.pipelined = pipelined; }
+  ~PipelineStrategy() override = default;
+
+  void Setup(const RunContext& ctx) override {
+    e_.config = ctx.config;
+    e_.timer = ctx.timer;
+    e_.dist = ctx.dist;
+    e_.ranks = e_.config->stage_ranks;  // device d is rank d; this process runs its own
+    e_.rank = e_.ranks ? e_.dist->rank : 0;
+    e_.lr = ctx.lr;
+    const int S = e_.ranks ? e_.dist->world : static_cast<int>(ctx.devices.size());
+    ChooseShape(ctx, S);
+    // CPU only: a CUDA device's host thread runs ahead of its stream, so an
+    // input missing at the host says nothing about the device being idle.
+    e_.fill_waits = e_.pipelined && SplitsBackward(e_.schedule) && e_.config->fill_waits == "on";
+    for (const torch::Device& device : ctx.devices) e_.fill_waits = e_.fill_waits && device.is_cpu();
+    // Every device's placeholder where another rank runs it.
+    const std::vector<torch::Device> table_devices =
+        e_.ranks ? std::vector<torch::Device>(S, ctx.devices.front()) : ctx.devices;
+    for (int c = 0; c < e_.table.chunks(); ++c)
+      e_.chunks.push_back(std::make_unique<pipeline::Chunk>(table_devices[e_.table.DeviceOf(c)],
+                                                            e_.table.micro_batches));
+    for (int d = 0; d < S; ++d) {
+      e_.devices.push_back(std::make_unique<Device>(table_devices[d], e_.WorkerOf(d)));
+      if (e_.Local(d)) e_.local.push_back(d);
+    }
+    const std::vector<torch::Device> mine = e_.ranks ? std::vector<torch::Device>{ctx.devices.front()} : ctx.devices;
+    e_.workers = std::make_unique<DeviceWorkers>(mine, /*own_streams=*/true);
+    e_.RunLocal([&](int d) {
+      trace::NameThread(StageNames(d, e_.table), 1 + d);
+      e_.devices[d]->scaler = std::make_unique<LossScaler>(e_.config->amp, e_.devices[d]->device);
+    });
+    transport_ = pipeline::MakeTransport(e_);
+    e_.unit_device.assign(e_.model->units()->size(), -1);
+    pipeline::PlaceUnits(e_, e_.plan.counts);
+  }
+
+  StepResult Step(const Batch& batch) override {
+    StepState state = CutBatch(batch);
+    for (auto& ch : e_.chunks) {
+      ch->from_prev.Reset();
+      ch->from_next.Reset();
+      std::fill(ch->w_done.begin(), ch->w_done.end(), 0);
+    }
+    transport_->BeginStep();
+    auto t0 = Clock::now();
+    e_.RunLocal([&](int d) {
+      try {
+        pipeline::RunDevice(e_, *transport_, d, state);
+      } catch (...) {
+        for (auto& ch : e_.chunks) {  // wake every device waiting on another
+          ch->from_prev.Close();
+          ch->from_next.Close();
+        }
+        throw;
+      }
+    });
+    transport_->ShareLoss(state);
+    if (e_.Mine().scaler->enabled()) StepScaled();
+    transport_->EndStep();
+    const double wall = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    const int64_t step = e_.steps++;
+    CountStep(step, state.timed, wall);
+    if (e_.rebalance && step + 1 == e_.config->warmup) pipeline::Rebalance(e_, step);
+    return {state.loss};
+  }
+
+  torch::Tensor Predict(const torch::Tensor& images) override { return transport_->Predict(images); }
+
+  std::vector<torch::Tensor> Parameters() override {
+    transport_->GatherParameters();
+    return e_.model->parameters();
+  }
+  const ResNetOptions* BuiltModel() const override { return &e_.model->options(); }
+
+  // The whole model by its own names (each tensor on its chunk's device),
+  // every device's optimizer state by parameter name, the loss scale (the
+  // same on every device: each takes the same skip-or-step decision) and
+  // the split as "meta.split" (with its units, "meta.units") and (pmp) the
+  // shape as "meta.shape": a resumed run must cut and schedule the model the
+  // same way.
+  TensorMap SaveState() override {
+    TORCH_CHECK(!transport_->AcrossRanks(), "--stage-ranks: snapshots are not built for stages on separate ranks");
+    TensorMap state;
+    SaveModule(state, "model.", *e_.model);
+    for (auto& dev : e_.devices)
+      SaveOptimizer(state, "optim.", *dev->optimizer, ParameterNames(*dev->optimizer, *e_.model));
+    e_.Mine().scaler->Save(state, "scaler.");
+    state["meta.split"] = SplitTensor();
+    state["meta.units"] = UnitsTensor();
+    if (e_.pipelined) state["meta.shape"] = ShapeTensor();
+    return state;
+  }
+
+  void LoadState(const TensorMap& state) override;
+
+  std::map<std::string, std::string> Extras() override {
+    transport_->ShareFigures();
+    return pipeline::PipelineExtras(e_);
+  }
+
+  // This process's devices' (--stage-ranks: each rank reports its own).
+  double OptimizerStateMb() override {
+    double mb = 0;
+    for (int d : e_.local) mb += ddpbench::OptimizerStateMb(*e_.devices[d]->optimizer);
+    return mb;
+  }
+
+ private:
+  // The model built, its split and (pmp) its schedule and micro-batches
+  // chosen; the table they make. --units=auto: measured in half blocks,
+  // rebuilt in blocks (the same weights from the same seed) unless half
+  // blocks win. (--units as a resumed run's snapshot says, which may differ
+  // from ctx.model's.)
+  void ChooseShape(const RunContext& ctx, int S) {
+    const RunConfig& config = *e_.config;
+    if (e_.pipelined && config.chunks > 0) CheckPipelineShape(config, S);
+    const bool units_open = e_.pipelined && UnitsOpen(config);
+    ResNetOptions options = ctx.model;
+    options.half_blocks = config.units == "half-blocks" || units_open;
+    e_.model = BuildModel(options, config.seed, ctx.devices.front());
+    PipelineShape shape;  // mp: one micro-batch, the stages take turns
+    if (e_.pipelined) {
+      shape = ChoosePipelineShape(config, e_.model, S, e_.ranks ? 1 : 0);
+      if (e_.ranks) AgreeOnShape(*e_.dist, &shape);
+      if (units_open && !shape.half_blocks) {
+        options.half_blocks = false;
+        e_.model = BuildModel(options, config.seed, ctx.devices.front());
+      }
+      LogStagePlan(config, e_.model, shape.plan);
+    } else {
+      shape.schedule = PipelineSchedule::kGPipe;
+      shape.plan = ChooseSplit(config, e_.model, S, 1, config.batch_size);
+      if (e_.ranks) AgreeOnShape(*e_.dist, &shape);
+    }
+    e_.schedule = shape.schedule;
+    e_.table = BuildPipelineTable(shape.schedule, S, shape.virtual_stages, shape.micro_batches);
+    e_.plan = std::move(shape.plan);
+    e_.setup_counts = e_.plan.counts;
+    e_.rebalance = e_.pipelined && RebalanceApplies(config, shape.virtual_stages);
+  }
+
+  // The batch as the table's micro-batches, handed to the first and last chunks.
+  StepState CutBatch(const Batch& batch) const {
+    const int M = e_.table.micro_batches;
+    const int64_t n = batch.size();
+    TORCH_CHECK(n >= M, "pipeline: a batch of ", n, " cannot make ", M, " micro-batches");
+    StepState state;
+    state.timed = e_.steps >= e_.config->warmup;
+    auto images = batch.images.tensor_split(M);
+    auto labels = batch.labels.tensor_split(M);
+    for (int m = 0; m < M; ++m) {
+      state.images.push_back(Send(images[m], /*host=*/true));
+      state.labels.push_back(Send(labels[m], /*host=*/true));
+      state.rows.push_back(images[m].size(0));
+      // Each micro-batch's mean loss weighted by its share of the batch: the
+      // sum over micro-batches is the mean over the batch.
+      state.weights.push_back(static_cast<double>(labels[m].size(0)) / n);
+    }
+    return state;
+  }
+
+  // fp16: the step skipped on every device if any device's gradients overflowed.
+  void StepScaled() {
+    torch::Tensor found = torch::zeros({1});
+    for (int d : e_.local) found += e_.devices[d]->found_inf.to(torch::kCPU);
+    if (e_.ranks) found.fill_(e_.dist->AllReduceSum(found.item<double>()));
+    e_.RunLocal([&](int d) {
+      Device& dev = *e_.devices[d];
+      {
+        StageWork work(dev.clock, *e_.timer, Phase::kOptimizer, dev.device);
+        dev.scaler->StepAndUpdate(*dev.optimizer, found.to(dev.device));
+      }
+      WaitForCurrentStream(dev.device);
+      dev.optimizer_ms += dev.clock.Take();
+    });
+  }
+
+  // The step's busy times onto the devices' and chunks' totals: the timed
+  // steps' figures, or (after the first) the warm-up's, which Rebalance reads.
+  void CountStep(int64_t step, bool timed, double wall) {
+    if (timed) {
+      ++e_.timed_steps;
+      e_.wall_ms += wall;
+    }
+    std::vector<double> busy_before;
+    for (auto& dev : e_.devices) {
+      busy_before.push_back(dev->busy_ms);
+      if (timed) dev->busy_ms += dev->optimizer_ms;
+      dev->optimizer_ms = 0;
+    }
+    for (int c = 0; c < e_.table.chunks(); ++c)
+      for (int k = 0; k < 3; ++k) {
+        const double ms = e_.chunks[c]->clock[k].Take();
+        if (timed) {
+          e_.chunks[c]->op_ms[k] += ms;
+          e_.devices[e_.table.DeviceOf(c)]->busy_ms += ms;
+        } else if (step > 0) {  // the first step's times include first-touch costs
+          e_.chunks[c]->warmup_ms[k] += ms;
+        }
+      }
+    if (timed)
+      for (int d : e_.local) e_.devices[d]->step_busy_ms.push_back(e_.devices[d]->busy_ms - busy_before[d]);
+  }
+
+  torch::Tensor SplitTensor() const {
+    return torch::tensor(std::vector<int64_t>(e_.plan.counts.begin(), e_.plan.counts.end()), torch::kLong);
+  }
+  // [1]: the split counts half blocks; [0]: whole blocks.
+  torch::Tensor UnitsTensor() const {
+    return torch::tensor({static_cast<int64_t>(e_.model->options().half_blocks)}, torch::kLong);
+  }
+  // [micro-batches, chunks per device, schedule] (PipelineSchedule's value).
+  torch::Tensor ShapeTensor() const {
+    return torch::tensor({static_cast<int64_t>(e_.table.micro_batches), static_cast<int64_t>(e_.table.virtual_stages),
+                          static_cast<int64_t>(e_.schedule)}, torch::kLong);
+  }
+
+  pipeline::Engine e_;
+  std::unique_ptr<pipeline::Transport> transport_;
+};
+
+void PipelineStrategy::LoadState(const TensorMap& state) {
+  TORCH_CHECK(!transport_->AcrossRanks(), "--stage-ranks: snapshots are not built for stages on separate ranks");
+  StateReader reader(state);
+  reader.TakeEqual("meta.split", SplitTensor(),
+                   "units per stage: --balance=time measures the split at every start; pass the saved "
+                   "split as --split, with the saved row's units as --units, to cut the model as the saved "
+                   "run did");
+  if (reader.Has("meta.units"))  // since --units=auto
+    reader.TakeEqual("meta.units", UnitsTensor(), "half blocks (1) or whole blocks (0): pass the saved row's units "
+                     "as --units");
+  if (e_.pipelined)
+    reader.TakeEqual("meta.shape", ShapeTensor(),
+                     "micro-batches, chunks per device, schedule: pmp chooses its shape at every start when "
+                     "--chunks is not given; pass the saved ones");
+  reader.LoadModule("model.", *e_.model);  // copies on this thread's streams: done before the workers go on
+  for (auto& dev : e_.devices) WaitForCurrentStream(dev->device);
+  // Each device's optimizer state is made in its own thread (a CPU logical
+  // device is charged for it), one device at a time.
+  for (size_t d = 0; d < e_.devices.size(); ++d)
+    e_.workers->Run(static_cast<int>(d), [&] {
+      Device& dev = *e_.devices[d];
+      reader.LoadOptimizer("optim.", *dev.optimizer, ParameterNames(*dev.optimizer, *e_.model));
+      dev.scaler->Load(reader, "scaler.");
+      WaitForCurrentStream(dev.device);
+    });
+  reader.Finish();
+}
+
+}  // namespace
+
+std::unique_ptr<Strategy> MakePipelineStrategy(bool pipelined) {
+  return std::make_unique<PipelineStrategy>(pipelined);
+}
+
+}  // namespace ddpbench
