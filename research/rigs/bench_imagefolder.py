@@ -14,7 +14,7 @@ minute on a shared machine hits both alike; the table gives each pair's
 median images/s and the ratio ddpbench / torchvision per worker count.
 
     .venv/bin/python research/rigs/bench_imagefolder.py --data=/tmp/fake-imagenet --rounds=5 \\
-        --out=results/cpu-2core-imagefolder-loader.csv
+        --out=results/cpu-2core/imagefolder/cpu-2core-imagefolder-loader.csv
 
 The folder is made by scripts/make_imagefolder.py (10 classes x 100 train
 JPEGs of 400-500 px, quality 90) when --data does not exist yet.

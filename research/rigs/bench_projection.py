@@ -34,7 +34,7 @@ configuration's prediction is the median of its rounds'; the error is
 strategy, none above 20%.
 
     .venv/bin/python research/rigs/bench_projection.py --rounds=3 \\
-        --out=results/cpu-2core-projection-validation.csv
+        --out=results/cpu-2core/projection/validation/cpu-2core-projection-validation.csv
 
 --no-predict measures only (prediction columns empty). --pool=STAMP,STAMP
 measures nothing: it judges the goal over runs already in --out together;
@@ -80,7 +80,7 @@ CONFIGS = {
        for s in ("1f1b", "zero-bubble")},
 }
 STRATEGIES = tuple(CONFIGS)
-DEFAULT_OUT = os.path.join("results", "cpu-2core-projection-validation.csv")
+DEFAULT_OUT = os.path.join("results", "cpu-2core", "projection", "validation", "cpu-2core-projection-validation.csv")
 # The driver sets these itself; the workload may not.
 RESERVED = ("--strategy", "--gpus", "--out", "--baseline", "--progress", "--calibrate", "--project", "--device",
             "--stage-ranks", "--schedule", "--chunks", "--units")

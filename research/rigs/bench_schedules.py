@@ -20,7 +20,7 @@ class for) runs in the same rounds, for the issue's second goal: zbv's bubble
 at most ZB-H1's. The table gives each schedule's median img/s on each side,
 the ratio, and ddpbench's median measured bubble.
 
-    .venv/bin/python research/rigs/bench_schedules.py --rounds=3 --out=results/cpu-2core-schedules-vs-torch.csv
+    .venv/bin/python research/rigs/bench_schedules.py --rounds=3 --out=results/cpu-2core/pipelines/cpu-2core-schedules-vs-torch.csv
 """
 import argparse
 import csv

@@ -7,7 +7,7 @@
 # epochs reached, scaling efficiency, best validation loss, test loss, top-1
 # accuracy) from the rows, by scripts/report.py.
 #   research/rigs/time_to_accuracy.sh [BUDGET] [OUT.csv] [-- extra ddpbench flags]
-#   e.g. research/rigs/time_to_accuracy.sh 3m results/cpu-2core-seed001.csv
+#   e.g. research/rigs/time_to_accuracy.sh 3m results/cpu-2core/training/cpu-2core-seed001.csv
 # Ranks beyond the machine's cores are oversubscribed (--oversubscribe; the
 # rows say so). The table goes to OUT with .md instead of .csv.
 set -euo pipefail
