@@ -283,7 +283,7 @@ namespace {
 // exchange there times their wake-ups on that one core as much as the link:
 // over a tbf-shaped pair, after the large rate-limited sizes, a pinned 4 KiB
 // exchange took 1.0-2.0 ms in 7 rounds of 8 and an unpinned one 0.05-0.12 ms
-// (scripts/p2p_pingpong.py --rounds [--pin]), and pmp's pinned stage ranks
+// (research/rigs/p2p_pingpong.py --rounds [--pin]), and pmp's pinned stage ranks
 // never pay that wait: their hand-offs land while the taker computes.
 class AllCoresForNow {
  public:

@@ -30,7 +30,7 @@ bool UnitsOpen(const RunConfig& config);
 // either way SplitMeasured and at least 2 warm-up steps. With interleaving a device's chunks interfere (on the 2-core
 // VM a device's second chunk ran 0.9-2.1x its set-up sum), so a chunk's
 // in-run time is no measure of its units, and re-splitting did not pay there
-// (results/cpu-2core-rebalance-ab.csv).
+// (results/cpu-2core/pipelines/cpu-2core-rebalance-ab.csv).
 bool RebalanceApplies(const RunConfig& config, int virtual_stages);
 
 // Each unit's block, numbered from 0 in order: a half-block model's

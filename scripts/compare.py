@@ -13,7 +13,7 @@ on one device (the others' scaling efficiency is measured against it), the
 rest on --gpus. The flags after `--` go to every run. Reports go beside --out,
 named by the comparison's run id: <id>.md, <id>.html, <id>_*.png, <id>/ (one
 log per run) and <id>.failures.csv when a run failed. Entries, logs and
-failures are run as the nightly job runs them (scripts/entries.py), and the
+failures are run as the nightly job runs them (scripts/ddpbench_py/entries.py), and the
 tables and figures are written by scripts/report.py.
 """
 import argparse
@@ -30,10 +30,9 @@ except ImportError:
     if os.path.exists(VENV) and os.path.realpath(sys.prefix) != os.path.realpath(VENV):
         py = os.path.join(VENV, "bin", "python")
         os.execv(py, [py, *sys.argv])  # run as `scripts/compare.py` from any python3
-sys.path.insert(0, HERE)
-import report  # noqa: E402
-import rows as R  # noqa: E402
-import entries  # noqa: E402
+import report  # noqa: E402  (scripts/report.py, beside this one)
+from ddpbench_py import entries  # noqa: E402
+from ddpbench_py import rows as R  # noqa: E402
 
 OWN_FLAGS = ("--strategy", "--gpus", "--out", "--run-id", "--entry", "--progress")
 

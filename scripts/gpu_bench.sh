@@ -3,7 +3,7 @@
 # scripts/gpu_build.sh). Parts, each appending to OUT_DIR (default results/):
 #   parity   every strategy and pipeline schedule, and --cuda-graphs, with
 #            --verify (float64 against single)          -> gpu-parity.csv
-#   compare  ddpbench against PyTorch eager channels_last (scripts/pytorch_eager.py)
+#   compare  ddpbench against PyTorch eager channels_last (research/rigs/pytorch_eager.py)
 #            on the speed workloads, interleaved rounds; ddp world 1 against
 #            single, PyTorch DDP world 1 against PyTorch eager (compare-ddp:
 #            only these)                                 -> gpu-compare.csv
@@ -20,7 +20,7 @@
 #            COMPILE_ROUNDS rounds, default 1) torch.compile, interleaved, on
 #            ResNet-50 and ResNet-18 (bf16, batch 256) -> gpu-fuse.csv
 #   fuse-parity  fused against unfused after 20 float32 steps, beside unfused
-#            against itself (scripts/fuse_parity.py)   -> gpu-fuse-parity.csv
+#            against itself (research/rigs/fuse_parity.py)   -> gpu-fuse-parity.csv
 #   graphs-parity  float64 --verify of --fuse and --cuda-graphs (single)
 #                                                         -> gpu-graphs-parity.csv
 #   scripts/gpu_bench.sh [OUT_DIR [PART...]]   (env: ROUNDS=3, AMPS=bf16,
@@ -72,9 +72,9 @@ compare_one() {
   local csv="${CSV:-$OUT_DIR/gpu-compare.csv}" rows="${CSV:+${CSV%.csv}-rows.csv}"; rows="${rows:-$OUT_DIR/gpu-compare-rows.csv}"
   local line ips
   if [[ "$1" == pytorch ]]; then
-    shift; line="$("$PY" scripts/pytorch_eager.py --device=cuda "$@" 2>&1 | tail -1)"; ips="${line##*img/s=}"
+    shift; line="$("$PY" research/rigs/pytorch_eager.py --device=cuda "$@" 2>&1 | tail -1)"; ips="${line##*img/s=}"
     [[ "$line" == *img/s=* ]] || { echo "  pytorch failed: $line"; ips=nan; }
-    set -- "$PY" scripts/pytorch_eager.py --device=cuda "$@"
+    set -- "$PY" research/rigs/pytorch_eager.py --device=cuda "$@"
   else
     "$BIN" --device=cuda --progress=off --run-id="gpu-compare-r$round" --entry="$name" \
       --out="$rows" "$@" > "$OUT_DIR/last-run.log" 2>&1 || { echo "  ddpbench failed:"; tail -3 "$OUT_DIR/last-run.log"; }
@@ -217,8 +217,8 @@ fuse_parity() {
   # diverges (losses 12-33 after 20 steps on an H100), and two unfused runs
   # already end tens apart, which would hide any difference of the fusion.
   local w=(--model=resnet50 --image-size=64 --batch-size=32 --num-classes=10 --lr=0.01)
-  "$PY" scripts/fuse_parity.py --binary="$BIN" --out="$out" -- "${w[@]}" --amp=off
-  "$PY" scripts/fuse_parity.py --binary="$BIN" --out="$out" -- "${w[@]}" --amp=bf16
+  "$PY" research/rigs/fuse_parity.py --binary="$BIN" --out="$out" -- "${w[@]}" --amp=off
+  "$PY" research/rigs/fuse_parity.py --binary="$BIN" --out="$out" -- "${w[@]}" --amp=bf16
 }
 
 # float64 parity (--verify) of the fused node and of the replayed steps.

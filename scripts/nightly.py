@@ -36,8 +36,7 @@ import subprocess
 import sys
 import tomllib
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import entries  # noqa: E402
+from ddpbench_py import entries  # noqa: E402
 
 ENTRY_KEYS = {"name", "strategy", "gpus", "nodes", "flags", "timeout_s"}
 MULTI_PROCESS = {"ddp", "zero1"}  # the strategies whose ranks can sit on several nodes

@@ -33,9 +33,8 @@ if (__name__ == "__main__" and importlib.util.find_spec("matplotlib") is None  #
         and os.path.exists(VENV) and os.path.realpath(sys.prefix) != os.path.realpath(VENV)):
     py = os.path.join(VENV, "bin", "python")
     os.execv(py, [py, *sys.argv])  # run as `scripts/project.py` from any python3
-sys.path.insert(0, HERE)
-import report_html  # noqa: E402
-import rows as R  # noqa: E402
+from ddpbench_py import report_html  # noqa: E402
+from ddpbench_py import rows as R  # noqa: E402
 
 # ddpbench --project-csv's columns, in its order.
 COLUMNS = ["strategy", "schedule", "nodes", "gpus_per_node", "world", "batch_per_device", "global_batch", "step_ms",

@@ -27,9 +27,8 @@ import statistics
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gate  # noqa: E402
-import rows as R  # noqa: E402
+from ddpbench_py import gate  # noqa: E402
+from ddpbench_py import rows as R  # noqa: E402
 
 TRAIN_IMAGES = {"mnist": 60000, "fashion-mnist": 60000, "cifar10": 50000, "cifar100": 50000}
 DATA_PARALLEL = ("dp", "ddp", "zero1")
@@ -323,8 +322,7 @@ def write_reports(rows, failures, title, tables, markdown_path=None, html_path=N
     ones. The nightly job and scripts/compare.py both write theirs through here."""
     images = []
     if figures:
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots"))
-        import plot_results
+        from ddpbench_py import figures as plot_results
         history = R.load_history(history_dir, rows) if history_dir else []
         images = plot_results.night_figures(rows, history, figures)
     with tempfile.TemporaryDirectory() as tmp:  # the projection's figure, for the HTML, without --figures
@@ -334,7 +332,7 @@ def write_reports(rows, failures, title, tables, markdown_path=None, html_path=N
             with open(markdown_path, "w") as f:
                 f.write(markdown(rows, failures, images, gate_lines, tables, beside))
         if html_path:
-            import report_html
+            from ddpbench_py import report_html
             with open(html_path, "w") as f:
                 f.write(report_html.page(title, environment(rows), tables, images, gate_lines, projected))
 

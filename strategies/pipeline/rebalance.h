@@ -8,10 +8,10 @@
 // its chunk's in-run/set-up ratio, and the split is searched again with the
 // same cost model (FastestSplit). It pays with half-block units (the model
 // stays in half blocks for it under --units=auto): at --chunks=8 zero-bubble's
-// bubble halved (results/cpu-2core-rebalance-halves.csv). Moves of a whole
+// bubble halved (results/cpu-2core/pipelines/cpu-2core-rebalance-halves.csv). Moves of a whole
 // block left the devices about 36% apart the other way (one block there is
 // 15-30% of a stage), and under interleaving a device's second chunk ran
-// 0.9-2.1x its set-up sum (results/cpu-2core-rebalance-ab.csv), so it stays
+// 0.9-2.1x its set-up sum (results/cpu-2core/pipelines/cpu-2core-rebalance-ab.csv), so it stays
 // off for interleaved shapes.
 // Pure logic; exposed for tests.
 #pragma once

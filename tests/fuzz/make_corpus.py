@@ -51,9 +51,9 @@ def matrix_toml(directory):
 
 
 def report_inputs(directory):
-    """Real rows (the first 6 of results/cpu-2core-compare.csv, every column
+    """Real rows (the first 6 of results/cpu-2core/strategies/cpu-2core-compare.csv, every column
     ddpbench writes) and a night's failures file, for the report's fuzzing."""
-    with open(os.path.join(HERE, "..", "..", "results", "cpu-2core-compare.csv")) as f:
+    with open(os.path.join(HERE, "..", "..", "results", "cpu-2core", "strategies", "cpu-2core-compare.csv")) as f:
         lines = f.read().splitlines()
     with open(f"{directory}/report_rows.csv", "w") as f:
         f.write("\n".join(lines[:7]) + "\n")

@@ -7,14 +7,24 @@ overlapping), and the Gantt chart is a PNG.
 
     nvtx_trace_test.py BINARY INJECTION_LIBRARY SOURCE_DIR
 """
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e", "lib"))
-from check_trace import check_nesting  # noqa: E402  (the --trace test's nesting check)
+
+def _check_trace():
+    """tests/e2e/lib/check_trace.py (the --trace test's checks), loaded from its file."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e", "lib", "check_trace.py")
+    spec = importlib.util.spec_from_file_location("check_trace", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+check_nesting = _check_trace().check_nesting
 
 CHUNKS, STEPS = 4, 3  # timed steps; one warm-up step before them
 

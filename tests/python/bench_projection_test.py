@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tests of scripts/bench_projection.py's parts that need neither root nor a
+"""Tests of research/rigs/bench_projection.py's parts that need neither root nor a
 run: tc rates, the tbf burst, the prediction command and the reading of its
 CSV (a stand-in binary writes it), and the goal's verdict."""
 import contextlib
@@ -12,7 +12,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
+# PYTHONPATH holds scripts/ and research/rigs/ (tests/CMakeLists.txt; by hand: docs/testing.md).
 import bench_projection as B  # noqa: E402
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tests of scripts/call_beside_compute.py: its bad arguments are refused by
+"""Tests of research/rigs/call_beside_compute.py: its bad arguments are refused by
 name, and on loopback (when torch is installed) two ranks print one line per
 size with each figure for both ranks."""
 import contextlib
@@ -10,8 +10,8 @@ import sys
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "..", "..", "scripts", "call_beside_compute.py")
-sys.path.insert(0, os.path.dirname(SCRIPT))
+SCRIPT = os.path.join(HERE, "..", "..", "research", "rigs", "call_beside_compute.py")
+# PYTHONPATH holds scripts/ and research/rigs/ (tests/CMakeLists.txt; by hand: docs/testing.md).
 import call_beside_compute as C  # noqa: E402
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""scripts/fuse_parity.py without a GPU: its refusals (bad --steps, a binary
+"""research/rigs/fuse_parity.py without a GPU: its refusals (bad --steps, a binary
 that is not there, a run that fails) and the difference it reports between two
 saved states (which tensors it compares, and which it leaves to the running
 statistics column)."""
@@ -11,9 +11,8 @@ import unittest
 
 import torch
 
-SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts")
-SCRIPT = os.path.join(SCRIPTS, "fuse_parity.py")
-sys.path.insert(0, SCRIPTS)
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "research", "rigs", "fuse_parity.py")
+# PYTHONPATH holds scripts/ and research/rigs/ (tests/CMakeLists.txt; by hand: docs/testing.md).
 import fuse_parity  # noqa: E402
 
 

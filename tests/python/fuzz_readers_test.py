@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fuzz suite of the Python readers of outside data: the nightly
 job's TOML matrix (scripts/nightly.py load_matrix) and scripts/report.py's
-inputs (a results CSV and its failures CSV, read by scripts/rows.py, then
+inputs (a results CSV and its failures CSV, read by scripts/ddpbench_py/rows.py, then
 every table, the markdown, the HTML page and the gate built from them).
 Seeded mutations of the corpus in tests/fuzz/corpus/ (bit flips, truncation,
 growth, fields set to 0, huge, negative, NaN or empty, lines repeated or
@@ -18,12 +18,12 @@ import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
-import gate  # noqa: E402
+# PYTHONPATH holds scripts/ and research/rigs/ (tests/CMakeLists.txt; by hand: docs/testing.md).
+from ddpbench_py import gate  # noqa: E402
 import nightly  # noqa: E402
 import report  # noqa: E402
-import report_html  # noqa: E402
-import rows as R  # noqa: E402
+from ddpbench_py import report_html  # noqa: E402
+from ddpbench_py import rows as R  # noqa: E402
 
 CORPUS = os.path.join(HERE, "..", "fuzz", "corpus")
 INPUTS_PER_READER = 2000

@@ -1,14 +1,12 @@
 #!/usr/bin/env python3
-"""Unit tests of the regression gate's rules (scripts/gate.py) on hand-built
+"""Unit tests of the regression gate's rules (scripts/ddpbench_py/gate.py) on hand-built
 rows: these check the rules' arithmetic and edge cases (MAD of 0, workload
 matching, causes), not any measured figure; tests/e2e/nightly.sh checks the
 gate on real nights."""
-import os
-import sys
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-import gate  # noqa: E402
+# PYTHONPATH holds scripts/ and research/rigs/ (tests/CMakeLists.txt; by hand: docs/testing.md).
+from ddpbench_py import gate
 
 
 def row(night, tput, **cells):

@@ -18,7 +18,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "..", "..", "scripts")
-sys.path.insert(0, SCRIPTS)
+# PYTHONPATH holds scripts/ and research/rigs/ (tests/CMakeLists.txt; by hand: docs/testing.md).
 import project  # noqa: E402
 
 # (strategy, schedule, nodes, world, img_s, efficiency, error_pct, extrapolated, max_batch)

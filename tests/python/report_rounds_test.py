@@ -1,11 +1,9 @@
 """scripts/report.py's rounds_summary (scripts/compare.py's table): one row per
 strategy with the median throughput over its rounds and their spread."""
-import os
-import sys
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-import report  # noqa: E402
+# PYTHONPATH holds scripts/ and research/rigs/ (tests/CMakeLists.txt; by hand: docs/testing.md).
+import report
 
 
 def row(strategy, tput, step, gpus="2"):

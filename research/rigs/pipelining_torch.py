@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """PyTorch's own pipeline schedules (torch.distributed.pipelining) on CPU
-ranks over Gloo: the comparison side of scripts/bench_schedules.py.
+ranks over Gloo: the comparison side of research/rigs/bench_schedules.py.
 
 Trains torchvision's ResNet-18 (the model ddpbench's resnet18 reproduces) cut
 into chunks at the same unit boundaries ddpbench's --split uses (units: stem,
 layer1.0 ... layer4.1, head), with one of PyTorch's schedule classes, SGD, one
 intra-op thread per rank, and prints the images/s of the timed steps.
 
-    .venv/bin/python scripts/pipelining_torch.py --schedule=zbv --split=3,2,2,3 \\
+    .venv/bin/python research/rigs/pipelining_torch.py --schedule=zbv --split=3,2,2,3 \\
         --ranks=2 --batch-size=32 --chunks=8 --image-size=64 --steps=10 --warmup=3
 
 --schedule takes ddpbench's names; chunks per rank: 1 for gpipe and 1f1b,
@@ -26,8 +26,7 @@ import torch.nn as nn
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining import schedules as S
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_util import free_port  # noqa: E402
+from bench_util import free_port
 
 CLASSES = {
     "gpipe": S.ScheduleGPipe, "1f1b": S.Schedule1F1B, "interleaved": S.ScheduleInterleaved1F1B,

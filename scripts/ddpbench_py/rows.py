@@ -12,7 +12,7 @@ class RowsError(Exception):
     pass
 
 
-# The columns scripts/entries.py writes to a night's failures file.
+# The columns scripts/ddpbench_py/entries.py writes to a night's failures file.
 FAILURE_COLUMNS = ["run_id", "entry", "strategy", "gpus", "nodes", "exit_code", "reason", "command"]
 
 

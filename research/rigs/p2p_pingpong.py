@@ -11,7 +11,7 @@ size; prints median, mean and largest half round trip. --rounds instead goes
 through 1 KiB .. 4 MiB in turn, 8 rounds, as the calibration orders them, and
 prints every round's half round trip. Needs root and iproute2.
 
-    .venv/bin/python scripts/p2p_pingpong.py --rate=500mbit [--pin] [--rounds]
+    .venv/bin/python research/rigs/p2p_pingpong.py --rate=500mbit [--pin] [--rounds]
 """
 import argparse
 import os
@@ -19,7 +19,6 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 SIZES = (1 << 10, 4 << 10, 8 << 10, 16 << 10, 64 << 10)
 REPEATS = 40
 ROUND_SIZES = (1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
@@ -74,7 +73,6 @@ def rank_main():
 
 
 def main():
-    sys.path.insert(0, HERE)
     import bench_projection as B
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rate", default="500mbit", help="tbf rate of both ends (tc units)")

@@ -2,7 +2,7 @@
 """Benchmarks every pipeline schedule ddpbench and torch.distributed.pipelining
 both have, side by side on CPU: ddpbench's pmp (2 logical CPU
 devices of 1 thread in one process) against PyTorch's schedule class
-(scripts/pipelining_torch.py: 2 ranks of 1 thread over Gloo), the same
+(research/rigs/pipelining_torch.py: 2 ranks of 1 thread over Gloo), the same
 ResNet-18 cut at the same unit boundaries, the same batch and micro-batches,
 SGD. Not a test: it measures.
 
@@ -20,7 +20,7 @@ class for) runs in the same rounds, for the issue's second goal: zbv's bubble
 at most ZB-H1's. The table gives each schedule's median img/s on each side,
 the ratio, and ddpbench's median measured bubble.
 
-    .venv/bin/python scripts/bench_schedules.py --rounds=3 --out=results/cpu-2core-schedules-vs-torch.csv
+    .venv/bin/python research/rigs/bench_schedules.py --rounds=3 --out=results/cpu-2core/pipelines/cpu-2core-schedules-vs-torch.csv
 """
 import argparse
 import csv
@@ -32,8 +32,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))  # research/rigs/ -> the repository
 from bench_util import interleaved, machine, write_results  # noqa: E402
 
 # schedule -> the --split of --cuts=fixed (PyTorch's chunks are cut at the same units)

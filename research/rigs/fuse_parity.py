@@ -7,7 +7,7 @@ unfused, beside unfused against itself (cuDNN is not bit-exact run to run, so
 that second pair is the tolerance a fused run is judged by). One CSV line per
 comparison is appended to --out.
 
-  scripts/fuse_parity.py --binary=build-gpu/ddpbench --out=results/gpu-fuse-parity.csv -- --model=resnet50 \\
+  research/rigs/fuse_parity.py --binary=build-gpu/ddpbench --out=results/gpu-fuse-parity.csv -- --model=resnet50 \\
       --image-size=64 --batch-size=32 --amp=off
 """
 import argparse

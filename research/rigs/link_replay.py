@@ -8,7 +8,7 @@ on Gloo across two network namespaces (bench_projection.Link), and then times Gl
 and all-gather of one size called back to back and after a barrier. The figures it printed are
 quoted in research/projection-record.md ("Validation over shaped links").
 
-  .venv/bin/python scripts/link_replay.py --rate=100mbit [--steps=25]
+  .venv/bin/python research/rigs/link_replay.py --rate=100mbit [--steps=25]
 
 Needs root (network namespaces). Ranks are this file run with --worker inside each namespace
 (bench_projection.launch_netns).
@@ -20,7 +20,6 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # Bucket sizes (float32 elements) of ResNet-18 width 16: the Reducer's 1 MiB first bucket and the
 # rest; compute of one step on this VM (forward + the backward before the first bucket is ready,

@@ -13,8 +13,8 @@ round runs every (side, workers) pair once, the order alternating), so a slow
 minute on a shared machine hits both alike; the table gives each pair's
 median images/s and the ratio ddpbench / torchvision per worker count.
 
-    .venv/bin/python scripts/bench_imagefolder.py --data=/tmp/fake-imagenet --rounds=5 \\
-        --out=results/cpu-2core-imagefolder-loader.csv
+    .venv/bin/python research/rigs/bench_imagefolder.py --data=/tmp/fake-imagenet --rounds=5 \\
+        --out=results/cpu-2core/imagefolder/cpu-2core-imagefolder-loader.csv
 
 The folder is made by scripts/make_imagefolder.py (10 classes x 100 train
 JPEGs of 400-500 px, quality 90) when --data does not exist yet.
@@ -29,8 +29,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))  # research/rigs/ -> the repository
 from bench_util import interleaved, machine, write_results  # noqa: E402
 
 
@@ -61,7 +60,7 @@ def parse_args():
 def ensure_folder(path):
     if os.path.isdir(os.path.join(path, "train")):
         return
-    subprocess.run([sys.executable, os.path.join(HERE, "make_imagefolder.py"), "--out", path, "--classes", "10",
+    subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_imagefolder.py"), "--out", path, "--classes", "10",
                     "--train-per-class", "100", "--val-per-class", "2"], check=True)
 
 
@@ -100,7 +99,7 @@ def run_torchvision(a, workers):
     cmd = [sys.executable, "-c", TORCHVISION_SNIPPET, a.data, str(workers), str(a.batches), str(a.batch_size),
            str(a.image_size)]
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
-    return float(out.split()[-1]), "python -c <torchvision DataLoader snippet of scripts/bench_imagefolder.py>"
+    return float(out.split()[-1]), "python -c <torchvision DataLoader snippet of research/rigs/bench_imagefolder.py>"
 
 
 def main():

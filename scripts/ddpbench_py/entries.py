@@ -8,7 +8,7 @@ import os
 import shlex
 import subprocess
 
-import rows
+from ddpbench_py import rows
 
 FAILURE_COLUMNS = rows.FAILURE_COLUMNS
 

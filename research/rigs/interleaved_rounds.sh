@@ -5,7 +5,7 @@
 # median throughput and measured bubble with the per-round values, and the
 # median of the bubble its stage times leave on ideal devices (bubble_simulated).
 #
-#   scripts/interleaved_rounds.sh OUT.csv ROUNDS 'name:flags' ['name:flags' ...]
+#   research/rigs/interleaved_rounds.sh OUT.csv ROUNDS 'name:flags' ['name:flags' ...]
 #
 # Each row's entry is name-rN and its run id RUN_ID (default: interleaved-
 # <UTC date>). COMMON holds the flags every run shares (default: the pipeline benchmarks'

@@ -1,4 +1,4 @@
-"""Shared by the benchmark drivers (scripts/bench_*.py and the torch scripts
+"""Shared by the benchmark drivers (research/rigs/bench_*.py and the torch scripts
 they compare with): the machine line every result file carries, a free port
 for spawned ranks to meet on, and interleaved rounds (each round runs every entry once,
 the order reversed every other round, so a slow minute on a shared machine

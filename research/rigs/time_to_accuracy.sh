@@ -6,12 +6,12 @@
 # 001's table (learning rate, global batch, steps per epoch, mean epoch time,
 # epochs reached, scaling efficiency, best validation loss, test loss, top-1
 # accuracy) from the rows, by scripts/report.py.
-#   scripts/time_to_accuracy.sh [BUDGET] [OUT.csv] [-- extra ddpbench flags]
-#   e.g. scripts/time_to_accuracy.sh 3m results/cpu-2core-seed001.csv
+#   research/rigs/time_to_accuracy.sh [BUDGET] [OUT.csv] [-- extra ddpbench flags]
+#   e.g. research/rigs/time_to_accuracy.sh 3m results/cpu-2core/training/cpu-2core-seed001.csv
 # Ranks beyond the machine's cores are oversubscribed (--oversubscribe; the
 # rows say so). The table goes to OUT with .md instead of .csv.
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BIN="${BIN:-$ROOT/build/ddpbench}"
 PY="${PY:-$ROOT/.venv/bin/python}"
 BUDGET="${1:-3m}"; OUT="${2:-$ROOT/results/seed001.csv}"

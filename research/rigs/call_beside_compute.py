@@ -19,7 +19,7 @@ where the scheduler let it on before; projection/timeline.h's CoreWait).
 On loopback, or with --rate over the tbf-shaped veth pair of
 bench_projection.py (needs root and iproute2).
 
-    .venv/bin/python scripts/call_beside_compute.py [--rate=2gbit] [--compute-ms=4]
+    .venv/bin/python research/rigs/call_beside_compute.py [--rate=2gbit] [--compute-ms=4]
 """
 import argparse
 import os
@@ -28,9 +28,8 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from bench_util import free_port, machine  # noqa: E402
+from bench_util import free_port, machine  # research/rigs/bench_util.py, beside this one
+
 COLLECTIVES = ("all-gather", "all-reduce")
 
 

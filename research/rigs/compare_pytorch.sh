@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# ddpbench's single strategy against plain PyTorch eager (scripts/pytorch_eager.py)
+# ddpbench's single strategy against plain PyTorch eager (research/rigs/pytorch_eager.py)
 # on the same workload, interleaved (ddpbench, PyTorch, ddpbench, ...) so that
 # machine noise hits both alike; prints each pair and the median ratio, and
 # appends the figures with the command and machine to OUT.
-#   scripts/compare_pytorch.sh [ROUNDS] -- DDPBENCH_AND_PYTORCH_FLAGS...
+#   research/rigs/compare_pytorch.sh [ROUNDS] -- DDPBENCH_AND_PYTORCH_FLAGS...
 # The flags both understand: --model --image-size --batch-size --device --amp
 # --memory-format --steps --warmup (CPU: both use 1 thread; set THREADS).
 # Both use the same host malloc: MALLOC=reuse (default: ddpbench's
 # --cpu-malloc=reuse, PyTorch under the same glibc settings) or system.
-# Example (CPU, the issue-9 goal): scripts/compare_pytorch.sh 5 -- --device=cpu
+# Example (CPU, the issue-9 goal): research/rigs/compare_pytorch.sh 5 -- --device=cpu
 #   --model=resnet18 --image-size=64 --batch-size=16 --memory-format=contiguous --steps=20 --warmup=5
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BIN="${BIN:-$ROOT/build/ddpbench}"
 PY="${PY:-$ROOT/.venv/bin/python}"
 OUT="${OUT:-$ROOT/results/compare_pytorch.csv}"
@@ -32,7 +32,7 @@ for ((i = 1; i <= ROUNDS; i++)); do
   "$BIN" --strategy=single --threads-per-device="$THREADS" --cpu-malloc="$MALLOC" --progress=off "${FLAGS[@]}" \
     --out="$TMP/rows.csv" 2>/dev/null
   ours="$("$PY" -c 'import csv,sys; print(list(csv.DictReader(open(sys.argv[1])))[-1]["throughput_img_s"])' "$TMP/rows.csv")"
-  theirs="$(GLIBC_TUNABLES="$TUNABLES" "$PY" "$ROOT/scripts/pytorch_eager.py" --threads="$THREADS" "${FLAGS[@]}" |
+  theirs="$(GLIBC_TUNABLES="$TUNABLES" "$PY" "$ROOT/research/rigs/pytorch_eager.py" --threads="$THREADS" "${FLAGS[@]}" |
     sed 's/.*img\/s=//')"
   echo "round $i: ddpbench $ours img/s, pytorch eager $theirs img/s"
   pairs+=("$ours:$theirs")
@@ -54,5 +54,5 @@ with open(out, "a", newline="") as f:
                     "ddpbench_img_s", "pytorch_img_s", "median_ratio", "command"])
     w.writerow([row["timestamp"], socket.gethostname(), row["device_name"], row["git_sha"], row["torch_version"],
                 flags, len(pairs), "/".join(f"{x:.2f}" for x in ours), "/".join(f"{x:.2f}" for x in theirs),
-                f"{ratio:.3f}", "scripts/compare_pytorch.sh " + str(len(pairs)) + " -- " + flags])
+                f"{ratio:.3f}", "research/rigs/compare_pytorch.sh " + str(len(pairs)) + " -- " + flags])
 PYEOF

@@ -5,7 +5,7 @@ cross-entropy), timed the way ddpbench times it (warm-up excluded, wall time
 of the timed steps ending with a device synchronisation). Prints one line:
 `pytorch_eager img/s=<figure>`.
 
-  .venv/bin/python scripts/pytorch_eager.py --model=resnet18 --image-size=64 --batch-size=16 \
+  .venv/bin/python research/rigs/pytorch_eager.py --model=resnet18 --image-size=64 --batch-size=16 \
       --device=cpu --threads=1 --steps=20 --warmup=5
 """
 import argparse

@@ -33,8 +33,8 @@ configuration's prediction is the median of its rounds'; the error is
 (predicted - measured) / measured. The goal: median |error| <= 10% per
 strategy, none above 20%.
 
-    .venv/bin/python scripts/bench_projection.py --rounds=3 \\
-        --out=results/cpu-2core-projection-validation.csv
+    .venv/bin/python research/rigs/bench_projection.py --rounds=3 \\
+        --out=results/cpu-2core/projection/validation/cpu-2core-projection-validation.csv
 
 --no-predict measures only (prediction columns empty). --pool=STAMP,STAMP
 measures nothing: it judges the goal over runs already in --out together;
@@ -59,8 +59,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))  # research/rigs/ -> the repository
 from bench_util import interleaved, machine, write_results  # noqa: E402
 
 DEFAULT_WORKLOAD = "--model=resnet18 --width=16 --image-size=32 --batch-size=32 --steps=300 --warmup=10 --no-eval"
@@ -81,7 +80,7 @@ CONFIGS = {
        for s in ("1f1b", "zero-bubble")},
 }
 STRATEGIES = tuple(CONFIGS)
-DEFAULT_OUT = os.path.join("results", "cpu-2core-projection-validation.csv")
+DEFAULT_OUT = os.path.join("results", "cpu-2core", "projection", "validation", "cpu-2core-projection-validation.csv")
 # The driver sets these itself; the workload may not.
 RESERVED = ("--strategy", "--gpus", "--out", "--baseline", "--progress", "--calibrate", "--project", "--device",
             "--stage-ranks", "--schedule", "--chunks", "--units")

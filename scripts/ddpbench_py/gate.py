@@ -23,7 +23,7 @@ entry are printed beside it as the likely cause.
 import statistics
 from dataclasses import dataclass
 
-import rows as R
+from ddpbench_py import rows as R
 
 
 @dataclass

@@ -1,0 +1,12 @@
+"""The Python shared by ddpbench's user commands (scripts/*.py, plots/):
+
+  rows         result rows: loading, cells, workloads, environment
+  entries      running matrix entries and recording failures (nightly, compare)
+  gate         the nightly regression gate
+  report_html  one self-contained HTML page of a report
+  figures      throughput, memory, scaling and history figures (matplotlib)
+
+No sys.path edits: a command run as `python3 scripts/X.py` has scripts/ on its
+path, so `from ddpbench_py import rows` resolves; tests get scripts/ through
+PYTHONPATH (tests/CMakeLists.txt).
+"""
