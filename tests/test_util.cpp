@@ -1,5 +1,7 @@
 #include "tests/test_util.h"
 
+#include "base/config.h"
+
 #include <ftw.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -60,6 +62,15 @@ std::string ReadFile(const std::string& path) {
 void WriteFile(const std::string& path, const std::string& content) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << content;
+}
+
+std::string ConfigErrorOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace ddpbench::testing

@@ -1,6 +1,7 @@
 // Helpers shared by the unit tests: temporary directories and running the
 // real ddpbench binary.
 #pragma once
+#include <functional>
 #include <string>
 
 namespace ddpbench::testing {
@@ -26,6 +27,8 @@ CommandResult RunDdpbench(const std::string& args, int timeout_s = 300);
 CommandResult RunShell(const std::string& command);
 
 std::string ReadFile(const std::string& path);
+// The message of the ConfigError `fn` throws ("" when none).
+std::string ConfigErrorOf(const std::function<void()>& fn);
 void WriteFile(const std::string& path, const std::string& content);
 
 }  // namespace ddpbench::testing
