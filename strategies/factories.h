@@ -1,4 +1,6 @@
-// Factory functions of the registered strategies (one per strategy file).
+// Factory functions of the strategies, one per strategy file, each
+// registered by its file (DDPBENCH_REGISTER_STRATEGY). Declared here for code
+// that makes one directly (parity's single run); a new strategy needs none.
 #pragma once
 #include <memory>
 

@@ -1,31 +1,44 @@
-// The strategies this build can run: each traits row (traits.cpp) with its
-// factory. A new strategy adds one traits row there and its factory here.
+// The strategies this build can run: each traits row (planning/traits.cpp)
+// with the factory its strategy's file registers.
 #include "strategies/registry.h"
+
+#include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "base/config.h"
-#include "strategies/factories.h"
 
 namespace ddpbench {
+namespace {
+
+using Factory = std::unique_ptr<Strategy> (*)();
+
+// Filled before main, by each strategy file's registration.
+std::vector<std::pair<std::string, Factory>>& Factories() {
+  static std::vector<std::pair<std::string, Factory>> factories;
+  return factories;
+}
+
+}  // namespace
+
+StrategyRegistration::StrategyRegistration(const char* name, Factory make) { Factories().emplace_back(name, make); }
 
 const std::vector<StrategyEntry>& StrategyTable() {
-  // Each factory beside its traits row (traits.cpp), by name.
-  static const std::vector<std::pair<std::string, std::unique_ptr<Strategy> (*)()>> factories = {
-      {"single", MakeSingleStrategy}, {"dp", MakeDpStrategy},       {"ddp", MakeDdpStrategy},
-      {"mp", MakeMpStrategy},         {"pmp", MakePmpStrategy},     {"zero1", MakeZero1Strategy},
-      {"zero2", MakeZero2Strategy},   {"zero3", MakeZero3Strategy},
-  };
   static const std::vector<StrategyEntry> table = [] {
+    const auto& factories = Factories();
+    for (const auto& entry : factories)
+      TORCH_CHECK(FindTraits(entry.first), "strategy registry: '", entry.first,
+                  "' has a factory but no traits row (planning/traits.cpp)");
     std::vector<StrategyEntry> rows;
-    for (const auto& [name, make] : factories) {
-      const StrategyTraits* traits = FindTraits(name);
-      TORCH_CHECK(traits, "strategy registry: '", name, "' has a factory but no traits row (planning/traits.cpp)");
-      rows.push_back({*traits, make});
+    for (const StrategyTraits& traits : StrategyTraitsTable()) {
+      auto it = std::find_if(factories.begin(), factories.end(),
+                             [&](const auto& entry) { return entry.first == traits.name; });
+      TORCH_CHECK(it != factories.end(), "strategy registry: the traits row '", traits.name,
+                  "' (planning/traits.cpp) has no factory: DDPBENCH_REGISTER_STRATEGY in its strategy's file");
+      rows.push_back({traits, it->second});
     }
-    TORCH_CHECK(rows.size() == StrategyTraitsTable().size(),
-                "strategy registry: a traits row (planning/traits.cpp) has no factory here");
     return rows;
   }();
   return table;

@@ -1,4 +1,5 @@
-// The strategy registry: one table from name to factory (registry.cpp), read
+// The strategy registry: every strategy's traits row (planning/traits.cpp)
+// with the factory its own file registers (DDPBENCH_REGISTER_STRATEGY), read
 // by --strategy validation and `ddpbench --list`.
 #pragma once
 
@@ -18,6 +19,20 @@ struct StrategyEntry {
   std::function<std::unique_ptr<Strategy>()> make;
 };
 
+// Registers `make` under `name` at program start (DDPBENCH_REGISTER_STRATEGY).
+class StrategyRegistration {
+ public:
+  StrategyRegistration(const char* name, std::unique_ptr<Strategy> (*make)());
+};
+
+// In a strategy's own file, at namespace scope: its factory under the name of
+// its traits row. (The strategies' library is linked whole, so every file's
+// registration runs.)
+#define DDPBENCH_REGISTER_STRATEGY(name, factory) \
+  static const ::ddpbench::StrategyRegistration ddpbench_registered_##factory(name, factory)
+
+// The registered strategies in the traits table's order; throws when a
+// traits row has no factory or a factory no traits row.
 const std::vector<StrategyEntry>& StrategyTable();
 std::vector<std::string> StrategyNames();
 // Throws ConfigError listing the registered names when `name` is unknown.

@@ -10,6 +10,7 @@
 #include "harness/phase.h"
 #include "harness/training.h"
 #include "strategies/factories.h"
+#include "strategies/registry.h"
 
 namespace ddpbench {
 namespace {
@@ -89,5 +90,6 @@ class SingleStrategy final : public Strategy {
 }  // namespace
 
 std::unique_ptr<Strategy> MakeSingleStrategy() { return std::make_unique<SingleStrategy>(); }
+DDPBENCH_REGISTER_STRATEGY("single", MakeSingleStrategy);
 
 }  // namespace ddpbench

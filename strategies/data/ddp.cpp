@@ -27,6 +27,7 @@
 #include "harness/training.h"
 #include "strategies/data/data_parallel.h"
 #include "strategies/factories.h"
+#include "strategies/registry.h"
 #include "planning/zero_memory.h"
 
 namespace ddpbench {
@@ -285,5 +286,6 @@ class DdpStrategy final : public Strategy {
 }  // namespace
 
 std::unique_ptr<Strategy> MakeDdpStrategy() { return std::make_unique<DdpStrategy>(); }
+DDPBENCH_REGISTER_STRATEGY("ddp", MakeDdpStrategy);
 
 }  // namespace ddpbench

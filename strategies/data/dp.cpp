@@ -27,6 +27,7 @@
 #include "harness/training.h"
 #include "strategies/device_workers.h"
 #include "strategies/factories.h"
+#include "strategies/registry.h"
 
 namespace ddpbench {
 namespace {
@@ -184,5 +185,6 @@ class DataParallelStrategy final : public Strategy {
 }  // namespace
 
 std::unique_ptr<Strategy> MakeDpStrategy() { return std::make_unique<DataParallelStrategy>(); }
+DDPBENCH_REGISTER_STRATEGY("dp", MakeDpStrategy);
 
 }  // namespace ddpbench

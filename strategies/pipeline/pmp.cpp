@@ -17,10 +17,12 @@
 // the schedule, the measured bubble beside the ideal one, each device's busy
 // time and peak activation memory (pipeline.h).
 #include "strategies/factories.h"
+#include "strategies/registry.h"
 #include "strategies/pipeline/pipeline.h"
 
 namespace ddpbench {
 
 std::unique_ptr<Strategy> MakePmpStrategy() { return MakePipelineStrategy(/*pipelined=*/true); }
+DDPBENCH_REGISTER_STRATEGY("pmp", MakePmpStrategy);
 
 }  // namespace ddpbench
