@@ -1,4 +1,4 @@
-"""The Python shared by ddpbench's user commands (scripts/*.py, plots/):
+"""The Python shared by ddpbench's user commands (scripts/*.py):
 
   rows         result rows: loading, cells, workloads, environment
   entries      running matrix entries and recording failures (nightly, compare)

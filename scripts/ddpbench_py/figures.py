@@ -8,7 +8,7 @@ scripts/setup.sh):
   <prefix>_history.png     throughput of each matrix entry over the nights
                            (with --history DIR of earlier nights)
 
-plots/plot_results.py is its command line; scripts/report.py --figures draws the same.
+scripts/plot_results.py is its command line; scripts/report.py --figures draws the same.
 """
 import os
 

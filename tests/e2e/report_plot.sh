@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Rows -> comparison table -> figures: two real runs, then scripts/report.py
-# and plots/plot_results.py must read them, and refuse a file that is not
+# and scripts/plot_results.py must read them, and refuse a file that is not
 # ddpbench's.
 set -euo pipefail
 BIN="$1"; SRC="$2"
@@ -12,7 +12,7 @@ common=(--device=cpu --dataset=synthetic --image-size=32 --small-input --width=8
 "$BIN" --strategy=single --batch-size=16 "${common[@]}" 2>/dev/null
 "$PY" "$SRC/scripts/report.py" "$TMP/r.csv" > "$TMP/table.md"
 [[ $(grep -c "^| single " "$TMP/table.md") -eq 2 ]] || { cat "$TMP/table.md"; echo "FAIL: table rows"; exit 1; }
-"$PY" "$SRC/plots/plot_results.py" "$TMP/r.csv" --out "$TMP/fig/cpu" >/dev/null
+"$PY" "$SRC/scripts/plot_results.py" "$TMP/r.csv" --out "$TMP/fig/cpu" >/dev/null
 for f in "$TMP/fig/cpu_throughput.png" "$TMP/fig/cpu_memory.png"; do
   [[ "$(head -c 4 "$f" | tail -c 3)" == "PNG" ]] || { echo "FAIL: $f is not a PNG"; exit 1; }
 done

@@ -2,17 +2,13 @@
 """Figures from ddpbench result rows (throughput, memory, scaling, and history
 with --history DIR of earlier nights); the drawing is scripts/ddpbench_py/figures.py.
 
-    plots/plot_results.py results/*.csv --out plots/out/cpu [--history results/nightly]
+    scripts/plot_results.py results/*.csv --out plots/out/cpu [--history results/nightly]
 """
 import argparse
-import os
 import sys
 
-# plots/ is not scripts/: the one command outside scripts/ that needs the
-# shared package names its folder (scripts/ddpbench_py/__init__.py).
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
-from ddpbench_py import figures  # noqa: E402
-from ddpbench_py import rows as R  # noqa: E402
+from ddpbench_py import figures
+from ddpbench_py import rows as R
 
 
 def main():
