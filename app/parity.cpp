@@ -5,7 +5,7 @@
 #include "base/config.h"
 #include "harness/dist.h"
 #include "harness/phase.h"
-#include "strategies/factories.h"
+#include "strategies/registry.h"
 
 namespace ddpbench {
 namespace {
@@ -77,7 +77,7 @@ ParityResult RunParityCheck(const StrategyEntry& entry, const RunContext& ctx, c
     ref.config = &ref_config;
     ref.dist = &solo;
     ref.devices = {ctx.devices.front()};
-    auto reference = MakeSingleStrategy();
+    auto reference = ReferenceStrategy().make();
     reference->Setup(ref);
     std::vector<std::unique_ptr<BatchSource>> sources;
     for (int r = 0; r < ctx.dist->data_world(); ++r)

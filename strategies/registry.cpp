@@ -50,6 +50,13 @@ std::vector<std::string> StrategyNames() {
   return names;
 }
 
+const StrategyEntry& ReferenceStrategy() {
+  const auto& table = StrategyTable();
+  auto it = std::find_if(table.begin(), table.end(), [](const auto& e) { return e.info.family == Family::kSingle; });
+  TORCH_CHECK(it != table.end(), "strategy registry: no strategy of the single-device family");
+  return *it;
+}
+
 const StrategyEntry& FindStrategy(const std::string& name) {
   for (const auto& e : StrategyTable())
     if (e.info.name == name) return e;

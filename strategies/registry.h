@@ -35,6 +35,9 @@ class StrategyRegistration {
 // traits row has no factory or a factory no traits row.
 const std::vector<StrategyEntry>& StrategyTable();
 std::vector<std::string> StrategyNames();
+// The reference every other strategy is checked against (--verify): the
+// registered strategy of the single-device family.
+const StrategyEntry& ReferenceStrategy();
 // Throws ConfigError listing the registered names when `name` is unknown.
 const StrategyEntry& FindStrategy(const std::string& name);
 

@@ -9,7 +9,6 @@
 #include "harness/cuda_graph.h"
 #include "harness/phase.h"
 #include "harness/training.h"
-#include "strategies/factories.h"
 #include "strategies/registry.h"
 
 namespace ddpbench {
@@ -89,7 +88,7 @@ class SingleStrategy final : public Strategy {
 
 }  // namespace
 
-std::unique_ptr<Strategy> MakeSingleStrategy() { return std::make_unique<SingleStrategy>(); }
+static std::unique_ptr<Strategy> MakeSingleStrategy() { return std::make_unique<SingleStrategy>(); }
 DDPBENCH_REGISTER_STRATEGY("single", MakeSingleStrategy);
 
 }  // namespace ddpbench

@@ -26,7 +26,6 @@
 #include "harness/phase.h"
 #include "harness/training.h"
 #include "strategies/data/data_parallel.h"
-#include "strategies/factories.h"
 #include "strategies/registry.h"
 #include "planning/zero_memory.h"
 
@@ -285,7 +284,7 @@ class DdpStrategy final : public Strategy {
 
 }  // namespace
 
-std::unique_ptr<Strategy> MakeDdpStrategy() { return std::make_unique<DdpStrategy>(); }
+static std::unique_ptr<Strategy> MakeDdpStrategy() { return std::make_unique<DdpStrategy>(); }
 DDPBENCH_REGISTER_STRATEGY("ddp", MakeDdpStrategy);
 
 }  // namespace ddpbench

@@ -26,7 +26,6 @@
 #include "harness/phase.h"
 #include "harness/training.h"
 #include "strategies/device_workers.h"
-#include "strategies/factories.h"
 #include "strategies/registry.h"
 
 namespace ddpbench {
@@ -184,7 +183,7 @@ class DataParallelStrategy final : public Strategy {
 
 }  // namespace
 
-std::unique_ptr<Strategy> MakeDpStrategy() { return std::make_unique<DataParallelStrategy>(); }
+static std::unique_ptr<Strategy> MakeDpStrategy() { return std::make_unique<DataParallelStrategy>(); }
 DDPBENCH_REGISTER_STRATEGY("dp", MakeDpStrategy);
 
 }  // namespace ddpbench

@@ -8,13 +8,12 @@
 // machine every logical device is charged for its own weights, activations
 // and optimizer state. The maths is the single-device run's, BatchNorm
 // included: --verify compares the model as it is.
-#include "strategies/factories.h"
 #include "strategies/registry.h"
 #include "strategies/pipeline/pipeline.h"
 
 namespace ddpbench {
 
-std::unique_ptr<Strategy> MakeMpStrategy() { return MakePipelineStrategy(/*pipelined=*/false); }
+static std::unique_ptr<Strategy> MakeMpStrategy() { return MakePipelineStrategy(/*pipelined=*/false); }
 DDPBENCH_REGISTER_STRATEGY("mp", MakeMpStrategy);
 
 }  // namespace ddpbench

@@ -16,13 +16,12 @@
 // GroupNorm variant. The row records the split, each stage's measured time,
 // the schedule, the measured bubble beside the ideal one, each device's busy
 // time and peak activation memory (pipeline.h).
-#include "strategies/factories.h"
 #include "strategies/registry.h"
 #include "strategies/pipeline/pipeline.h"
 
 namespace ddpbench {
 
-std::unique_ptr<Strategy> MakePmpStrategy() { return MakePipelineStrategy(/*pipelined=*/true); }
+static std::unique_ptr<Strategy> MakePmpStrategy() { return MakePipelineStrategy(/*pipelined=*/true); }
 DDPBENCH_REGISTER_STRATEGY("pmp", MakePmpStrategy);
 
 }  // namespace ddpbench

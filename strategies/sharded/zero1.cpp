@@ -4,13 +4,12 @@
 // steps its slice, and the updated slices are all-gathered bucket by bucket
 // while the next forward runs, each model unit waiting for its own buckets.
 // The machinery is the one of zero2 and zero3: strategies/sharded/zero_sharded.cpp.
-#include "strategies/factories.h"
 #include "strategies/registry.h"
 #include "strategies/sharded/zero_sharded.h"
 
 namespace ddpbench {
 
-std::unique_ptr<Strategy> MakeZero1Strategy() { return MakeShardedStrategy(1); }
+static std::unique_ptr<Strategy> MakeZero1Strategy() { return MakeShardedStrategy(1); }
 DDPBENCH_REGISTER_STRATEGY("zero1", MakeZero1Strategy);
 
 }  // namespace ddpbench

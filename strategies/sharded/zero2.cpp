@@ -4,13 +4,12 @@
 // and its buffer given back, so only a few bucket buffers exist at a time.
 // Parameters stay whole on every rank and are gathered as in zero1 (bucket by
 // bucket, overlapping the next forward). Machinery: strategies/sharded/zero_sharded.cpp.
-#include "strategies/factories.h"
 #include "strategies/registry.h"
 #include "strategies/sharded/zero_sharded.h"
 
 namespace ddpbench {
 
-std::unique_ptr<Strategy> MakeZero2Strategy() { return MakeShardedStrategy(2); }
+static std::unique_ptr<Strategy> MakeZero2Strategy() { return MakeShardedStrategy(2); }
 DDPBENCH_REGISTER_STRATEGY("zero2", MakeZero2Strategy);
 
 }  // namespace ddpbench

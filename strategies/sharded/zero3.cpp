@@ -5,13 +5,12 @@
 // its gradients are reduce-scattered into the shard; the next unit's gather
 // is prefetched so that it overlaps this unit's compute, so at most two units
 // are held in full. Machinery: strategies/sharded/zero_sharded.cpp.
-#include "strategies/factories.h"
 #include "strategies/registry.h"
 #include "strategies/sharded/zero_sharded.h"
 
 namespace ddpbench {
 
-std::unique_ptr<Strategy> MakeZero3Strategy() { return MakeShardedStrategy(3); }
+static std::unique_ptr<Strategy> MakeZero3Strategy() { return MakeShardedStrategy(3); }
 DDPBENCH_REGISTER_STRATEGY("zero3", MakeZero3Strategy);
 
 }  // namespace ddpbench
