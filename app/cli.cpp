@@ -348,6 +348,10 @@ void ValidateConfig(const RunConfig& c) {
   if (!c.trace.empty() && (c.trace == c.out || c.trace == c.baseline))
     throw ConfigError(fmt::format("--trace={}: is also the {} results file, which the trace would overwrite; give "
                                   "another file (e.g. trace.json)", c.trace, c.trace == c.out ? "--out" : "--baseline"));
+  if (!c.profile.empty() && (c.profile == c.out || c.profile == c.baseline || c.profile == c.trace))
+    throw ConfigError(fmt::format("--profile={}: is also the {} file, which the profile would overwrite; give "
+                                  "another file (e.g. profile.json)", c.profile,
+                                  c.profile == c.out ? "--out results" : c.profile == c.baseline ? "--baseline results" : "--trace"));
   CheckLabel("--run-id", c.run_id);
   CheckLabel("--entry", c.entry);
   CheckMember("--zero-reduce", c.zero_reduce, {"reduce-scatter", "all-reduce"});
@@ -448,6 +452,8 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--out", c.out, "CSV file to append the result row to");
   app.add_option("--baseline", c.baseline, "CSV holding the single-device row for scaling efficiency (default: --out)");
   app.add_option("--trace", c.trace, "Chrome trace (Perfetto) of every rank's phases, micro-batches and collectives");
+  app.add_option("--profile", c.profile,
+                 "PyTorch profiler (Kineto) trace of rank 0's timed steps: operators, and on CUDA every kernel");
   app.add_option("--run-id", c.run_id, "label copied to the row's run_id column (one nightly job)");
   app.add_option("--entry", c.entry, "label copied to the row's entry column (a nightly matrix entry)");
   app.add_option("--progress", c.progress, "auto (when stderr is a terminal)|on|off");

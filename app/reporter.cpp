@@ -59,6 +59,7 @@ void AddIdentity(const RunResult& r, Row& row) {
   if (!r.store_bind.empty()) row["store_bind"] = r.store_bind;
   if (!r.socket_ifname.empty()) row["nccl_socket_ifname"] = r.socket_ifname;
   if (!r.trace_file.empty()) row["trace"] = r.trace_file;
+  if (!r.profile_file.empty()) row["profile"] = r.profile_file;
   row["device"] = c.device;
   row["device_name"] = r.device_name;
   row["threads_per_device"] = r.cuda ? "" : std::to_string(c.threads_per_device);

@@ -97,6 +97,7 @@ struct RunResult {
   std::optional<DataFigures> data;              // real data only
   std::map<std::string, std::string> extras;    // the strategy's own columns
   std::string trace_file;                       // --trace's file, once written
+  std::string profile_file;                     // --profile's file, once written
 
   // Global images/s of each timed section: every rank's images over the
   // slowest rank's wall time of that section.

@@ -232,6 +232,11 @@ void ConfigureProcess(const PreparedRun& run, const StrategyEntry& entry, DistCo
   // Pipeline stages on separate ranks all read the same batches.
   dist.same_data = entry.info.parallelism() == Parallelism::kModel && config.stage_ranks;
   // Oversubscribed GPUs cannot host one NCCL rank each: such ranks use Gloo.
+  if (RunsRankPerDevice(entry.info, config) && cuda && run.oversubscribed && config.cuda_graphs)
+    throw ConfigError(fmt::format(
+        "--cuda-graphs with --strategy={} on {} ranks that share GPUs (oversubscribed): such ranks communicate "
+        "over Gloo, whose CUDA collectives wait on the host and cannot be captured; give every rank a GPU of its "
+        "own (NCCL), or leave --cuda-graphs out", config.strategy, dist.world));
   if (RunsRankPerDevice(entry.info, config))
     dist.Connect(config.timeout_s, cuda, /*nccl=*/cuda && !run.oversubscribed);
 }
@@ -264,6 +269,8 @@ LoopPlan PlanSteps(const RunConfig& config, const PreparedRun& run, BatchSource&
   plan.progress = dist.is_root() && (config.progress == "on" || (config.progress == "auto" && plan.progress_live));
   plan.check_every = config.device == "cuda" ? 25 : 1;
   plan.reset_peak_at_timed = !config.cuda_graphs;
+  if (dist.is_root()) plan.profile = config.profile;
+  plan.profile_cuda = config.device == "cuda";
   return plan;
 }
 
@@ -337,6 +344,7 @@ std::vector<LoopTimes> RunRepeats(Strategy& strategy, BatchSource& train, PhaseT
   for (int64_t r = 0; r < repeat; ++r) {
     sections.push_back(RunSteps(strategy, train, timer, dist, devices, plan));
     plan.warmup = 0;
+    plan.profile.clear();  // --profile covers the first repeat
   }
   return sections;
 }
@@ -583,6 +591,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   CollectFigures(run, sections, *strategy, dist, &result);
   if (dist.is_root() && result.data && !config.data_only) ReportDataBound(*result.data, config);
   result.trace_file = trace::Finish(config.trace, dist, config.command);
+  if (!sections.empty()) result.profile_file = sections.front().profile;
   dist.Shutdown();
   return dist.is_root() ? Report(result) : 0;
 }

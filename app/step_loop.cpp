@@ -4,6 +4,7 @@
 // a step that spans devices).
 #include "app/step_loop.h"
 
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "datasets/dataset.h"
 #include "harness/cuda_support.h"
 #include "harness/dist.h"
+#include "harness/kineto_profile.h"
 #include "harness/memory.h"
 #include "harness/training.h"
 #include "harness/trace.h"
@@ -143,11 +145,13 @@ LoopTimes RunSteps(Strategy& strategy, BatchSource& train, PhaseTimer& timer, Di
       loader_start = train.Stats();
       steps_since_check = 0;
       paused_ms = 0;
+      if (!plan.profile.empty()) kineto::Start(plan.profile_cuda);
     }
     timer.StartStep();
     clock.Begin();
     {
       NvtxRange range("step");
+      RECORD_USER_SCOPE("ddpbench_step");  // --profile's step boundaries (free when no profile runs)
       trace::Annotate("step", s);
       if (warm) trace::Annotate("warmup", 1);
       Batch batch;
@@ -178,6 +182,7 @@ LoopTimes RunSteps(Strategy& strategy, BatchSource& train, PhaseTimer& timer, Di
   }
   losses.Read();
   SynchronizeDevices(devices);
+  out.profile = kineto::Finish(plan.profile);
   out.losses = losses.timed();
   out.wall_ms = MsSince(timed_start) - paused_ms;
   out.step_ms = clock.StepMs();

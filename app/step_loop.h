@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -38,6 +39,10 @@ struct LoopPlan {
   // strategy allocated what its steps use during the warm-up and holds it
   // (a CUDA graph's private pool, made at capture, is never allocated again).
   bool reset_peak_at_timed = true;
+  // --profile: the PyTorch profiler runs over the timed steps and writes
+  // this file ("": no profile); `profile_cuda` adds the device's kernels.
+  std::string profile;
+  bool profile_cuda = false;
   // Called after every step with the steps done in all (first_step
   // included); true stops the loop. Its time (validation, snapshots) is not
   // part of the section's wall time.
@@ -72,6 +77,7 @@ struct LoopTimes {
   double wall_ms = 0;              // first timed step's start to the last one's end, less after_step's time
   bool stopped = false;            // after_step ended the loop early
   LoaderStats loader;              // the training source's figures over the timed steps (bad_images: the whole run's)
+  std::string profile;             // --profile's file, once written
 };
 
 // Runs plan.warmup + plan.timed steps (fewer when after_step stops it);

@@ -75,6 +75,7 @@ struct RunConfig {
   std::string out;                 // CSV file to append the row to ("" : none)
   std::string baseline;            // CSV with the single-device row for scaling
   std::string trace;               // Chrome trace JSON to write ("" : none; harness/trace.h)
+  std::string profile;             // PyTorch profiler trace of the timed steps ("" : none; harness/kineto_profile.h)
   std::string progress = "auto";   // auto|on|off
   std::string run_id;              // the nightly job's id, copied to every row ("" : none)
   std::string entry;               // the nightly matrix entry that made the row

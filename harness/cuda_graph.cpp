@@ -88,6 +88,12 @@ WholeStepGraph::WholeStepGraph(torch::Device device, int64_t eager_steps)
 }
 WholeStepGraph::~WholeStepGraph() = default;
 
+void WholeStepGraph::OnCaptureStream(const std::function<void()>& fn) {
+  c10::cuda::CUDAGuard device_guard(impl_->device);
+  SideStreamScope scope(c10::cuda::getCurrentCUDAStream(impl_->device.index()), impl_->side);
+  fn();
+}
+
 torch::Tensor WholeStepGraph::Run(const torch::Tensor& images, const torch::Tensor& labels, const StepFn& step) {
   Impl& s = *impl_;
   c10::cuda::CUDAGuard device_guard(s.device);
@@ -116,6 +122,7 @@ WholeStepGraph::WholeStepGraph(torch::Device, int64_t) {
   throw std::runtime_error("--cuda-graphs: this ddpbench was built with a LibTorch without CUDA");
 }
 WholeStepGraph::~WholeStepGraph() = default;
+void WholeStepGraph::OnCaptureStream(const std::function<void()>& fn) { fn(); }
 torch::Tensor WholeStepGraph::Run(const torch::Tensor&, const torch::Tensor&, const StepFn&) { return {}; }
 
 #endif

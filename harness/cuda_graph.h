@@ -27,6 +27,13 @@ class WholeStepGraph {
   WholeStepGraph(const WholeStepGraph&) = delete;
   WholeStepGraph& operator=(const WholeStepGraph&) = delete;
 
+  // Runs `fn` with the capture stream current. Autograd nodes made there
+  // (such as the gradient accumulators a DDP Reducer holds from its
+  // construction on) remember that stream, and backward makes the stream a
+  // node remembers wait for the stream that feeds it: made on the default
+  // stream, they would make it wait on the capture, which CUDA refuses.
+  void OnCaptureStream(const std::function<void()>& fn);
+
   // One step on this batch (any device; copied into the graph's inputs).
   // Throws if the batch's shape differs from the captured one.
   torch::Tensor Run(const torch::Tensor& images, const torch::Tensor& labels, const StepFn& step);

@@ -23,6 +23,12 @@
 #            against itself (research/rigs/fuse_parity.py)   -> gpu-fuse-parity.csv
 #   graphs-parity  float64 --verify of --fuse and --cuda-graphs (single)
 #                                                         -> gpu-graphs-parity.csv
+#   ddp-graphs  ddp world 1 with --cuda-graphs:
+#            float64 --verify first, then interleaved rounds against single
+#            (eager and graphs)                          -> gpu-ddp-graphs.csv
+#   profile  --profile of ResNet-50 bf16 b256: eager, fused, fused + graphs,
+#            each broken down by scripts/profile_breakdown.py
+#                                                         -> gpu-profile-breakdown.csv
 #   scripts/gpu_bench.sh [OUT_DIR [PART...]]   (env: ROUNDS=3, AMPS=bf16,
 #   MODELS="resnet50 resnet18", BIN, PY=python3); compare's rounds continue the numbering
 #   already in gpu-compare.csv
@@ -35,8 +41,8 @@ PARTS=("${@:-parity compare matrix}"); PARTS=(${PARTS[*]})
 ROUNDS="${ROUNDS:-3}"; AMPS="${AMPS:-bf16}"; MODELS="${MODELS:-resnet50 resnet18}"
 BIN="${BIN:-$ROOT/build-gpu/ddpbench}"; PY="${PY:-python3}"
 for p in "${PARTS[@]}"; do
-  case "$p" in parity|compare|compare-ddp|matrix|expected|fuse|fuse-parity|graphs-parity) ;;
-    *) echo "gpu_bench.sh: part '$p': want parity, compare, compare-ddp, matrix, expected, fuse, fuse-parity or graphs-parity" >&2; exit 2 ;;
+  case "$p" in parity|compare|compare-ddp|matrix|expected|fuse|fuse-parity|graphs-parity|ddp-graphs|profile) ;;
+    *) echo "gpu_bench.sh: part '$p': want parity, compare, compare-ddp, matrix, expected, fuse, fuse-parity, graphs-parity, ddp-graphs or profile" >&2; exit 2 ;;
   esac
 done
 [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_bench.sh: ROUNDS=$ROUNDS: want a whole number >= 1" >&2; exit 2; }
@@ -113,7 +119,7 @@ for pair in sys.argv[2:]:
 PY
 }
 
-W=(--image-size=224 --amp=bf16 --steps=40 --warmup=15)
+W=(--image-size=224 --amp=bf16 --steps="${STEPS:-40}" --warmup="${WARMUP:-15}")
 # ddpbench single (eager, then --cuda-graphs) against PyTorch eager.
 compare_single_round() {
   local r="$1" m
@@ -194,7 +200,7 @@ fuse() {
       local c=(--strategy=single --model=$m --batch-size=256 "${W[@]}")
       CSV="$CSV" compare_one "$r" "eager-$m" "${c[@]}"
       CSV="$CSV" compare_one "$r" "fused-$m" "${c[@]}" --fuse=bn-add-relu
-      CSV="$CSV" compare_one "$r" "graphs-$m" "${c[@]}" --cuda-graphs
+      [[ -n "${FUSE_NO_GRAPHS_ROW:-}" ]] || CSV="$CSV" compare_one "$r" "graphs-$m" "${c[@]}" --cuda-graphs
       CSV="$CSV" compare_one "$r" "fused-graphs-$m" "${c[@]}" --fuse=bn-add-relu --cuda-graphs
       CSV="$CSV" compare_one "$r" "pytorch-$m" pytorch --model=$m --batch-size=256 "${W[@]}" --memory-format=channels_last
       if (( r < first + ${COMPILE_ROUNDS:-1} )); then
@@ -229,6 +235,47 @@ graphs_parity() {
   run --strategy=single --fuse=bn-add-relu --cuda-graphs "${v[@]}"
 }
 
+# ddp world 1 captured whole (its Reducer's NCCL all-reduces inside the
+# graph): float64 parity first (past the 11 eager steps), then speed against
+# single, both eager and captured, interleaved.
+ddp_graphs() {
+  local v=(--verify --verify-steps=14 --model=resnet18 --image-size=32 --batch-size=16 --steps=14 --warmup=0
+           --out="$OUT_DIR/gpu-graphs-parity.csv")
+  "$BIN" --device=cuda --progress=off --strategy=ddp --gpus=1 --cuda-graphs "${v[@]}" > "$OUT_DIR/ddp-graphs-verify.log" 2>&1 ||
+    { echo "ddp-graphs: the captured ddp step failed:"; grep -v '^\[W' "$OUT_DIR/ddp-graphs-verify.log" | tail -4; return 0; }
+  tail -2 "$OUT_DIR/ddp-graphs-verify.log"
+  local CSV="$OUT_DIR/gpu-ddp-graphs.csv" r first b=(--model=resnet50 --batch-size=128)
+  first="$(next_round "$CSV")"
+  for r in $(seq "$first" $(( first + ROUNDS - 1 ))); do
+    CSV="$CSV" compare_one "$r" "single-graphs-resnet50-b128" --strategy=single --cuda-graphs "${b[@]}" "${W[@]}"
+    CSV="$CSV" compare_one "$r" "ddp1-graphs-resnet50-b128" --strategy=ddp --gpus=1 --cuda-graphs "${b[@]}" "${W[@]}"
+    CSV="$CSV" compare_one "$r" "single-resnet50-b128" --strategy=single "${b[@]}" "${W[@]}"
+    CSV="$CSV" compare_one "$r" "ddp1-resnet50-b128" --strategy=ddp --gpus=1 "${b[@]}" "${W[@]}"
+  done
+  ratios "$CSV" ddp1-graphs-resnet50-b128/single-graphs-resnet50-b128 ddp1-graphs-resnet50-b128/single-resnet50-b128 \
+    ddp1-resnet50-b128/single-resnet50-b128
+}
+
+# Where one ResNet-50 step's device time goes (PyTorch's profiler over 5
+# timed steps), before and after the fusion and the graph.
+profile() {
+  local out="$OUT_DIR/gpu-profile-breakdown.csv" v name
+  local c=(--strategy=single --model=resnet50 --batch-size=256 --image-size=224 --amp=bf16 --steps=5 --warmup=15
+           --no-eval --out="$OUT_DIR/gpu-profile-rows.csv")
+  for v in "eager|" "fused|--fuse=bn-add-relu" "fused-graphs|--fuse=bn-add-relu --cuda-graphs"; do
+    name="${v%%|*}"
+    local json="$OUT_DIR/profile-resnet50-$name.json"
+    # shellcheck disable=SC2086
+    run "${c[@]}" ${v#*|} --profile="$json"
+    [[ -f "$json" ]] || continue
+    "$PY" scripts/profile_breakdown.py --format=csv --label="$name" "$json" > "$OUT_DIR/breakdown.tmp" || continue
+    if [[ -f "$out" ]]; then tail -n +2 "$OUT_DIR/breakdown.tmp" >> "$out"; else cp "$OUT_DIR/breakdown.tmp" "$out"; fi
+    "$PY" scripts/profile_breakdown.py --label="$name" "$json"
+  done
+  rm -f "$OUT_DIR/breakdown.tmp"
+}
+
 for p in "${PARTS[@]}"; do
-  case "$p" in compare-ddp) compare ddp ;; fuse-parity) fuse_parity ;; graphs-parity) graphs_parity ;; *) "$p" ;; esac
+  case "$p" in compare-ddp) compare ddp ;; fuse-parity) fuse_parity ;; graphs-parity) graphs_parity ;;
+    ddp-graphs) ddp_graphs ;; *) "$p" ;; esac
 done

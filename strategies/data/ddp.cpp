@@ -22,6 +22,8 @@
 #include <unordered_map>
 
 #include "base/config.h"
+#include "base/log.h"
+#include "harness/cuda_graph.h"
 #include "harness/dist.h"
 #include "harness/phase.h"
 #include "harness/training.h"
@@ -50,7 +52,9 @@ class TimedAllReduceHook final
     const auto start = Clock::now();
     at::Tensor buffer = bucket.getBufferRef();
     const int device = buffer.device().index();
-    auto cuda_start = CommTimeline::CudaStart(buffer.is_cuda(), device);
+    // No timing inside a CUDA graph capture (no timeline): its events would
+    // be recorded once, at capture, and never again on replay.
+    auto cuda_start = timeline_ ? CommTimeline::CudaStart(buffer.is_cuda(), device) : nullptr;
     at::Tensor sent = wire_ ? buffer.to(*wire_) : buffer;
     sent.div_(state_->getSize());
     std::vector<at::Tensor> tensors{sent};
@@ -62,7 +66,7 @@ class TimedAllReduceHook final
         [buffer, copy_back, timeline, start, cuda_start, device, index](c10::ivalue::Future& done) {
           at::Tensor reduced = done.value().toTensorVector()[0];
           if (copy_back) buffer.copy_(reduced);
-          timeline->End(start, cuda_start, device, "all-reduce", index);
+          if (timeline) timeline->End(start, cuda_start, device, "all-reduce", index);
           return c10::IValue(buffer);
         },
         c10::TensorType::get());
@@ -75,6 +79,8 @@ class TimedAllReduceHook final
 
 class DdpStrategy final : public Strategy {
  public:
+  static constexpr int64_t kEagerSteps = 11;  // before --cuda-graphs captures (torch's DDP recipe)
+
   void Setup(const RunContext& ctx) override {
     config_ = ctx.config;
     timer_ = ctx.timer;
@@ -102,12 +108,26 @@ class DdpStrategy final : public Strategy {
     for (size_t i = 0, j = 0; i < named.size(); ++i)
       if (named[i].value().requires_grad()) names[j++] = named[i].key();
     const int64_t cap = static_cast<int64_t>(config_->bucket_cap_mb * 1024 * 1024);
-    reducer_ = std::make_shared<c10d::Reducer>(params_, buckets, dist_->group, sparse, cap,
-                                               /*find_unused_parameters=*/false,
-                                               /*gradient_as_bucket_view=*/false, names,
-                                               config_->bucket_cap_mb == 25.0 ? kFirstBucketBytes : cap,
-                                               /*skip_all_reduce_unused_params=*/false,
-                                               /*use_python_reducer=*/false, std::vector<int64_t>{});
+    // --cuda-graphs: torch's recipe for capturing DDP: the Reducer made on
+    // the capture stream, and eleven eager steps before the capture (the
+    // Reducer rebuilds its buckets after the first and samples its runtime
+    // statistics, with host syncs, in its first ten).
+    if (config_->cuda_graphs) {
+      graph_ = std::make_unique<WholeStepGraph>(device_, kEagerSteps);
+      if (config_->warmup <= kEagerSteps)
+        LogWarn("--cuda-graphs: ddp runs {} eager steps and captures the next; with --warmup={} the timed steps "
+                "include {}", kEagerSteps, config_->warmup, config_->warmup < kEagerSteps ? "eager steps and the capture" : "the capture");
+    }
+    auto make_reducer = [&] {
+      reducer_ = std::make_shared<c10d::Reducer>(params_, buckets, dist_->group, sparse, cap,
+                                                 /*find_unused_parameters=*/false,
+                                                 /*gradient_as_bucket_view=*/false, names,
+                                                 config_->bucket_cap_mb == 25.0 ? kFirstBucketBytes : cap,
+                                                 /*skip_all_reduce_unused_params=*/false,
+                                                 /*use_python_reducer=*/false, std::vector<int64_t>{});
+    };
+    if (graph_) graph_->OnCaptureStream(make_reducer);
+    else make_reducer();
     logger_ = std::make_shared<c10d::Logger>(reducer_);
     reducer_->set_logger(logger_);
     timeline_ = std::make_shared<CommTimeline>();
@@ -115,7 +135,8 @@ class DdpStrategy final : public Strategy {
     std::optional<at::ScalarType> wire;
     if (config_->compression == "fp16") wire = at::kHalf;
     if (config_->compression == "bf16") wire = at::kBFloat16;
-    reducer_->register_comm_hook(std::make_unique<TimedAllReduceHook>(dist_->group, wire, timeline_));
+    reducer_->register_comm_hook(
+        std::make_unique<TimedAllReduceHook>(dist_->group, wire, config_->cuda_graphs ? nullptr : timeline_));
 
     optimizer_ = MakeOptimizer(*config_, model_->parameters(), ctx.lr);
     scaler_ = std::make_unique<LossScaler>(config_->amp, device_);
@@ -123,17 +144,32 @@ class DdpStrategy final : public Strategy {
 
   StepResult Step(const Batch& batch) override {
     model_->train();
+    if (graph_) {
+      // Replayed steps are one graph launch, collectives included: phases and
+      // communication are not timed apart (the row leaves them empty).
+      return {graph_->Run(batch.images, batch.labels, [this](const torch::Tensor& images, const torch::Tensor& labels) {
+        return Train(images, labels, /*timed=*/false);
+      })};
+    }
+    return {Train(batch.images.to(device_), batch.labels.to(device_), /*timed=*/true)};
+  }
+
+  // One step on device tensors; `timed` brackets the phases with the timer's
+  // CUDA events and times the buckets' all-reduces, neither of which a graph
+  // capture can hold.
+  torch::Tensor Train(const torch::Tensor& batch_images, const torch::Tensor& batch_labels, bool timed) {
+    auto phase = [&](Phase p) { return timed ? std::optional<PhaseTimer::Scope>(timer_->Measure(p)) : std::nullopt; };
     optimizer_->zero_grad();
     const int64_t micro = config_->grad_accum;
-    auto images = batch.images.to(device_).chunk(micro);
-    auto labels = batch.labels.to(device_).chunk(micro);
+    auto images = batch_images.chunk(micro);
+    auto labels = batch_labels.chunk(micro);
     torch::Tensor total_loss = torch::zeros({}, torch::TensorOptions().device(device_));
     double comm_ms = 0, hidden_ms = 0;
     for (int64_t m = 0; m < micro; ++m) {
       const bool sync = m == micro - 1;  // no_sync() on every micro-step but the last
       torch::Tensor loss;
       {
-        auto scope = timer_->Measure(Phase::kForward);
+        auto scope = phase(Phase::kForward);
         if (sync) reducer_->prepare_for_forward();
         {
           CollectiveLabel label("DDP bucket rebuild");
@@ -146,14 +182,14 @@ class DdpStrategy final : public Strategy {
         if (sync) reducer_->prepare_for_backward({});
       }
       {
-        auto scope = timer_->Measure(Phase::kBackward);
+        auto scope = phase(Phase::kBackward);
         CollectiveLabel label("DDP gradient all-reduce");
         timeline_->intervals.clear();
         timeline_->marks.clear();
         scaler_->Scale(loss / static_cast<double>(micro)).backward();
-        if (sync && device_.is_cuda()) {
+        if (sync && timed && device_.is_cuda()) {
           DeferCudaBackwardComm(*timeline_, *timer_, overlap_);
-        } else if (sync) {
+        } else if (sync && timed) {
           auto [total, before] = timeline_->BackwardMs();
           comm_ms += total;
           hidden_ms += before;
@@ -161,12 +197,12 @@ class DdpStrategy final : public Strategy {
       }
       total_loss += loss.detach();
     }
-    if (!device_.is_cuda()) {
+    if (timed && !device_.is_cuda()) {
       if (comm_ms > 0) timer_->Add(Phase::kCommunication, comm_ms);
       overlap_.Add(comm_ms, hidden_ms);
     }
     {
-      auto scope = timer_->Measure(Phase::kOptimizer);
+      auto scope = phase(Phase::kOptimizer);
       if (scaler_->enabled()) {
         // Gradients are identical on every rank after the all-reduce, so
         // every rank takes the same skip-or-step decision.
@@ -175,7 +211,7 @@ class DdpStrategy final : public Strategy {
         optimizer_->step();
       }
     }
-    return {total_loss / static_cast<double>(micro)};
+    return total_loss / static_cast<double>(micro);
   }
 
   torch::Tensor Predict(const torch::Tensor& images) override {
@@ -280,6 +316,7 @@ class DdpStrategy final : public Strategy {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<LossScaler> scaler_;
   OverlapStats overlap_;
+  std::unique_ptr<WholeStepGraph> graph_;
 };
 
 }  // namespace

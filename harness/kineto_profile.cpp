@@ -1,0 +1,41 @@
+// See kineto_profile.h.
+#include "harness/kineto_profile.h"
+
+#include <torch/csrc/autograd/profiler_kineto.h>
+
+#include <fmt/format.h>
+
+#include <set>
+#include <stdexcept>
+
+namespace ddpbench::kineto {
+namespace {
+
+using torch::profiler::impl::ActivityType;
+using torch::profiler::impl::ProfilerConfig;
+using torch::profiler::impl::ProfilerState;
+
+bool running = false;
+
+}  // namespace
+
+void Start(bool cuda) {
+  if (running) throw std::logic_error("--profile: a profile is already running");
+  std::set<ActivityType> activities{ActivityType::CPU};
+  if (cuda) activities.insert(ActivityType::CUDA);
+  const ProfilerConfig config(ProfilerState::KINETO);
+  torch::autograd::profiler::prepareProfiler(config, activities);
+  torch::autograd::profiler::enableProfiler(config, activities);
+  running = true;
+}
+
+std::string Finish(const std::string& path) {
+  if (!running) return "";
+  running = false;
+  auto result = torch::autograd::profiler::disableProfiler();
+  if (!result) throw std::runtime_error("--profile: the profiler returned no result");
+  result->save(path);
+  return path;
+}
+
+}  // namespace ddpbench::kineto
