@@ -121,9 +121,49 @@ std::vector<int> FastestSplit(const PipelineTable& table, const UnitTimes& measu
 
 std::vector<int> MicroBatchCandidates(int64_t batch_size, int devices, int64_t fewest_images) {
   std::vector<int> out;
-  for (int64_t m = std::min<int64_t>(devices, batch_size); m * fewest_images <= batch_size; ++m)
+  if (fewest_images <= batch_size) out.push_back(1);
+  for (int64_t m = std::max<int64_t>(2, std::min<int64_t>(devices, batch_size)); m * fewest_images <= batch_size; ++m)
     if (batch_size % m == 0) out.push_back(static_cast<int>(m));
   return out;
+}
+
+std::vector<ShapeOption> ScheduleOptions(const RunConfig& config, int devices, int micro_batches, int units) {
+  std::vector<ShapeOption> all;
+  auto add = [&](PipelineSchedule s, int V) { all.push_back({s, V, micro_batches}); };
+  if (config.given.count("--schedule") > 0 || config.chunks > 0) {
+    const PipelineSchedule s = ParsePipelineSchedule(config.schedule);
+    add(s, ChunksPerDevice(s, static_cast<int>(config.virtual_stages)));
+  } else {
+    add(PipelineSchedule::k1F1B, 1);
+    add(PipelineSchedule::kZeroBubble, 1);
+    if (2 * devices <= units) {
+      add(PipelineSchedule::kZeroBubbleV, 2);
+      add(PipelineSchedule::kDualPipeV, 2);
+    }
+    for (int V = 2; V * devices <= units; ++V) {
+      add(PipelineSchedule::kInterleaved, V);
+      add(PipelineSchedule::kInterleavedZeroBubble, V);
+      add(PipelineSchedule::kLoopedBFS, V);
+    }
+  }
+  const int split_stages = config.split.empty() ? 0 : 1 + static_cast<int>(std::count(config.split.begin(),
+                                                                                      config.split.end(), ','));
+  std::vector<ShapeOption> out;
+  for (const ShapeOption& c : all) {
+    if (NeedsGroupsOfDevices(c.schedule) && micro_batches % devices != 0) continue;
+    if (micro_batches < MinMicroBatches(c.schedule, devices)) continue;
+    if (split_stages > 0 && split_stages != c.virtual_stages * devices && all.size() > 1) continue;
+    out.push_back(c);
+  }
+  return out;
+}
+
+size_t ChooseShape(const std::vector<double>& predicted_ms, double margin) {
+  if (predicted_ms.empty()) throw std::invalid_argument("ChooseShape: no candidates");
+  size_t best = 0;
+  for (size_t i = 1; i < predicted_ms.size(); ++i)
+    if (predicted_ms[i] < predicted_ms[best] * (1 - margin)) best = i;
+  return best;
 }
 
 }  // namespace ddpbench

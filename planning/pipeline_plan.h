@@ -64,9 +64,36 @@ double PredictStepMs(const PipelineTable& table, const StagePlan& plan);
 // slowest chunk is not what sets the step.
 std::vector<int> FastestSplit(const PipelineTable& table, const UnitTimes& measured);
 
-// The micro-batch counts tried when --chunks is not given: divisors of the
-// batch from the device count up (at least 1), in increasing order, each
+// The micro-batch counts tried when --chunks is not given: 1 (the whole
+// batch through the stages one after another, as mp runs it), then the
+// divisors of the batch from the device count up, in increasing order, each
 // leaving micro-batches of at least `fewest_images` (FewestTrainingImages).
 std::vector<int> MicroBatchCandidates(int64_t batch_size, int devices, int64_t fewest_images = 1);
+
+// A pipeline shape pmp can run: a schedule with `virtual_stages` chunks per
+// device at `micro_batches`.
+struct ShapeOption {
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  int virtual_stages = 1;
+  int micro_batches = 1;
+};
+
+// The schedules to cost at `micro_batches` on a model of `units` units: the
+// given one (--chunks or --schedule given: the configured schedule), or,
+// simplest first, 1f1b, zero-bubble, zbv and dualpipev (two chunks a device
+// in a V), then interleaved, interleaved-zero-bubble and looped-bfs with
+// every V the units allow (at least one unit per chunk); each only where the
+// micro-batch count suits it (groups of the device count, its minimum). A
+// given --split fixes the chunk count.
+std::vector<ShapeOption> ScheduleOptions(const RunConfig& config, int devices, int micro_batches, int units);
+
+// Which of the candidates, costed in the order given (simplest first: fewer
+// micro-batches, then fewer chunks), pmp runs: the first, replaced by a
+// later one only when that is predicted faster than the one kept by more
+// than `margin` (a fraction), as the predictions come from short, noisy
+// set-up timings and leave out what each extra micro-batch and chunk
+// boundary adds (a hand-off, a call). An infinite prediction (a deadlock)
+// is never kept over a finite one. Throws on an empty list.
+size_t ChooseShape(const std::vector<double>& predicted_ms, double margin);
 
 }  // namespace ddpbench

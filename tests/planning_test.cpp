@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -16,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "base/config.h"
+#include "planning/pipeline_plan.h"
 #include "planning/schedules.h"
 #include "planning/stage_split.h"
 #include "tests/split_util.h"
@@ -320,6 +322,73 @@ TEST(Schedule, TheoreticalBubble) {
   EXPECT_EQ(ParsePipelineSchedule("1f1b"), PipelineSchedule::k1F1B);
   EXPECT_EQ(ParsePipelineSchedule("zero-bubble"), PipelineSchedule::kZeroBubble);
   EXPECT_NE(ConfigErrorOf([] { ParsePipelineSchedule("zb"); }).find("--schedule=zb"), std::string::npos);
+}
+
+// pmp's shape choice on made-up unit times: every candidate the open search
+// enumerates, costed with FastestSplit and PredictStepMs, then ChooseShape.
+// A unit's time at a micro-batch of b images is `fixed` + `per_image` x b
+// (forward a third of it), so `fixed` is what every extra micro-batch
+// costs again, as on a CPU at small maps.
+UnitTimes FakeUnits(int units, int images, double fixed, double per_image) {
+  UnitTimes t;
+  for (int u = 0; u < units; ++u) {
+    const double ms = fixed + per_image * images * (1 + 0.2 * (u % 3));  // unequal units
+    t.total_ms.push_back(ms);
+    t.forward_ms.push_back(ms / 3);
+  }
+  return t;
+}
+
+ShapeOption ChooseOnFakeUnits(int batch, int devices, int units, double fixed, double per_image,
+                              std::vector<double>* predicted_out = nullptr) {
+  RunConfig config;  // no --chunks, --schedule or --split: the open search
+  std::vector<ShapeOption> options;
+  std::vector<double> predicted;
+  for (int M : MicroBatchCandidates(batch, devices)) {
+    const UnitTimes times = FakeUnits(units, batch / M, fixed, per_image);
+    for (const ShapeOption& o : ScheduleOptions(config, devices, M, units)) {
+      const PipelineTable table = BuildPipelineTable(o.schedule, devices, o.virtual_stages, M);
+      options.push_back(o);
+      predicted.push_back(PredictStepMs(table, PlanOfSplit(FastestSplit(table, times), times)));
+    }
+  }
+  if (predicted_out) *predicted_out = predicted;
+  return options[ChooseShape(predicted, 0.05)];
+}
+
+TEST(ShapeChoice, TheSimplestCandidateComesFirstAndMicroBatchesFromOne) {
+  RunConfig config;
+  const auto at_one = ScheduleOptions(config, 2, 1, 10);
+  ASSERT_FALSE(at_one.empty());
+  EXPECT_EQ(at_one.front().schedule, PipelineSchedule::k1F1B);  // mp's shape
+  EXPECT_EQ(at_one.front().virtual_stages, 1);
+  for (const auto& o : at_one) EXPECT_GE(1, MinMicroBatches(o.schedule, 2)) << PipelineScheduleName(o.schedule);
+  EXPECT_EQ(MicroBatchCandidates(16, 2).front(), 1);
+}
+
+TEST(ShapeChoice, FixedCostsPerMicroBatchKeepTheWholeBatch) {
+  // Every unit costs 5 ms whatever its micro-batch and 0.01 ms an image:
+  // splitting the batch only repeats the 5 ms, so one micro-batch wins.
+  const ShapeOption chosen = ChooseOnFakeUnits(16, 2, 10, 5.0, 0.01);
+  EXPECT_EQ(chosen.micro_batches, 1);
+}
+
+TEST(ShapeChoice, TimeProportionalToImagesFillsThePipeline) {
+  // No fixed cost: more micro-batches shrink the bubble for nothing.
+  std::vector<double> predicted;
+  const ShapeOption chosen = ChooseOnFakeUnits(32, 2, 10, 0.0, 1.0, &predicted);
+  EXPECT_GT(chosen.micro_batches, 2);
+  EXPECT_LT(predicted[ChooseShape(predicted, 0.05)], 0.8 * predicted.front());  // against mp's shape
+}
+
+TEST(ShapeChoice, AMoreComplexShapeMustWinByTheMargin) {
+  EXPECT_EQ(ChooseShape({100, 96, 97}, 0.05), 0u);  // 4% faster: the first is kept
+  EXPECT_EQ(ChooseShape({100, 94, 97}, 0.05), 1u);  // 6% faster
+  EXPECT_EQ(ChooseShape({100, 94, 90}, 0.05), 1u);  // measured against the one kept (90 > 94 x 0.95)
+  EXPECT_EQ(ChooseShape({100, 94, 89}, 0.05), 2u);
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(ChooseShape({inf, 50, inf}, 0.05), 1u);  // a deadlocked table is never kept over a finite one
+  EXPECT_THROW(ChooseShape({}, 0.05), std::invalid_argument);
 }
 
 }  // namespace

@@ -14,54 +14,11 @@ namespace {
 
 constexpr double kMargin = 0.05;
 
-struct Candidate {
-  PipelineSchedule schedule;
-  int virtual_stages;
-};
-
-// The schedules to cost at `micro_batches`: the given one (--chunks or
-// --schedule given: the configured schedule), or, simplest first, 1f1b,
-// zero-bubble, zbv and dualpipev (two chunks a device in a V), then
-// interleaved, interleaved-zero-bubble and looped-bfs with every V the
-// model's units allow (at least one unit per chunk; micro-batches in groups
-// of the device count where the schedule needs it, at least its minimum).
-// A given --split fixes the chunk count.
-std::vector<Candidate> ScheduleCandidates(const RunConfig& config, int devices, int micro_batches, int units) {
-  std::vector<Candidate> all;
-  auto add = [&](PipelineSchedule s, int V) { all.push_back({s, V}); };
-  if (config.given.count("--schedule") > 0 || config.chunks > 0) {
-    const PipelineSchedule s = ParsePipelineSchedule(config.schedule);
-    add(s, ChunksPerDevice(s, static_cast<int>(config.virtual_stages)));
-  } else {
-    add(PipelineSchedule::k1F1B, 1);
-    add(PipelineSchedule::kZeroBubble, 1);
-    if (2 * devices <= units) {
-      add(PipelineSchedule::kZeroBubbleV, 2);
-      add(PipelineSchedule::kDualPipeV, 2);
-    }
-    for (int V = 2; V * devices <= units; ++V) {
-      add(PipelineSchedule::kInterleaved, V);
-      add(PipelineSchedule::kInterleavedZeroBubble, V);
-      add(PipelineSchedule::kLoopedBFS, V);
-    }
-  }
-  const int split_stages = config.split.empty() ? 0 : 1 + static_cast<int>(std::count(config.split.begin(),
-                                                                                      config.split.end(), ','));
-  std::vector<Candidate> out;
-  for (const Candidate& c : all) {
-    if (NeedsGroupsOfDevices(c.schedule) && micro_batches % devices != 0) continue;
-    if (micro_batches < MinMicroBatches(c.schedule, devices)) continue;
-    if (split_stages > 0 && split_stages != c.virtual_stages * devices && all.size() > 1) continue;
-    out.push_back(c);
-  }
-  return out;
-}
-
 // The given flags checked before anything is measured: the stage count and
 // --split against the model (ConfigError otherwise).
 void CheckGivenShape(const RunConfig& config, const std::vector<std::string>& names, int devices) {
   // 2S micro-batches: a count every schedule takes (dualpipev needs 2S, the interleaved ones multiples of S).
-  const auto candidates = ScheduleCandidates(config, devices, 2 * devices, static_cast<int>(names.size()));
+  const auto candidates = ScheduleOptions(config, devices, 2 * devices, static_cast<int>(names.size()));
   const int V = candidates.size() == 1 ? candidates.front().virtual_stages : 1;
   const auto units = static_cast<int>(names.size());
   if (candidates.size() == 1 && IsVShaped(candidates.front().schedule) && 2 * devices > units)
@@ -119,17 +76,17 @@ PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, 
   if (counts.empty() && config.batch_size < devices)  // too small for any schedule: said below
     counts = MicroBatchCandidates(config.batch_size, devices);
   if (counts.empty())
-    throw ConfigError(fmt::format("--batch-size={}: no micro-batch count from --gpus={} up leaves batch norm its {} "
-                                  "images per micro-batch at {} px; accepted: --batch-size>={}, or --norm=group",
-                                  config.batch_size, devices, fewest, image_size, devices * fewest));
+    throw ConfigError(fmt::format("--batch-size={}: even the whole batch as one micro-batch leaves batch norm fewer "
+                                  "than its {} images at {} px; accepted: --batch-size>={}, or --norm=group",
+                                  config.batch_size, fewest, image_size, fewest));
   // Every micro-batch size that some schedule accepts, measured together in
   // interleaved rounds (the shapes are compared on times taken side by
   // side), and on CPU logical devices on every device's share of the
   // machine at once, as the pipeline will run them.
-  std::vector<std::pair<int, std::vector<Candidate>>> by_count;  // micro-batches, their schedules
+  std::vector<std::pair<int, std::vector<ShapeOption>>> by_count;  // micro-batches, their schedules
   std::vector<int64_t> micro_batch_sizes;
   for (int M : counts) {
-    auto candidates = ScheduleCandidates(config, devices, M, units);
+    auto candidates = ScheduleOptions(config, devices, M, units);
     if (candidates.empty()) continue;
     by_count.emplace_back(M, std::move(candidates));
     micro_batch_sizes.push_back(config.batch_size / M);
@@ -137,14 +94,16 @@ PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, 
   const std::vector<UnitTimes> measured_all =
       by_count.empty() ? std::vector<UnitTimes>{} : MeasureUnits(config, model, micro_batch_sizes,
                                                               measure_threads > 0 ? measure_threads : devices);
-  PipelineShape best;
-  best.predicted_ms = std::numeric_limits<double>::infinity();
-  size_t best_count = 0;  // by_count's entry of best
+  // Every candidate costed, simplest first; ChooseShape keeps a more complex
+  // one only where it is predicted clearly (kMargin) faster.
+  std::vector<PipelineShape> costed_shapes;
+  std::vector<double> predicted;
+  std::vector<size_t> count_of;  // by_count's entry of each
   for (size_t i = 0; i < by_count.size(); ++i) {
     const auto& [M, candidates] = by_count[i];
     const UnitTimes& measured = measured_all[i];
     const UnitTimes blocks = choose_units ? MergeHalfBlocks(measured, model->unit_names()) : UnitTimes{};
-    for (const Candidate& c : candidates) {
+    for (const ShapeOption& c : candidates) {
       const PipelineTable table = BuildPipelineTable(c.schedule, devices, c.virtual_stages, M);
       CostedPlan costed = PlanCandidate(config, model, table, measured, choose_units ? &blocks : nullptr);
       if (open || choose_units)
@@ -152,21 +111,19 @@ PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, 
                 PipelineScheduleName(c.schedule),
                 IsInterleaved(c.schedule) ? fmt::format(" --virtual-stages={}", c.virtual_stages) : "",
                 SplitCounts(costed.plan.counts), costed.half_blocks ? " (half blocks)" : "", costed.ms, costed.other);
-      // Candidates come simplest first (fewer micro-batches, fewer chunks);
-      // a more complex one must be predicted clearly faster (kMargin), as
-      // the times it is costed with are noisy and each extra micro-batch
-      // or chunk boundary adds a hand-off the simulation does not count.
-      if (best.plan.counts.empty() || costed.ms < best.predicted_ms * (1 - kMargin)) {
-        best = {c.schedule, c.virtual_stages, M, std::move(costed.plan), costed.ms, costed.half_blocks};
-        best_count = i;
-      }
+      predicted.push_back(costed.ms);
+      costed_shapes.push_back({c.schedule, c.virtual_stages, M, std::move(costed.plan), costed.ms, costed.half_blocks});
+      count_of.push_back(i);
     }
   }
-  if (best.plan.counts.empty())
+  if (costed_shapes.empty())
     throw ConfigError(fmt::format("--schedule={}: needs at least {} micro-batches on --gpus={}, but --batch-size={} "
                                   "is too small; accepted: --batch-size>={}", config.schedule,
                                   MinMicroBatches(ParsePipelineSchedule(config.schedule), devices), devices,
                                   config.batch_size, MinMicroBatches(ParsePipelineSchedule(config.schedule), devices)));
+  const size_t chosen = ChooseShape(predicted, kMargin);
+  PipelineShape best = std::move(costed_shapes[chosen]);
+  const size_t best_count = count_of[chosen];
   if (choose_units && !best.half_blocks && RebalanceApplies(config, best.virtual_stages)) {
     // With ResNet-18 at 64 px no whole-block split evens 2 devices.
     best.plan = PlanOfSplit(SplitInUnits(best.plan.counts, model->unit_names()), measured_all[best_count]);
