@@ -270,6 +270,15 @@ LoopPlan PlanSteps(const RunConfig& config, const PreparedRun& run, BatchSource&
   plan.check_every = config.device == "cuda" ? 25 : 1;
   plan.reset_peak_at_timed = !config.cuda_graphs;
   if (dist.is_root()) plan.profile = config.profile;
+  // The profiler records host operators of the thread that starts it; CUDA
+  // kernels it records from every thread.
+  const StrategyTraits* traits = FindTraits(config.strategy);
+  const bool device_threads = traits && run.devices.size() > 1 &&
+                              (traits->family == Family::kDataInProcess ||
+                               (traits->family == Family::kPipeline && !config.stage_ranks));
+  if (!plan.profile.empty() && config.device == "cpu" && device_threads)
+    LogWarn("--profile on CPU records the training loop's thread only: --strategy={} runs its devices on threads of "
+            "their own, whose operators the profile lacks (on CUDA every kernel is recorded)", config.strategy);
   plan.profile_cuda = config.device == "cuda";
   return plan;
 }

@@ -3,7 +3,8 @@
 # a 2-rank ddp write PyTorch profiler traces of their timed steps (rank 0's),
 # the row names the file, scripts/profile_breakdown.py reads each as a user
 # would (one ddpbench_step range per timed step, every convolution and batch
-# norm counted once); bad --profile paths and a clash with --out or --trace are refused
+# norm counted once); pmp, whose stages run on threads of their own, warns
+# that their operators are not in a CPU profile; bad --profile paths and a clash with --out or --trace are refused
 # before the first step (exit 2, one line, no row), and the breakdown refuses
 # a file that is no profile.
 set -euo pipefail
@@ -42,6 +43,12 @@ assert 0 < float(rows["busy (union)"]["ms_per_step"]) <= step + 1e-9, rows
 PYEOF
   "${BREAKDOWN[@]}" "$TMP/$f.json" | grep -q "^host operators, 3 steps profiled$" || fail "$f: want 3 profiled steps"
 done
+
+# Device threads (pmp's stages) are not profiled on CPU: the run says so.
+"$BIN" "${COMMON[@]}" --steps=2 --strategy=pmp --gpus=2 --profile="$TMP/pmp.json" --out="$TMP/pmp.csv" 2>"$TMP/log" ||
+  { cat "$TMP/log"; fail "pmp --profile"; }
+grep -q "profile on CPU records the training loop's thread only: --strategy=pmp" "$TMP/log" ||
+  fail "pmp --profile: no warning about its device threads: $(cat "$TMP/log")"
 
 snapshot_results
 bad_input single "--profile=/nonexistent/dir/p.json: directory /nonexistent/dir does not exist" \
