@@ -97,6 +97,27 @@ void CheckLabel(const std::string& flag, const std::string& value) {
 // The row of --strategy, or the registry's one error naming the registered strategies.
 const StrategyTraits& TraitsOf(const RunConfig& c) { return FindStrategy(c.strategy).info; }
 
+// --trace and --profile each write a file of their own: never the results
+// file (--out, --baseline) nor the other's.
+void CheckWrittenFilesApart(const RunConfig& c) {
+  struct File {
+    const char* flag;
+    const std::string& path;
+    const char* what;  // the file's name in the message; for the written ones, what writes it
+  };
+  const std::vector<File> taken = {{"--out", c.out, "--out results"}, {"--baseline", c.baseline, "--baseline results"},
+                                   {"--trace", c.trace, "trace"}, {"--profile", c.profile, "profile"}};
+  for (size_t w = 2; w < taken.size(); ++w) {
+    const File& file = taken[w];
+    if (file.path.empty()) continue;
+    for (size_t o = 0; o < w; ++o)
+      if (taken[o].path == file.path)
+        throw ConfigError(fmt::format("{}={}: is also the {} file, which the {} would overwrite; give another file "
+                                      "(e.g. {}.json)", file.flag, file.path, o < 2 ? taken[o].what : taken[o].flag,
+                                      file.what, file.what));
+  }
+}
+
 // A strategy-specific flag given with another strategy: one error naming
 // the strategies it applies to.
 void CheckFlagsApply(const RunConfig& c) {
@@ -345,13 +366,7 @@ void ValidateConfig(const RunConfig& c) {
     throw ConfigError(fmt::format("--compression={}: gradient compression is a ddp option; {} reduces "
                                   "gradients in full precision (leave --compression at none)", c.compression, c.strategy));
   if (!(c.timeout_s > 0)) throw ConfigError(fmt::format("--timeout={}: must be > 0 seconds", c.timeout_s));
-  if (!c.trace.empty() && (c.trace == c.out || c.trace == c.baseline))
-    throw ConfigError(fmt::format("--trace={}: is also the {} results file, which the trace would overwrite; give "
-                                  "another file (e.g. trace.json)", c.trace, c.trace == c.out ? "--out" : "--baseline"));
-  if (!c.profile.empty() && (c.profile == c.out || c.profile == c.baseline || c.profile == c.trace))
-    throw ConfigError(fmt::format("--profile={}: is also the {} file, which the profile would overwrite; give "
-                                  "another file (e.g. profile.json)", c.profile,
-                                  c.profile == c.out ? "--out results" : c.profile == c.baseline ? "--baseline results" : "--trace"));
+  CheckWrittenFilesApart(c);
   CheckLabel("--run-id", c.run_id);
   CheckLabel("--entry", c.entry);
   CheckMember("--zero-reduce", c.zero_reduce, {"reduce-scatter", "all-reduce"});

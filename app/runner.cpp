@@ -257,8 +257,8 @@ int64_t TotalSteps(const RunConfig& config, BatchSource& train) {
 
 // This session's steps: a resumed run continues at first_step and warms up
 // again (untimed) before timing what is left.
-LoopPlan PlanSteps(const RunConfig& config, const PreparedRun& run, BatchSource& train, const DistContext& dist,
-                   int64_t first_step) {
+LoopPlan PlanSteps(const RunConfig& config, const StrategyInfo& info, const PreparedRun& run, BatchSource& train,
+                   const DistContext& dist, int64_t first_step) {
   LoopPlan plan;
   const int64_t remaining = TotalSteps(config, train) - first_step;
   plan.first_step = first_step;
@@ -270,12 +270,10 @@ LoopPlan PlanSteps(const RunConfig& config, const PreparedRun& run, BatchSource&
   plan.check_every = config.device == "cuda" ? 25 : 1;
   plan.reset_peak_at_timed = !config.cuda_graphs;
   if (dist.is_root()) plan.profile = config.profile;
-  // The profiler records host operators of the thread that starts it; CUDA
-  // kernels it records from every thread.
-  const StrategyTraits* traits = FindTraits(config.strategy);
-  const bool device_threads = traits && run.devices.size() > 1 &&
-                              (traits->family == Family::kDataInProcess ||
-                               (traits->family == Family::kPipeline && !config.stage_ranks));
+  // The profiler records host operators of the thread that starts it (CUDA
+  // kernels from every thread): devices driven from one process each have a
+  // thread of their own.
+  const bool device_threads = !RunsRankPerDevice(info, config) && run.devices.size() > 1;
   if (!plan.profile.empty() && config.device == "cpu" && device_threads)
     LogWarn("--profile on CPU records the training loop's thread only: --strategy={} runs its devices on threads of "
             "their own, whose operators the profile lacks (on CUDA every kernel is recorded)", config.strategy);
@@ -570,7 +568,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
     spec.start_batch = start.step;  // a resumed run's next batch
     train = MakeTrainSource(spec, dist.data_rank(), dist.data_world());
   }
-  LoopPlan plan = PlanSteps(config, run, *train, dist, start.step);
+  LoopPlan plan = PlanSteps(config, entry.info, run, *train, dist, start.step);
   if (plan.timed < 1) {
     if (dist.is_root())
       LogInfo("the snapshot is at step {}, the run's last: nothing left to train (its row was written when it "

@@ -21,6 +21,14 @@
 
 namespace ddpbench {
 
+torch::Tensor RunTrainStep(WholeStepGraph* graph, torch::Device device, const torch::Tensor& images,
+                           const torch::Tensor& labels, const TrainStepFn& train) {
+  if (graph == nullptr) return train(images.to(device), labels.to(device), /*timed=*/true);
+  return graph->Run(images, labels, [&train](const torch::Tensor& i, const torch::Tensor& l) {
+    return train(i, l, /*timed=*/false);
+  });
+}
+
 #ifdef DDPBENCH_WITH_CUDA
 namespace {
 

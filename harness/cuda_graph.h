@@ -12,6 +12,15 @@
 
 namespace ddpbench {
 
+// One step of a strategy that can be captured: `train` on the batch, with
+// `timed` saying whether it may time its phases. Without a graph it runs
+// eagerly on the batch moved to `device`, timed; with one, through
+// graph->Run (eager steps, the capture, then replays), untimed.
+using TrainStepFn = std::function<torch::Tensor(const torch::Tensor& images, const torch::Tensor& labels, bool timed)>;
+class WholeStepGraph;
+torch::Tensor RunTrainStep(WholeStepGraph* graph, torch::Device device, const torch::Tensor& images,
+                           const torch::Tensor& labels, const TrainStepFn& train);
+
 class WholeStepGraph {
  public:
   // The step: images and labels on the device in, the detached loss out.

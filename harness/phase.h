@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 namespace ddpbench {
@@ -62,6 +63,11 @@ class PhaseTimer {
   // Times `phase` on the timer's device (or `device`, for stages on others).
   Scope Measure(Phase phase) { return Scope(this, phase, device_); }
   Scope Measure(Phase phase, torch::Device device) { return Scope(this, phase, device); }
+  // Measure(phase) when `on`; nothing when off (a step being captured as a
+  // CUDA graph, which cannot hold the timer's events).
+  std::optional<Scope> MeasureIf(bool on, Phase phase) {
+    return on ? std::optional<Scope>(Measure(phase)) : std::nullopt;
+  }
   // Adds `ms` of CPU-timed work to `phase` (e.g. communication measured by a
   // strategy from its own timestamps).
   void Add(Phase phase, double ms) { AddCpu(phase, ms); }

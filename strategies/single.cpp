@@ -30,20 +30,18 @@ class SingleStrategy final : public Strategy {
 
   StepResult Step(const Batch& batch) override {
     model_->train();
-    if (graph_) {
-      // Replayed steps are one graph launch: forward, backward and optimizer
-      // are not timed apart (the row leaves those columns empty).
-      return {graph_->Run(batch.images, batch.labels, [this](const torch::Tensor& images, const torch::Tensor& labels) {
-        return Train(images, labels, /*timed=*/false);
-      })};
-    }
-    return {Train(batch.images.to(device_), batch.labels.to(device_), /*timed=*/true)};
+    // Replayed steps are one graph launch: forward, backward and optimizer
+    // are not timed apart (the row leaves those columns empty).
+    return {RunTrainStep(graph_.get(), device_, batch.images, batch.labels,
+                         [this](const torch::Tensor& images, const torch::Tensor& labels, bool timed) {
+                           return Train(images, labels, timed);
+                         })};
   }
 
   // One step on device tensors; `timed` brackets the phases with the timer's
   // CUDA events, which a graph capture cannot contain.
   torch::Tensor Train(const torch::Tensor& images, const torch::Tensor& labels, bool timed) {
-    auto phase = [&](Phase p) { return timed ? std::optional<PhaseTimer::Scope>(timer_->Measure(p)) : std::nullopt; };
+    auto phase = [&](Phase p) { return timer_->MeasureIf(timed, p); };
     optimizer_->zero_grad();
     torch::Tensor loss;
     {

@@ -144,21 +144,19 @@ class DdpStrategy final : public Strategy {
 
   StepResult Step(const Batch& batch) override {
     model_->train();
-    if (graph_) {
-      // Replayed steps are one graph launch, collectives included: phases and
-      // communication are not timed apart (the row leaves them empty).
-      return {graph_->Run(batch.images, batch.labels, [this](const torch::Tensor& images, const torch::Tensor& labels) {
-        return Train(images, labels, /*timed=*/false);
-      })};
-    }
-    return {Train(batch.images.to(device_), batch.labels.to(device_), /*timed=*/true)};
+    // Replayed steps are one graph launch, collectives included: phases and
+    // communication are not timed apart (the row leaves them empty).
+    return {RunTrainStep(graph_.get(), device_, batch.images, batch.labels,
+                         [this](const torch::Tensor& images, const torch::Tensor& labels, bool timed) {
+                           return Train(images, labels, timed);
+                         })};
   }
 
   // One step on device tensors; `timed` brackets the phases with the timer's
   // CUDA events and times the buckets' all-reduces, neither of which a graph
   // capture can hold.
   torch::Tensor Train(const torch::Tensor& batch_images, const torch::Tensor& batch_labels, bool timed) {
-    auto phase = [&](Phase p) { return timed ? std::optional<PhaseTimer::Scope>(timer_->Measure(p)) : std::nullopt; };
+    auto phase = [&](Phase p) { return timer_->MeasureIf(timed, p); };
     optimizer_->zero_grad();
     const int64_t micro = config_->grad_accum;
     auto images = batch_images.chunk(micro);
