@@ -138,6 +138,11 @@ void CheckCudaGraphs(const RunConfig& c) {
                                 "--cuda-graphs out", c.strategy, why, Join(StrategiesReading("--cuda-graphs"))));
 }
 
+void CheckShapeTrials(const RunConfig& c) {
+  if (c.shape_trials < 0 || c.shape_trials > 64)
+    throw ConfigError(fmt::format("--shape-trials={}: accepted: 0 (choose by prediction alone) to 64", c.shape_trials));
+}
+
 // --rebalance: a value it accepts, and with warmup on pmp something to
 // re-balance (no --split, time balance) and a warm-up long enough to measure
 // in (its first step's times include first-touch costs).
@@ -373,6 +378,7 @@ void ValidateConfig(const RunConfig& c) {
   CheckMember("--balance", c.balance, {"time", "params"});
   CheckMember("--units", c.units, {"auto", "blocks", "half-blocks"});
   CheckRebalance(c);
+  CheckShapeTrials(c);
   CheckCudaGraphs(c);
   CheckStageRanks(c);
   if (c.given.count("--chunks")) CheckAtLeast("--chunks", c.chunks, int64_t{1});
@@ -503,6 +509,9 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
                  "(each block as two units, so a cut can fall inside it) or auto (default: pmp measures half "
                  "blocks and cuts inside a block only where that is predicted clearly faster; otherwise blocks)");
   app.add_option("--chunks", c.chunks, "pmp: micro-batches per batch (default: chosen by predicted step time)");
+  app.add_option("--shape-trials", c.shape_trials,
+                 "pmp with its shape left open: run the K fastest predicted shapes, mp's and plain 1F1B's for a few "
+                 "interleaved steps each and keep the fastest measured (default 3; 0: trust the prediction)");
   app.add_option("--schedule", c.schedule, "pmp: gpipe|1f1b|interleaved|zero-bubble|interleaved-zero-bubble|looped-bfs|zbv|dualpipev");
   app.add_option("--virtual-stages", c.virtual_stages, "pmp --schedule=interleaved[-zero-bubble]|looped-bfs: model chunks per device (default 2)");
   app.add_option("--fill-waits", c.fill_waits,

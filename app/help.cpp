@@ -23,7 +23,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Topics() {
                           "--cpu-malloc", "--cpu-device-memory-mb"}},
       {"Strategy-specific", {"--bucket-cap-mb", "--grad-accum", "--compression", "--timeout", "--zero-reduce",
                              "--balance", "--split", "--units", "--chunks", "--schedule", "--virtual-stages",
-                             "--fill-waits", "--rebalance", "--stage-ranks"}},
+                             "--fill-waits", "--rebalance", "--shape-trials", "--stage-ranks"}},
       {"Outputs", {"--out", "--baseline", "--trace", "--profile", "--run-id", "--entry", "--no-eval", "--eval-batches"}},
       {"Training to an answer", {"--time-budget", "--target-accuracy", "--eval-every", "--val-fraction",
                                  "--snapshot-dir", "--snapshot-every", "--snapshot-keep", "--resume", "--epoch-csv"}},

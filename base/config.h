@@ -111,6 +111,7 @@ struct RunConfig {
   std::string split;                 // explicit: unit counts per stage, "4,6"
   std::string units = "auto";        // auto|blocks|half-blocks: what a stage is made of (pipeline_shape.h)
   int64_t chunks = 0;                // 0: pmp picks it (strategies/pipeline/pipeline_shape.h)
+  int64_t shape_trials = 3;          // pmp's open shape: the K fastest predicted shapes run before committing (shape_trials.h)
   std::string schedule = "1f1b";     // gpipe|1f1b|interleaved|zero-bubble|interleaved-zero-bubble
   int64_t virtual_stages = 0;        // interleaved[-zero-bubble]: chunks per device (0: 2)
   std::string rebalance = "auto";    // auto|off|warmup: pmp re-splits from the warm-up's chunk times (rebalance.h)

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <functional>
 #include <limits>
+#include <set>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -164,6 +166,27 @@ size_t ChooseShape(const std::vector<double>& predicted_ms, double margin) {
   for (size_t i = 1; i < predicted_ms.size(); ++i)
     if (predicted_ms[i] < predicted_ms[best] * (1 - margin)) best = i;
   return best;
+}
+
+std::vector<size_t> ShapesToTry(const std::vector<double>& predicted_ms, double margin, int best,
+                                const std::vector<std::vector<size_t>>& simple) {
+  std::vector<size_t> finite;
+  for (size_t i = 0; i < predicted_ms.size(); ++i)
+    if (std::isfinite(predicted_ms[i])) finite.push_back(i);
+  if (finite.size() < 2) return {};
+  auto faster = [&](size_t a, size_t b) { return predicted_ms[a] < predicted_ms[b]; };
+  std::set<size_t> tried = {ChooseShape(predicted_ms, margin)};
+  std::vector<size_t> by_speed = finite;
+  std::stable_sort(by_speed.begin(), by_speed.end(), faster);
+  for (int k = 0; k < best && k < static_cast<int>(by_speed.size()); ++k) tried.insert(by_speed[k]);
+  for (const auto& group : simple) {
+    std::vector<size_t> live;
+    for (size_t i : group)
+      if (i < predicted_ms.size() && std::isfinite(predicted_ms[i])) live.push_back(i);
+    if (!live.empty()) tried.insert(*std::min_element(live.begin(), live.end(), faster));
+  }
+  if (tried.size() < 2) return {};
+  return {tried.begin(), tried.end()};
 }
 
 }  // namespace ddpbench

@@ -96,4 +96,13 @@ std::vector<ShapeOption> ScheduleOptions(const RunConfig& config, int devices, i
 // is never kept over a finite one. Throws on an empty list.
 size_t ChooseShape(const std::vector<double>& predicted_ms, double margin);
 
+// Which costed candidates (simplest first, as ChooseShape takes them) pmp
+// runs for a few steps before it commits, in that order: the one
+// ChooseShape(predicted_ms, margin) picks, the `best` fastest predicted, and the fastest predicted
+// of each group in `simple` (indices of shapes a choice must beat: mp's one
+// micro-batch, plain 1F1B). Deadlocked (infinite) predictions are left out;
+// with a single finite candidate there is nothing to try (empty).
+std::vector<size_t> ShapesToTry(const std::vector<double>& predicted_ms, double margin, int best,
+                                const std::vector<std::vector<size_t>>& simple);
+
 }  // namespace ddpbench

@@ -37,7 +37,8 @@ const std::vector<StrategyTraits>& StrategyTraitsTable() {
        Family::kPipeline, 0, false, false, kPipelineFlags, kPipelineNoGraphs},
       {"pmp", "pipelined model parallel: micro-batches through the stages at once (GPipe or 1F1B)", Family::kPipeline,
        0, true, true,
-       Plus(kPipelineFlags, {"--chunks", "--schedule", "--virtual-stages", "--rebalance", "--fill-waits"}),
+       Plus(kPipelineFlags,
+            {"--chunks", "--schedule", "--virtual-stages", "--rebalance", "--fill-waits", "--shape-trials"}),
        kPipelineNoGraphs},
       {"zero1",
        "ZeRO-1: one rank per device, optimizer state sharded 1/N (bucketed reduce-scatter or all-reduce "

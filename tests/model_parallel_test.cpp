@@ -942,6 +942,44 @@ TEST(Row, PmpWithoutChunksRecordsTheChosenShape) {
   EXPECT_NE(r.output.find("pmp shape: --chunks=2 --schedule=1f1b"), std::string::npos) << r.output;
 }
 
+// Shape trials: the strongest candidates run a few steps each and the row
+// runs the one logged as kept; the maths is single's (float64 parity); 0
+// turns them off and a bad count is refused.
+TEST(Row, PmpShapeTrialsRunTheKeptShape) {
+  auto r = RunRow("--strategy=pmp --gpus=2 --batch-size=8 --norm=group --verify --verify-tolerance=1e-4");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ExpectParity(r, "resnet18 norm=group amp=off dtype=float64");
+  const size_t kept = r.output.find(" (kept)");
+  ASSERT_NE(kept, std::string::npos) << r.output;
+  const size_t line = r.output.rfind("pmp trial: ", kept);
+  ASSERT_NE(line, std::string::npos) << r.output;
+  const std::string trial = r.output.substr(line, kept - line);
+  EXPECT_NE(trial.find("--chunks=" + r.row.at("chunks") + " --schedule=" + r.row.at("schedule") + " "),
+            std::string::npos) << trial;
+  EXPECT_NE(trial.find("measured "), std::string::npos) << trial;
+  size_t trials = 0;
+  for (size_t at = r.output.find("pmp trial: "); at != std::string::npos; at = r.output.find("pmp trial: ", at + 1))
+    ++trials;
+  EXPECT_GE(trials, 2u) << r.output;
+  EXPECT_NE(r.output.find("pmp trial: --chunks=1 --schedule=1f1b "), std::string::npos) << r.output;  // mp's shape
+
+  auto off = RunRow("--strategy=pmp --gpus=2 --batch-size=8 --shape-trials=0");
+  ASSERT_EQ(off.exit_code, 0) << off.output;
+  EXPECT_EQ(off.output.find("pmp trial: "), std::string::npos) << off.output;
+  auto given = RunRow("--strategy=pmp --gpus=2 --batch-size=8 --chunks=2 --schedule=1f1b --split=5,5");
+  ASSERT_EQ(given.exit_code, 0) << given.output;
+  EXPECT_EQ(given.output.find("pmp trial: "), std::string::npos) << given.output;  // nothing left open
+  for (const char* bad : {"-1", "65"}) {
+    auto b = RunRow(std::string("--strategy=pmp --gpus=2 --batch-size=8 --shape-trials=") + bad);
+    EXPECT_EQ(b.exit_code, 2) << b.output;
+    EXPECT_NE(b.output.find(std::string("--shape-trials=") + bad + ": accepted: 0"), std::string::npos) << b.output;
+    EXPECT_TRUE(b.row.empty());
+  }
+  auto mp = RunRow("--strategy=mp --gpus=2 --batch-size=8 --shape-trials=2");
+  EXPECT_EQ(mp.exit_code, 2) << mp.output;
+  EXPECT_NE(mp.output.find("--shape-trials=2: applies only to --strategy=pmp"), std::string::npos) << mp.output;
+}
+
 TEST(Row, MpRecordsTheSplitUsedAndDpTheGlobalBatch) {
   auto mp = RunRow("--strategy=mp --gpus=2 --batch-size=8 --split=4,6");
   ASSERT_EQ(mp.exit_code, 0) << mp.output;

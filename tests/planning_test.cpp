@@ -391,5 +391,36 @@ TEST(ShapeChoice, AMoreComplexShapeMustWinByTheMargin) {
   EXPECT_THROW(ChooseShape({}, 0.05), std::invalid_argument);
 }
 
+TEST(ShapeChoice, TrialsTakeThePickTheFastestAndTheSimpleShapes) {
+  // Candidates simplest first; 0 and 1 are mp's shape and plain 1F1B.
+  const std::vector<double> predicted = {54, 51, 43, 40, 38};
+  // The pick (3: 38 is not 5% under 40), the two fastest predicted (4, 3), the fastest of each simple group.
+  EXPECT_EQ(ShapesToTry(predicted, 0.05, 2, {{0}, {1, 2}}), (std::vector<size_t>{0, 2, 3, 4}));
+  // best = 0: only the pick and the simple shapes.
+  EXPECT_EQ(ShapesToTry(predicted, 0.05, 0, {{0}}), (std::vector<size_t>{0, 3}));
+  // The margin keeps the simplest where nothing is clearly faster: it is tried with the fastest.
+  EXPECT_EQ(ShapesToTry({50, 49, 48.5}, 0.05, 1, {}), (std::vector<size_t>{0, 2}));
+}
+
+TEST(ShapeChoice, TrialsLeaveOutDeadlocksAndNeedTwoShapes) {
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(ShapesToTry({inf, 50, inf, 45}, 0.05, 3, {{0}, {2}}), (std::vector<size_t>{1, 3}));
+  EXPECT_TRUE(ShapesToTry({50}, 0.05, 3, {{0}}).empty());          // one candidate: nothing to compare
+  EXPECT_TRUE(ShapesToTry({inf, 50, inf}, 0.05, 3, {{0}}).empty());  // one finite
+  EXPECT_EQ(ShapesToTry({50, 40}, 0.05, 1, {{0}}), (std::vector<size_t>{0, 1}));
+  EXPECT_TRUE(ShapesToTry({40, 50}, 0.05, 1, {}).empty());  // the pick is the fastest and nothing else asked
+}
+
+// After the trials, the measured step times choose as predictions do: the
+// simplest unless another measured clearly faster. The README workload's
+// case: deep interleaving predicted fastest but measured slowest.
+TEST(ShapeChoice, MeasuredTimesOverrulePredictions) {
+  const std::vector<double> predicted = {54.3, 51.1, 40.1, 38.3};  // mp, 1f1b M=2, zbv M=2, izb V=5 M=2
+  const auto tried = ShapesToTry(predicted, 0.05, 2, {{0}, {1}});
+  ASSERT_EQ(tried, (std::vector<size_t>{0, 1, 2, 3}));
+  const std::vector<double> measured = {45.3, 41.6, 39.8, 51.9};
+  EXPECT_EQ(tried[ChooseShape(measured, 0.03)], 2u);
+}
+
 }  // namespace
 }  // namespace ddpbench

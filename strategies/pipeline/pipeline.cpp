@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -19,6 +20,7 @@
 #include "strategies/pipeline/engine.h"
 #include "strategies/pipeline/figures.h"
 #include "strategies/pipeline/pipeline_shape.h"
+#include "strategies/pipeline/shape_trials.h"
 #include "strategies/pipeline/placement.h"
 #include "strategies/pipeline/stage_link.h"
 #include "strategies/pipeline/transport.h"
@@ -73,7 +75,10 @@ void CheckPipelineShape(const RunConfig& c, int devices) {
 
 class PipelineStrategy final : public Strategy {
  public:
-  explicit PipelineStrategy(bool pipelined) { e_.pipelined = pipelined; }
+  PipelineStrategy(bool pipelined, const PipelineShape* forced) {
+    e_.pipelined = pipelined;
+    if (forced) forced_ = *forced;
+  }
   ~PipelineStrategy() override = default;
 
   void Setup(const RunContext& ctx) override {
@@ -192,11 +197,15 @@ class PipelineStrategy final : public Strategy {
     if (e_.pipelined && config.chunks > 0) CheckPipelineShape(config, S);
     const bool units_open = e_.pipelined && UnitsOpen(config);
     ResNetOptions options = ctx.model;
-    options.half_blocks = config.units == "half-blocks" || units_open;
+    options.half_blocks = forced_ ? forced_->half_blocks : config.units == "half-blocks" || units_open;
     e_.model = BuildModel(options, config.seed, ctx.devices.front());
     PipelineShape shape;  // mp: one micro-batch, the stages take turns
-    if (e_.pipelined) {
-      shape = ChoosePipelineShape(config, e_.model, S, e_.ranks ? 1 : 0);
+    if (forced_) {
+      shape = *forced_;
+    } else if (e_.pipelined) {
+      const ShapeChoice choice = CostPipelineShapes(config, e_.model, S, e_.ranks ? 1 : 0);
+      // Across ranks every rank would have to run every trial: not built.
+      shape = e_.ranks ? FinishShape(config, e_.model, choice, choice.chosen) : PickByTrials(ctx, e_.model, choice);
       if (e_.ranks) AgreeOnShape(*e_.dist, &shape);
       if (units_open && !shape.half_blocks) {
         options.half_blocks = false;
@@ -293,6 +302,7 @@ class PipelineStrategy final : public Strategy {
 
   pipeline::Engine e_;
   std::unique_ptr<pipeline::Transport> transport_;
+  std::optional<PipelineShape> forced_;
 };
 
 void PipelineStrategy::LoadState(const TensorMap& state) {
@@ -325,8 +335,8 @@ void PipelineStrategy::LoadState(const TensorMap& state) {
 
 }  // namespace
 
-std::unique_ptr<Strategy> MakePipelineStrategy(bool pipelined) {
-  return std::make_unique<PipelineStrategy>(pipelined);
+std::unique_ptr<Strategy> MakePipelineStrategy(bool pipelined, const PipelineShape* forced) {
+  return std::make_unique<PipelineStrategy>(pipelined, forced);
 }
 
 }  // namespace ddpbench

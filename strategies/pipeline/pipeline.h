@@ -41,8 +41,11 @@
 
 namespace ddpbench {
 
+struct PipelineShape;
+
 // `pipelined`: --chunks micro-batches by --schedule (pmp); otherwise the
-// whole batch at once (mp).
-std::unique_ptr<Strategy> MakePipelineStrategy(bool pipelined);
+// whole batch at once (mp). `forced`: pmp runs this shape, chosen and
+// checked already, and logs nothing of it (the shape trials).
+std::unique_ptr<Strategy> MakePipelineStrategy(bool pipelined, const PipelineShape* forced = nullptr);
 
 }  // namespace ddpbench

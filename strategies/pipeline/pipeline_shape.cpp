@@ -61,7 +61,7 @@ CostedPlan PlanCandidate(const RunConfig& config, const ResNet& model, const Pip
 
 }  // namespace
 
-PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, int devices, int measure_threads) {
+ShapeChoice CostPipelineShapes(const RunConfig& config, const ResNet& model, int devices, int measure_threads) {
   // --units=auto accepts the shapes whole blocks can make (the same checks,
   // messages and candidates as --units=blocks); half blocks only refine them.
   const bool choose_units = UnitsOpen(config) && model->options().half_blocks;
@@ -85,23 +85,24 @@ PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, 
   // machine at once, as the pipeline will run them.
   std::vector<std::pair<int, std::vector<ShapeOption>>> by_count;  // micro-batches, their schedules
   std::vector<int64_t> micro_batch_sizes;
+  ShapeChoice choice;
   for (int M : counts) {
     auto candidates = ScheduleOptions(config, devices, M, units);
     if (candidates.empty()) continue;
     by_count.emplace_back(M, std::move(candidates));
     micro_batch_sizes.push_back(config.batch_size / M);
   }
-  const std::vector<UnitTimes> measured_all =
-      by_count.empty() ? std::vector<UnitTimes>{} : MeasureUnits(config, model, micro_batch_sizes,
-                                                              measure_threads > 0 ? measure_threads : devices);
+  choice.measured = by_count.empty() ? std::vector<UnitTimes>{} : MeasureUnits(config, model, micro_batch_sizes,
+                                                                            measure_threads > 0 ? measure_threads : devices);
   // Every candidate costed, simplest first; ChooseShape keeps a more complex
   // one only where it is predicted clearly (kMargin) faster.
-  std::vector<PipelineShape> costed_shapes;
   std::vector<double> predicted;
-  std::vector<size_t> count_of;  // by_count's entry of each
+  // The simple shapes a trial checks the choice against: mp's, plain 1F1B,
+  // and ZB-V (two chunks a device, two boundaries: few hand-offs).
+  std::vector<size_t> one_micro_batch, plain_1f1b, zbv;
   for (size_t i = 0; i < by_count.size(); ++i) {
     const auto& [M, candidates] = by_count[i];
-    const UnitTimes& measured = measured_all[i];
+    const UnitTimes& measured = choice.measured[i];
     const UnitTimes blocks = choose_units ? MergeHalfBlocks(measured, model->unit_names()) : UnitTimes{};
     for (const ShapeOption& c : candidates) {
       const PipelineTable table = BuildPipelineTable(c.schedule, devices, c.virtual_stages, M);
@@ -111,27 +112,42 @@ PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, 
                 PipelineScheduleName(c.schedule),
                 IsInterleaved(c.schedule) ? fmt::format(" --virtual-stages={}", c.virtual_stages) : "",
                 SplitCounts(costed.plan.counts), costed.half_blocks ? " (half blocks)" : "", costed.ms, costed.other);
+      if (c.schedule == PipelineSchedule::k1F1B) (M == 1 ? one_micro_batch : plain_1f1b).push_back(predicted.size());
+      if (c.schedule == PipelineSchedule::kZeroBubbleV) zbv.push_back(predicted.size());
       predicted.push_back(costed.ms);
-      costed_shapes.push_back({c.schedule, c.virtual_stages, M, std::move(costed.plan), costed.ms, costed.half_blocks});
-      count_of.push_back(i);
+      choice.costed.push_back({c.schedule, c.virtual_stages, M, std::move(costed.plan), costed.ms, costed.half_blocks});
+      choice.count_of.push_back(i);
     }
   }
-  if (costed_shapes.empty())
+  if (choice.costed.empty())
     throw ConfigError(fmt::format("--schedule={}: needs at least {} micro-batches on --gpus={}, but --batch-size={} "
                                   "is too small; accepted: --batch-size>={}", config.schedule,
                                   MinMicroBatches(ParsePipelineSchedule(config.schedule), devices), devices,
                                   config.batch_size, MinMicroBatches(ParsePipelineSchedule(config.schedule), devices)));
-  const size_t chosen = ChooseShape(predicted, kMargin);
-  PipelineShape best = std::move(costed_shapes[chosen]);
-  const size_t best_count = count_of[chosen];
-  if (choose_units && !best.half_blocks && RebalanceApplies(config, best.virtual_stages)) {
+  choice.chosen = ChooseShape(predicted, kMargin);
+  if (config.shape_trials > 0)
+    choice.to_try = ShapesToTry(predicted, kMargin, static_cast<int>(config.shape_trials), {one_micro_batch, plain_1f1b, zbv});
+  return choice;
+}
+
+PipelineShape FinishShape(const RunConfig& config, const ResNet& model, const ShapeChoice& choice, size_t index,
+                          bool quiet) {
+  PipelineShape best = choice.costed.at(index);
+  if (UnitsOpen(config) && model->options().half_blocks && !best.half_blocks &&
+      RebalanceApplies(config, best.virtual_stages)) {
     // With ResNet-18 at 64 px no whole-block split evens 2 devices.
-    best.plan = PlanOfSplit(SplitInUnits(best.plan.counts, model->unit_names()), measured_all[best_count]);
+    best.plan = PlanOfSplit(SplitInUnits(best.plan.counts, model->unit_names()), choice.measured[choice.count_of[index]]);
     best.half_blocks = true;
-    LogInfo("pmp units: half blocks kept for --rebalance={} (cut between blocks until it re-splits)",
-            config.rebalance);
+    if (!quiet)
+      LogInfo("pmp units: half blocks kept for --rebalance={} (cut between blocks until it re-splits)",
+              config.rebalance);
   }
   return best;
+}
+
+PipelineShape ChoosePipelineShape(const RunConfig& config, const ResNet& model, int devices, int measure_threads) {
+  const ShapeChoice choice = CostPipelineShapes(config, model, devices, measure_threads);
+  return FinishShape(config, model, choice, choice.chosen);
 }
 
 }  // namespace ddpbench

@@ -12,7 +12,8 @@
 // not hinge on which minute each was measured in), the split
 // whose simulated step is shortest (FastestSplit; with --balance=time, the
 // default, for a given shape too), and its schedule table run on ideal
-// devices (SimulatePipeline); the fastest predicted step wins. With
+// devices (SimulatePipeline); the fastest predicted step wins, unless the
+// trials of the strongest candidates (shape_trials.h) measure otherwise. With
 // --units=auto (the default) the units are measured as half blocks and each
 // candidate is also costed with whole blocks (each block's halves summed,
 // cuts between blocks only); half blocks are kept only where they are
@@ -39,6 +40,26 @@ struct PipelineShape {
   double predicted_ms = 0;    // the simulated step (0: not simulated)
   bool half_blocks = false;   // the plan counts half blocks (else whole blocks)
 };
+
+// Every candidate costed, simplest first (fewer micro-batches, then fewer
+// chunks), the one chosen by prediction, and, with --shape-trials=K, those
+// to run for a few steps before committing (ShapesToTry: the pick, the K
+// fastest predicted, mp's one micro-batch, the best plain 1F1B and ZB-V; empty
+// where there is nothing to compare). `measured`: the unit times at each
+// micro-batch size, `count_of` each candidate's entry in it.
+struct ShapeChoice {
+  std::vector<PipelineShape> costed;
+  size_t chosen = 0;
+  std::vector<size_t> to_try;
+  std::vector<UnitTimes> measured;
+  std::vector<size_t> count_of;
+};
+ShapeChoice CostPipelineShapes(const RunConfig& config, const ResNet& model, int devices, int measure_threads = 0);
+// Candidate `index` as the run will use it: with --units=auto, a whole-block
+// plan counted in half blocks where the run will re-split (see below),
+// which is logged unless `quiet`.
+PipelineShape FinishShape(const RunConfig& config, const ResNet& model, const ShapeChoice& choice, size_t index,
+                          bool quiet = false);
 
 // --chunks, --schedule and --virtual-stages as given, the rest chosen by
 // predicted step time (see above); logs each candidate and the choice. With
