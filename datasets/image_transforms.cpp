@@ -117,4 +117,35 @@ torch::Tensor EvalSample(const std::string& path, const std::string& bytes, int6
                 [size](int64_t height, int64_t width) { return EvalCropBox(height, width, size); });
 }
 
+const std::vector<double> kImageNetMean = {0.485, 0.456, 0.406}, kImageNetStd = {0.229, 0.224, 0.225};
+
+torch::Tensor NormaliseImageNetOnHost(const torch::Tensor& images, bool channels_last) {
+  static const torch::Tensor table =  // [3, 256]
+      torch::arange(256, torch::kFloat)
+          .view({1, 1, 1, 256})
+          .repeat({1, 3, 1, 1})
+          .div_(255.0)
+          .sub_(torch::tensor(kImageNetMean, torch::kFloat).view({1, 3, 1, 1}))
+          .div_(torch::tensor(kImageNetStd, torch::kFloat).view({1, 3, 1, 1}))
+          .contiguous();
+  TORCH_CHECK(images.dim() == 4 && images.size(1) == 3 && images.scalar_type() == torch::kUInt8 && images.is_cpu(),
+              "NormaliseImageNetOnHost: wants a uint8 [N, 3, H, W] host batch, got ", images.sizes());
+  const int64_t n = images.size(0), hw = images.size(2) * images.size(3);
+  const auto format = channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  torch::Tensor out = torch::empty(images.sizes(), torch::TensorOptions().dtype(torch::kFloat).memory_format(format));
+  const torch::Tensor src_tensor = images.contiguous();
+  const uint8_t* src = src_tensor.data_ptr<uint8_t>();
+  const float* values = table.data_ptr<float>();
+  float* dst = out.data_ptr<float>();
+  const int64_t step = channels_last ? 3 : 1;  // between a channel's neighbouring pixels
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < 3; ++c) {
+      const uint8_t* from = src + (i * 3 + c) * hw;
+      const float* t = values + c * 256;
+      float* to = dst + (channels_last ? i * 3 * hw + c : (i * 3 + c) * hw);
+      for (int64_t k = 0; k < hw; ++k) to[k * step] = t[from[k]];
+    }
+  return out;
+}
+
 }  // namespace ddpbench

@@ -4,7 +4,7 @@
 // size / 0.875 and a centre crop. Every random choice is drawn from one key,
 // a hash of (seed, epoch, sample index), so a sample's crop is the same on
 // every run, on whichever rank it lands, and after a resume. Output is uint8
-// [3, size, size] (normalisation happens on the device).
+// [3, size, size]; NormaliseImageNetOnHost turns a batch of them into floats.
 #pragma once
 
 #include "datasets/image_decode.h"
@@ -12,6 +12,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace ddpbench {
 
@@ -44,5 +45,14 @@ torch::Tensor CropResize(const RgbImage& image, CropBox box, int64_t size, bool 
 // sample from a file's bytes, decoded at the coarsest DCT scale the crop allows.
 torch::Tensor TrainSample(const std::string& path, const std::string& bytes, int64_t size, uint64_t key);
 torch::Tensor EvalSample(const std::string& path, const std::string& bytes, int64_t size);
+
+// ImageNet's normalisation, (x / 255 - mean) / std per channel.
+extern const std::vector<double> kImageNetMean, kImageNetStd;
+// A uint8 [N, 3, H, W] host batch normalised into float in one pass through
+// a table of each channel's 256 values, the table computed by the tensor
+// operations images.to(float).div_(255).sub_(mean).div_(std), so the result
+// is theirs bit for bit, without their four passes over a float batch;
+// channels-last strides when `channels_last`.
+torch::Tensor NormaliseImageNetOnHost(const torch::Tensor& images, bool channels_last);
 
 }  // namespace ddpbench

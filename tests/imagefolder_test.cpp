@@ -202,6 +202,23 @@ TEST(ImageFolderSourceTest, DescribesAndFeedsNormalisedBatches) {
   EXPECT_EQ(source->Stats().workers, 2);
 }
 
+// On a CPU device the workers normalise through a table of each channel's
+// 256 values: bit for bit what the tensor operations give, in either memory format.
+TEST(ImageTransformTest, NormalisingByTableIsTheTensorOperationsBitForBit) {
+  torch::manual_seed(3);
+  const torch::Tensor images = torch::randint(0, 256, {2, 3, 5, 7}, torch::kUInt8);
+  const torch::Tensor mean = torch::tensor(kImageNetMean, torch::kFloat).view({1, 3, 1, 1});
+  const torch::Tensor stdev = torch::tensor(kImageNetStd, torch::kFloat).view({1, 3, 1, 1});
+  const torch::Tensor expected = images.to(torch::kFloat).div_(255.0).sub_(mean).div_(stdev);
+  const torch::Tensor plain = NormaliseImageNetOnHost(images, false);
+  EXPECT_TRUE(plain.is_contiguous());
+  EXPECT_TRUE(torch::equal(plain, expected));
+  const torch::Tensor last = NormaliseImageNetOnHost(images, true);
+  EXPECT_TRUE(last.is_contiguous(at::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(torch::equal(last, expected));
+  EXPECT_THROW(NormaliseImageNetOnHost(images.to(torch::kFloat), false), c10::Error);
+}
+
 TEST(ImageFolderSourceTest, ResumedSourceContinuesBitIdenticallyAndRanksDiffer) {
   TempDir dir;
   DataSpec spec = SmallFolder(dir.path());
