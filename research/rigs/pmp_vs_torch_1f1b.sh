@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # pmp with its own shape at 8 micro-batches (schedule, split and units chosen
-# by ddpbench, shape trials included) against PyTorch's
+# by ddpbench, shape trials included; and with --stage-ranks, a process per
+# stage as PyTorch runs them, shape by prediction) against PyTorch's
 # torch.distributed.pipelining Schedule1F1B (research/rigs/pipelining_torch.py)
 # with the best of three hand-picked cuts (5,5 6,4 7,3 blocks), ResNet-18 at
 # 64 px, batch 32, 2 CPU devices / ranks of 1 thread, interleaved rounds (the
@@ -15,16 +16,17 @@ BIN="${BIN:-$ROOT/build/ddpbench}"; PY="${PY:-$ROOT/.venv/bin/python}"
 SHA="$(git -C "$ROOT" describe --always --dirty)"
 [[ -f $OUT ]] || echo "timestamp,host,git_sha,round,entry,img_s,command" > "$OUT"
 TMP="$(mktemp -d)"; trap 'rm -rf "$TMP"' EXIT
-entries=(pmp torch-1f1b-5,5 torch-1f1b-6,4 torch-1f1b-7,3)
+entries=(pmp pmp-stage-ranks torch-1f1b-5:5 torch-1f1b-6:4 torch-1f1b-7:3)  # the cut, ':' for ',' (CSV)
 run() {  # round entry
   local r="$1" e="$2" img cmd
-  if [[ $e == pmp ]]; then
-    cmd="$BIN --strategy=pmp --gpus=2 --chunks=8 --device=cpu --threads-per-device=1 --model=resnet18 --image-size=64 --batch-size=32 --steps=10 --warmup=3 --no-eval --progress=off"
+  if [[ $e == pmp* ]]; then
+    local ranks=""; [[ $e != pmp-stage-ranks ]] || ranks="--stage-ranks "
+    cmd="$BIN --strategy=pmp --gpus=2 $ranks--chunks=8 --device=cpu --threads-per-device=1 --model=resnet18 --image-size=64 --batch-size=32 --steps=10 --warmup=3 --no-eval --progress=off"
     $cmd --out="$TMP/r.csv" > /dev/null 2>&1 || { echo "failed: $cmd" >&2; return 0; }
     img="$("$PY" -c 'import csv,sys; print(list(csv.DictReader(open(sys.argv[1])))[-1]["throughput_img_s"])' "$TMP/r.csv")"
   else
-    cmd="$PY $ROOT/research/rigs/pipelining_torch.py --schedule=1f1b --split=${e##*-} --ranks=2 --batch-size=32 --chunks=8 --image-size=64 --steps=10 --warmup=3"
-    img="$($cmd 2>/dev/null | sed -n 's/.*img\/s=//p' | tail -1)" || true
+    cmd="$PY $ROOT/research/rigs/pipelining_torch.py --schedule=1f1b --split=$(tr : , <<< "${e##*-}") --ranks=2 --batch-size=32 --chunks=8 --image-size=64 --steps=10 --warmup=3"
+    img="$($cmd 2>/dev/null | sed -n 's/^\([0-9.]*\) img\/s$/\1/p' | tail -1)" || true
     [[ -n $img ]] || { echo "failed: $cmd" >&2; return 0; }
   fi
   echo "$(date -u +%FT%TZ),$(hostname),$SHA,$r,$e,$img,\"$cmd\"" >> "$OUT"
@@ -47,5 +49,7 @@ for e, v in sorted(by.items()):
 torch = {e: m for e, m in med.items() if e.startswith("torch")}
 if "pmp" in med and torch:
     best = max(torch, key=torch.get)
-    print(f"pmp / best torch 1F1B cut ({best}) = {med['pmp'] / torch[best]:.3f}")
+    for e in ("pmp", "pmp-stage-ranks"):
+        if e in med:
+            print(f"{e} / best torch 1F1B cut ({best}) = {med[e] / torch[best]:.3f}")
 PY
