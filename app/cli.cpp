@@ -15,6 +15,7 @@
 #include "datasets/dataset.h"
 #include "app/help.h"
 #include "strategies/registry.h"
+#include "planning/mesh.h"
 #include "planning/traits.h"
 #include "planning/schedules.h"
 
@@ -136,6 +137,16 @@ void CheckCudaGraphs(const RunConfig& c) {
   if (!c.cuda_graphs || why.empty()) return;
   throw ConfigError(fmt::format("--cuda-graphs with --strategy={}: {}; accepted: --strategy={}, or leave "
                                 "--cuda-graphs out", c.strategy, why, Join(StrategiesReading("--cuda-graphs"))));
+}
+
+// --replicate-degree: at least 1 and, where the rank count is known here
+// (--gpus, spawned ranks), a divisor of it that leaves groups of 2 or more
+// (CheckMeshOfWorld repeats this against a launcher's world).
+void CheckReplicateDegree(const RunConfig& c) {
+  if (c.replicate_degree < 1)
+    throw ConfigError(fmt::format("--replicate-degree={}: accepted: 1 (no replication) or more", c.replicate_degree));
+  if (c.replicate_degree > 1 && c.gpus_given && TraitsOf(c).Reads("--replicate-degree"))
+    CheckMeshOfWorld(c, static_cast<int>(c.gpus));
 }
 
 void CheckShapeTrials(const RunConfig& c) {
@@ -379,6 +390,7 @@ void ValidateConfig(const RunConfig& c) {
   CheckMember("--units", c.units, {"auto", "blocks", "half-blocks"});
   CheckRebalance(c);
   CheckShapeTrials(c);
+  CheckReplicateDegree(c);
   CheckCudaGraphs(c);
   CheckStageRanks(c);
   if (c.given.count("--chunks")) CheckAtLeast("--chunks", c.chunks, int64_t{1});
@@ -509,6 +521,9 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
                  "(each block as two units, so a cut can fall inside it) or auto (default: pmp measures half "
                  "blocks and cuts inside a block only where that is predicted clearly faster; otherwise blocks)");
   app.add_option("--chunks", c.chunks, "pmp: micro-batches per batch (default: chosen by predicted step time)");
+  app.add_option("--replicate-degree", c.replicate_degree,
+                 "zero1/zero2/zero3: shard within groups of world/R ranks (consecutive ranks: a node's) and "
+                 "replicate across the R groups, all-reducing each reduced shard between them (HSDP; default 1)");
   app.add_option("--shape-trials", c.shape_trials,
                  "pmp with its shape left open: run the K fastest predicted shapes, mp's and plain 1F1B's for a few "
                  "interleaved steps each and keep the fastest measured (default 3; 0: trust the prediction)");

@@ -86,6 +86,8 @@ bool SharesOneGpu(const RunConfig& c, const std::vector<torch::Device>& devices)
 bool ExpectsThroughput(const RunConfig& c, int world) {
   const StrategyInfo& info = FindStrategy(c.strategy).info;
   if (c.expected == "off" || info.family == Family::kSingle || c.data_only) return false;
+  // The projection has no model of a mesh's replicate step yet: no figure rather than a wrong one.
+  if (c.replicate_degree > 1 && info.Reads("--replicate-degree")) return false;
   // One rank of a one-rank-per-device strategy (ddp, zero1/2/3): its step against its own parts
   // (units, optimizer, step overhead) says what the strategy's machinery
   // costs where there is nothing to communicate.

@@ -41,6 +41,7 @@
 #include "harness/training.h"
 #include "models/fused_norm.h"
 #include "strategies/registry.h"
+#include "planning/mesh.h"
 #include "planning/schedules.h"
 
 namespace ddpbench {
@@ -137,7 +138,9 @@ void CheckRunFitsDevices(const PreparedRun& run, const StrategyInfo& info, const
   const RunConfig& config = run.config;
   const int zero_stage = info.zero_stage;
   const bool model_cut = info.parallelism() == Parallelism::kModel;
-  const int world = info.parallelism() == Parallelism::kDataMultiProcess ? dist.world : 1;
+  // The ranks the model state is sharded over: the world, or one shard group of the mesh.
+  const int replicas = info.Reads("--replicate-degree") ? static_cast<int>(config.replicate_degree) : 1;
+  const int world = info.parallelism() == Parallelism::kDataMultiProcess ? dist.world / std::max(replicas, 1) : 1;
   const DeviceDemand demand =
       EstimateDeviceDemand(run.model, run.info.height, run.info.width, config.batch_size, config.optimizer,
                            config.momentum, zero_stage, world, model_cut ? config.gpus : 1);
@@ -239,6 +242,10 @@ void ConfigureProcess(const PreparedRun& run, const StrategyEntry& entry, DistCo
         "own (NCCL), or leave --cuda-graphs out", config.strategy, dist.world));
   if (RunsRankPerDevice(entry.info, config))
     dist.Connect(config.timeout_s, cuda, /*nccl=*/cuda && !run.oversubscribed);
+  if (config.replicate_degree > 1 && entry.info.Reads("--replicate-degree")) {
+    CheckMeshOfWorld(config, dist.world);  // a launcher's world, unknown to the flag checks
+    dist.ConnectMesh(static_cast<int>(config.replicate_degree));
+  }
 }
 
 // Steps of the whole run: --steps after the warm-up, --epochs' worth, or

@@ -111,6 +111,7 @@ struct RunConfig {
   std::string split;                 // explicit: unit counts per stage, "4,6"
   std::string units = "auto";        // auto|blocks|half-blocks: what a stage is made of (pipeline_shape.h)
   int64_t chunks = 0;                // 0: pmp picks it (strategies/pipeline/pipeline_shape.h)
+  int64_t replicate_degree = 1;      // zero1/2/3: the shard group replicated this many times (HSDP; planning/mesh.h)
   int64_t shape_trials = 3;          // pmp's open shape: the K fastest predicted shapes run before committing (shape_trials.h)
   std::string schedule = "1f1b";     // gpipe|1f1b|interleaved|zero-bubble|interleaved-zero-bubble
   int64_t virtual_stages = 0;        // interleaved[-zero-bubble]: chunks per device (0: 2)

@@ -5,11 +5,14 @@
 #pragma once
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/types.h>
 
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "planning/mesh.h"
 
 namespace ddpbench {
 
@@ -41,9 +44,23 @@ struct DistContext {
   // `cuda`: ranks that share a GPU) whose collectives time out after
   // timeout_s. Throws with the address and the rank when the rendezvous fails.
   void Connect(double timeout_s, bool cuda, bool nccl);
-  // Shuts the process group down (NCCL: its communicators, so that no
+  // Shuts the process groups down (NCCL: its communicators, so that no
   // destroy_process_group warning is printed at exit). Collective.
   void Shutdown();
+
+  // --replicate-degree (planning/mesh.h): this rank's place in the mesh, its
+  // group's process group and its replicate group's (null until
+  // ConnectMesh; the world group is the group when there is no mesh).
+  MeshCoords mesh;
+  c10::intrusive_ptr<c10d::ProcessGroup> mesh_group, replicate_group;
+  // Collective, after Connect: cuts the world into `replicas` groups of
+  // consecutive ranks and joins this rank's group and replicate group
+  // (every rank makes them in the same order, over the same store).
+  void ConnectMesh(int replicas);
+  // The process group of `ranks` (this rank among them; null otherwise),
+  // with the world group's backend and timeout, rendezvous under `name`.
+  c10::intrusive_ptr<c10d::ProcessGroup> NewGroup(const std::string& name, const std::vector<int>& ranks);
+  int replicas() const { return mesh.replicas; }
 
   // Every rank reads the same batches (pipeline stages on separate ranks,
   // --stage-ranks) instead of its own share of the data.
@@ -66,6 +83,13 @@ struct DistContext {
   // The same from rank `root` (tensors on `device`).
   void BroadcastFrom(int root, const std::vector<at::Tensor>& tensors, const char* label);
   double AllReduceMax(double value);
+
+ private:
+  c10::intrusive_ptr<c10d::ProcessGroup> MakeGroup(const c10::intrusive_ptr<c10d::Store>& store, int group_rank,
+                                                   int size, const std::string& name);
+  c10::intrusive_ptr<c10d::Store> store_;  // the world's rendezvous, prefixed; sub-groups meet under it
+  double timeout_s_ = 0;
+  bool cuda_ = false, nccl_ = false;
 };
 
 // Names the collective this thread is in, so that a failure or a timeout is

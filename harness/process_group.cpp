@@ -14,11 +14,13 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <sstream>
 
 #include "harness/dist.h"
+#include "planning/mesh.h"
 #include "base/log.h"
 #include "harness/socket_ifname.h"
 #include "harness/store_socket.h"
@@ -81,12 +83,23 @@ void DistContext::Connect(double timeout_s, bool cuda, bool nccl) {
   if (ifname.source != "user" && !ifname.name.empty()) ::setenv("NCCL_SOCKET_IFNAME", ifname.name.c_str(), 1);
   socket_ifname = ifname.Describe();
 
-  auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, rank, world);
-  if (nccl) {
+  store_ = store;
+  timeout_s_ = timeout_s;
+  cuda_ = cuda;
+  nccl_ = nccl;
+  group = MakeGroup(store, rank, world, "");
+  LogInfo("joined {} ranks ({}, rendezvous {}:{})", world, backend, master_addr, master_port);
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> DistContext::MakeGroup(const c10::intrusive_ptr<c10d::Store>& store,
+                                                              int group_rank, int size, const std::string& name) {
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000));
+  auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, group_rank, size);
+  if (nccl_) {
 #ifdef DDPBENCH_WITH_CUDA
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = timeout;
-    auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world, options);
+    auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, group_rank, size, options);
     nccl->setTimeout(timeout);
     pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::NCCL, nccl);
     pg->setDefaultBackend(c10d::ProcessGroup::NCCL);
@@ -99,26 +112,51 @@ void DistContext::Connect(double timeout_s, bool cuda, bool nccl) {
     options->devices = GlooDevices(launcher == "spawn");
     c10::intrusive_ptr<c10d::Backend> gloo;
     try {
-      gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, options);
+      gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, group_rank, size, options);
     } catch (const std::exception& e) {
-      throw std::runtime_error(fmt::format("rank {}: connecting the Gloo process group ({} ranks via {}:{}) "
-                                           "failed: {}", rank, world, master_addr, master_port, e.what()));
+      throw std::runtime_error(fmt::format("rank {}: connecting the Gloo process group{} ({} ranks via {}:{}) "
+                                           "failed: {}", rank, name.empty() ? "" : " " + name, size, master_addr,
+                                           master_port, e.what()));
     }
     pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::GLOO, gloo);
-    if (cuda) pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::GLOO, gloo);
+    if (cuda_) pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::GLOO, gloo);
     pg->setDefaultBackend(c10d::ProcessGroup::GLOO);
     backend = "gloo";
     comm_lanes = options->threads;
   }
-  group = pg;
-  LogInfo("joined {} ranks ({}, rendezvous {}:{})", world, backend, master_addr, master_port);
+  return pg;
+}
+
+void DistContext::ConnectMesh(int replicas) {
+  mesh = MeshOf(rank, world, replicas);
+  // Each rank makes the two groups it is in, its group first, each over its
+  // own prefix of the store (Gloo connects a group's members as it is made;
+  // every rank waits on its group before its replicate group, so none waits
+  // in a circle).
+  mesh_group = NewGroup(fmt::format("group{}", mesh.replica), mesh.group_ranks);
+  replicate_group = NewGroup(fmt::format("replicate{}", mesh.index), mesh.replicate_ranks);
+  LogInfo("mesh: {} (group ranks {}..{}, replicate group of {} ranks)", mesh.Describe("shard"), mesh.group_ranks.front(),
+          mesh.group_ranks.back(), replicas);
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> DistContext::NewGroup(const std::string& name, const std::vector<int>& ranks) {
+  const auto at = std::find(ranks.begin(), ranks.end(), rank);
+  if (at == ranks.end()) return {};
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(fmt::format("group/{}/", name), store_);
+  return MakeGroup(prefixed, static_cast<int>(at - ranks.begin()), static_cast<int>(ranks.size()), name);
 }
 
 void DistContext::Shutdown() {
   if (!group) return;
   Barrier();  // no rank tears its communicators down while another still uses them
+  for (auto* sub : {&mesh_group, &replicate_group})
+    if (*sub) {
+      (*sub)->shutdown();
+      sub->reset();
+    }
   group->shutdown();
   group.reset();
+  store_.reset();
 }
 
 }  // namespace ddpbench

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "base/config.h"
+#include "planning/mesh.h"
 #include "planning/pipeline_plan.h"
 #include "planning/schedules.h"
 #include "planning/stage_split.h"
@@ -420,6 +421,35 @@ TEST(ShapeChoice, MeasuredTimesOverrulePredictions) {
   ASSERT_EQ(tried, (std::vector<size_t>{0, 1, 2, 3}));
   const std::vector<double> measured = {45.3, 41.6, 39.8, 51.9};
   EXPECT_EQ(tried[ChooseShape(measured, 0.03)], 2u);
+}
+
+// The mesh of --replicate-degree: groups of consecutive ranks, replicate
+// groups across them at the same place.
+TEST(Mesh, GroupsAreConsecutiveRanksAndReplicasShareAPlace) {
+  const MeshCoords m = MeshOf(5, 8, 2);  // groups {0..3}, {4..7}
+  EXPECT_EQ(m.group_size, 4);
+  EXPECT_EQ(m.replica, 1);
+  EXPECT_EQ(m.index, 1);
+  EXPECT_EQ(m.group_ranks, (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(m.replicate_ranks, (std::vector<int>{1, 5}));
+  EXPECT_EQ(m.Describe("shard"), "replicate=2,shard=4");
+  const MeshCoords flat = MeshOf(3, 4, 1);  // one group: the world
+  EXPECT_EQ(flat.group_ranks, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(flat.replicate_ranks, (std::vector<int>{3}));
+  const MeshCoords pure = MeshOf(2, 4, 4);  // groups of one: replication only
+  EXPECT_EQ(pure.group_ranks, (std::vector<int>{2}));
+  EXPECT_EQ(pure.replicate_ranks, (std::vector<int>{0, 1, 2, 3}));
+  // Every rank is in exactly one group and one replicate group.
+  std::set<std::pair<int, int>> places;
+  for (int r = 0; r < 8; ++r) places.insert({MeshOf(r, 8, 4).replica, MeshOf(r, 8, 4).index});
+  EXPECT_EQ(places.size(), 8u);
+  EXPECT_THROW(MeshOf(0, 6, 4), std::invalid_argument);
+  EXPECT_THROW(MeshOf(0, 4, 0), std::invalid_argument);
+  EXPECT_THROW(MeshOf(4, 4, 2), std::invalid_argument);
+  EXPECT_TRUE(GroupsWithinNodes(2, 4));
+  EXPECT_TRUE(GroupsWithinNodes(4, 4));
+  EXPECT_FALSE(GroupsWithinNodes(8, 4));
+  EXPECT_FALSE(GroupsWithinNodes(3, 4));
 }
 
 }  // namespace

@@ -71,7 +71,7 @@ void ParameterGathers::StartGather(int64_t b) {
     return;
   }
   const auto start = CommClock::now();
-  gathers_[b] = dist_->group->_allgather_base(layout_.bucket_params[b], layout_.slice_params[b]);
+  gathers_[b] = layout_.group->_allgather_base(layout_.bucket_params[b], layout_.slice_params[b]);
   if (trace::Enabled() && !layout_.device.is_cuda())  // its real end: Gloo completes the future then
     gathers_[b]->getFuture()->addCallback([start, b](c10::ivalue::Future&) {
       trace::Collective("all-gather", b, start, CommClock::now());

@@ -17,6 +17,10 @@
 #include "models/resnet.h"
 #include "planning/zero_partition.h"
 
+namespace c10d {
+class ProcessGroup;
+}
+
 namespace ddpbench {
 
 struct RunConfig;
@@ -40,8 +44,13 @@ int64_t Bytes(const torch::Tensor& t);
 
 struct Layout {
   int stage = 1;
+  // This rank's place in its shard group and the group's size: the world,
+  // or with --replicate-degree one group of the mesh (planning/mesh.h).
   int rank = 0, world = 1;
   bool comm = false;  // world > 1
+  int data_world = 1;  // the ranks whose gradients are averaged: the group times its replicas
+  c10d::ProcessGroup* group = nullptr;      // the shard group's collectives
+  c10d::ProcessGroup* replicate = nullptr;  // across the replicas of the group (null: none)
   torch::Device device = torch::kCPU;
   ResNet model{nullptr};
   std::vector<torch::Tensor> params;                // in layout order

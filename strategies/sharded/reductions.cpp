@@ -55,6 +55,8 @@ void GradientReductions::BeginStep() {
   done_.assign(n, {});
   received_.assign(n, {});
   finished_.assign(n, false);
+  replicate_works_.assign(n, {});
+  replicate_done_.assign(n, {});
   in_flight_.clear();
   timeline_->intervals.clear();
   timeline_->marks.clear();
@@ -75,7 +77,8 @@ void GradientReductions::Backward(const torch::Tensor& loss, LossScaler& scaler)
         if (layout_.stage == 3) gathers_.Release(b);
       }
     LaunchReady();
-    for (size_t b = 0; b < remaining_.size(); ++b) FinishReduction(b);
+    for (size_t b : layout_.launch_order) FinishReduction(b);  // the order every rank starts replicate all-reduces in
+    FinishReplicas();
     if (layout_.comm && layout_.device.is_cuda()) return DeferCudaBackwardComm(*timeline_, timer_, overlap_);
     if (layout_.comm) {
       std::tie(comm_ms, hidden_ms) = timeline_->BackwardMs();
@@ -127,26 +130,32 @@ void GradientReductions::Launch(size_t b) {
   NvtxRange range("communication");  // the launch, as ddp's hook marks it
   const auto start = CommClock::now();
   auto cuda_start = CommTimeline::CudaStart(layout_.device.is_cuda(), layout_.device.index());
-  auto& group = dist_->group;
   torch::Tensor& bucket = layout_.bucket_grads[b];
   c10::intrusive_ptr<c10d::Work> work;
   if (!reduce_scatter_) {
     std::vector<at::Tensor> tensors{bucket};
-    work = group->allreduce(tensors);
+    work = dist_->group->allreduce(tensors);  // every rank's whole bucket, replicas included
   } else if (alltoall_) {
     // Row j of the result is rank j's gradient of this rank's slice.
     received_[b] = torch::empty_like(bucket);
     std::vector<int64_t> equal_splits;
-    work = group->alltoall_base(received_[b], bucket, equal_splits, equal_splits);
+    work = layout_.group->alltoall_base(received_[b], bucket, equal_splits, equal_splits);
   } else {
-    work = group->_reduce_scatter_base(layout_.slice_grads[b], bucket);
+    work = layout_.group->_reduce_scatter_base(layout_.slice_grads[b], bucket);
   }
   works_[b] = work;
   in_flight_.push_back(b);
+  done_[b] = Track(work, start, cuda_start, !reduce_scatter_ ? "all-reduce" : alltoall_ ? "alltoall" : "reduce-scatter", b);
+}
+
+// A future that stamps `work`'s end on the step's communication timeline.
+c10::intrusive_ptr<c10::ivalue::Future> GradientReductions::Track(const c10::intrusive_ptr<c10d::Work>& work,
+                                                                  CommClock::time_point start,
+                                                                  std::shared_ptr<CudaMark> cuda_start,
+                                                                  const char* op, size_t b) {
   auto timeline = timeline_;
-  const char* op = !reduce_scatter_ ? "all-reduce" : alltoall_ ? "alltoall" : "reduce-scatter";
   const int device = layout_.device.index();
-  done_[b] = work->getFuture()->then(
+  return work->getFuture()->then(
       [timeline, start, cuda_start, device, op, b](c10::ivalue::Future&) {
         timeline->End(start, cuda_start, device, op, static_cast<int64_t>(b));
         return c10::IValue();
@@ -155,7 +164,9 @@ void GradientReductions::Launch(size_t b) {
 }
 
 // Waits for bucket b's reduction and leaves this rank's gradient slice
-// holding the mean over ranks.
+// holding the mean over ranks; with replicas, the slice (summed over the
+// group) is all-reduced across them first, started here and finished by
+// FinishReplicas.
 void GradientReductions::FinishReduction(size_t b) {
   if (finished_[b]) return;
   finished_[b] = true;
@@ -173,8 +184,32 @@ void GradientReductions::FinishReduction(size_t b) {
   } else if (layout_.stage >= 2 && !(comm && reduce_scatter_)) {
     slice.copy_(layout_.OwnSlice(layout_.bucket_grads[b], layout_.partition.buckets[b]));
   }
-  if (comm) slice.div_(layout_.world);
   if (layout_.stage >= 2) layout_.bucket_grads[b] = torch::Tensor();
+  if (comm && reduce_scatter_ && layout_.replicate) return LaunchReplicate(b);
+  if (comm) slice.div_(layout_.data_world);
+}
+
+// Bucket b's slice, summed over the group, summed across the replicas.
+void GradientReductions::LaunchReplicate(size_t b) {
+  const auto start = CommClock::now();
+  auto cuda_start = CommTimeline::CudaStart(layout_.device.is_cuda(), layout_.device.index());
+  std::vector<at::Tensor> tensors{layout_.slice_grads[b]};
+  replicate_works_[b] = layout_.replicate->allreduce(tensors);
+  replicate_done_[b] = Track(replicate_works_[b], start, cuda_start, "replicate all-reduce", b);
+}
+
+// Every replicate all-reduce waited for, in the order they were started
+// (the same on every rank), and each slice made the mean over all ranks.
+void GradientReductions::FinishReplicas() {
+  torch::NoGradGuard no_grad;
+  for (size_t b : layout_.launch_order) {
+    if (!replicate_works_[b]) continue;
+    replicate_works_[b]->wait();
+    if (replicate_done_[b]) replicate_done_[b]->wait();
+    layout_.slice_grads[b].div_(layout_.data_world);
+    replicate_works_[b] = {};
+    replicate_done_[b] = {};
+  }
 }
 
 }  // namespace ddpbench::sharded

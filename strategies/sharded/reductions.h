@@ -16,7 +16,11 @@
 // followed by a local sum, which moves (N-1)/N of the bucket per rank as a
 // ring reduce-scatter does, half of an all-reduce's bytes. all-reduce reduces
 // whole buckets, as torch's ZeroRedundancyOptimizer under DDP does, and each
-// rank then uses its slice.
+// rank then uses its slice. With --replicate-degree the gathers and the
+// reduce-scatter stay inside the rank's shard group and each reduced slice
+// is then all-reduced across the group's replicas (HSDP), started as the
+// slice is ready so it overlaps what is left of backward; all-reduce mode
+// reduces whole buckets over every rank.
 #pragma once
 
 #include <ATen/core/ivalue.h>
@@ -64,7 +68,12 @@ class GradientReductions {
   torch::Tensor& BucketBuffer(size_t b);
   void LaunchReady();
   void Launch(size_t b);
+  c10::intrusive_ptr<c10::ivalue::Future> Track(const c10::intrusive_ptr<c10d::Work>& work, CommClock::time_point start,
+                                                std::shared_ptr<CudaMark> cuda_start, const char* op,
+                                                size_t b);
   void FinishReduction(size_t b);
+  void LaunchReplicate(size_t b);
+  void FinishReplicas();
 
   Layout& layout_;
   ParameterGathers& gathers_;
@@ -81,6 +90,9 @@ class GradientReductions {
   std::vector<c10::intrusive_ptr<c10::ivalue::Future>> done_;
   std::vector<torch::Tensor> received_;
   std::vector<bool> finished_;
+  // With replicas: each bucket's all-reduce of its slice across them, under way.
+  std::vector<c10::intrusive_ptr<c10d::Work>> replicate_works_;
+  std::vector<c10::intrusive_ptr<c10::ivalue::Future>> replicate_done_;
   std::deque<size_t> in_flight_;
   std::shared_ptr<CommTimeline> timeline_;
   OverlapStats overlap_;

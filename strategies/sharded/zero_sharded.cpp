@@ -13,6 +13,8 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include <numeric>
 
 #include "base/config.h"
@@ -39,10 +41,15 @@ class ShardedStrategy final : public Strategy {
     timer_ = ctx.timer;
     dist_ = ctx.dist;
     layout_.device = ctx.devices.front();
-    layout_.rank = dist_ ? dist_->rank : 0;
-    layout_.world = dist_ ? dist_->world : 1;
+    // With a mesh the shard group is this rank's group; else the world.
+    const bool mesh = dist_ && dist_->mesh_group;
+    layout_.rank = mesh ? dist_->mesh.index : dist_ ? dist_->rank : 0;
+    layout_.world = mesh ? dist_->mesh.group_size : dist_ ? dist_->world : 1;
+    layout_.data_world = dist_ ? dist_->world : 1;
+    layout_.group = mesh ? dist_->mesh_group.get() : dist_ ? dist_->group.get() : nullptr;
+    layout_.replicate = mesh ? dist_->replicate_group.get() : nullptr;
     layout_.comm = layout_.world > 1;
-    TORCH_CHECK(!layout_.comm || dist_->group, labels_.name, " needs a process group");
+    TORCH_CHECK(!layout_.comm || layout_.group, labels_.name, " needs a process group");
     layout_.model = BuildModel(ctx.model, config_->seed, layout_.device);
     buffers_ = layout_.model->buffers();
     sharded::LayOut(layout_, *config_);
@@ -117,14 +124,17 @@ class ShardedStrategy final : public Strategy {
     scaler_->Save(state, "scaler.");
     state["meta.rank"] = torch::tensor(int64_t{layout_.rank});
     state["meta.world"] = torch::tensor(int64_t{layout_.world});
+    if (Replicas() > 1) state["meta.replicas"] = torch::tensor(int64_t{Replicas()});
     return state;
   }
 
   void LoadState(const TensorMap& state) override {
     StateReader reader(state);
-    const char* hint = "each rank loads the shard it saved, at the same world size";
+    const char* hint = "each rank loads the shard it saved, at the same world size and --replicate-degree";
     reader.TakeEqual("meta.world", torch::tensor(int64_t{layout_.world}), hint);
     reader.TakeEqual("meta.rank", torch::tensor(int64_t{layout_.rank}), hint);
+    if (reader.Has("meta.replicas") || Replicas() > 1)
+      reader.TakeEqual("meta.replicas", torch::tensor(int64_t{Replicas()}), hint);
     gathers_->ReleaseEvaluation();  // stage 3: a gathered model would be stale
     for (size_t b = 0; b < layout_.slice_params.size(); ++b) reader.CopyInto(ShardKey(b), layout_.slice_params[b]);
     reader.LoadBuffers("model.", *layout_.model);
@@ -137,6 +147,8 @@ class ShardedStrategy final : public Strategy {
   std::map<std::string, std::string> Extras() override;
 
  private:
+  int Replicas() const { return layout_.data_world / std::max(layout_.world, 1); }
+
   // Rank 0's parameters and buffers everywhere (DDP's _sync_module_states);
   // stage 3 then keeps only its slices.
   void ShareInitialState() {
@@ -208,6 +220,7 @@ class ShardedStrategy final : public Strategy {
 std::map<std::string, std::string> ShardedStrategy::Extras() {
   const int stage = layout_.stage;
   std::map<std::string, std::string> extras = {{"zero_reduce", config_->zero_reduce}};
+  if (Replicas() > 1) extras["mesh"] = dist_->mesh.Describe("shard");
   if (stage < 3) extras["bucket_cap_mb"] = fmt::format("{}", config_->bucket_cap_mb);
   if (stage == 3) extras["units_gathered_max"] = std::to_string(gathers_->HeldMost());
   // The share of the gradient reduction hidden behind backward, over the

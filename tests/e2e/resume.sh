@@ -3,7 +3,8 @@
 # binary on a small MNIST-format dataset made here:
 #  - kill -9 of one rank after the second snapshot, then the same command
 #    again: it resumes and ends bit-identical (every tensor of the final
-#    snapshot) to an uninterrupted run, for single, ddp and zero1 (2 ranks)
+#    snapshot) to an uninterrupted run, for single, ddp and zero1 (2 ranks),
+#    zero3 with --replicate-degree=2 (4 ranks)
 #    and pmp (the uninterrupted pmp run is given the shape the interrupted one
 #    measured: a second measurement on a loaded machine may choose another);
 #  - a bit-flipped and a truncated snapshot are named and skipped;
@@ -78,6 +79,8 @@ kill_and_resume() {
 kill_and_resume single --strategy=single
 kill_and_resume ddp --strategy=ddp --gpus=2
 kill_and_resume zero1 --strategy=zero1 --gpus=2
+# HSDP: each of 4 ranks resumes its shard of its group (2 groups of 2).
+kill_and_resume hsdp --strategy=zero3 --gpus=4 --oversubscribe --replicate-degree=2
 # Shape (chunks, schedule) and units chosen at set-up; half blocks forced, so
 # that the resumed run must take its units from the snapshot.
 # --rebalance=off: a run re-split after its warm-up cannot be repeated from
@@ -87,7 +90,8 @@ DDPBENCH_TEST_AUTO_UNITS=half-blocks kill_and_resume pmp --strategy=pmp --gpus=2
 "$PY" - "$TMP/r.csv" <<'PYEOF'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-assert [r["strategy"] for r in rows] == ["single", "ddp", "zero1", "pmp"], [r["strategy"] for r in rows]
+assert [r["strategy"] for r in rows] == ["single", "ddp", "zero1", "zero3", "pmp"], [r["strategy"] for r in rows]
+assert rows[3]["mesh"] == "replicate=2,shard=2", rows[3]["mesh"]
 for r in rows:
     assert r["restarts"] == "1" and int(r["resumed_from_step"]) >= 6, (r["strategy"], r["resumed_from_step"])
     assert r["steps_done"] == "15" and r["stop_reason"] == "steps", (r["steps_done"], r["stop_reason"])

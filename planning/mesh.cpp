@@ -1,0 +1,49 @@
+#include "planning/mesh.h"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "base/config.h"
+
+namespace ddpbench {
+
+std::string MeshCoords::Describe(const char* group_name) const {
+  return fmt::format("replicate={},{}={}", replicas, group_name, group_size);
+}
+
+MeshCoords MeshOf(int rank, int world, int replicas) {
+  if (replicas < 1 || world < 1 || world % replicas != 0 || rank < 0 || rank >= world)
+    throw std::invalid_argument(fmt::format("MeshOf: rank {} of a world of {} replicated {} times", rank, world,
+                                            replicas));
+  MeshCoords m;
+  m.replicas = replicas;
+  m.group_size = world / replicas;
+  m.replica = rank / m.group_size;
+  m.index = rank % m.group_size;
+  for (int i = 0; i < m.group_size; ++i) m.group_ranks.push_back(m.replica * m.group_size + i);
+  for (int r = 0; r < replicas; ++r) m.replicate_ranks.push_back(r * m.group_size + m.index);
+  return m;
+}
+
+bool GroupsWithinNodes(int group_size, int local_world) {
+  if (group_size < 1 || local_world < 1) return false;
+  return local_world % group_size == 0;
+}
+
+void CheckMeshOfWorld(const RunConfig& config, int world) {
+  const int64_t R = config.replicate_degree;
+  if (R <= 1) return;
+  std::string divisors;
+  for (int d = 1; d < world; ++d)
+    if (world % d == 0 && world / d >= 2) divisors += (divisors.empty() ? "" : ", ") + std::to_string(d);
+  if (world % R != 0)
+    throw ConfigError(fmt::format("--replicate-degree={}: {} ranks do not divide into {} equal groups; accepted: "
+                                  "a divisor of {} that leaves groups of 2 or more ({})", R, world, R, world,
+                                  divisors));
+  if (world / R < 2)
+    throw ConfigError(fmt::format("--replicate-degree={}: {} ranks in {} groups leave 1 rank a group, with nothing "
+                                  "to shard (that is --strategy=ddp); accepted: {}", R, world, R, divisors));
+}
+
+}  // namespace ddpbench
