@@ -137,6 +137,10 @@ void DistContext::ConnectMesh(int replicas) {
   replicate_group = NewGroup(fmt::format("replicate{}", mesh.index), mesh.replicate_ranks);
   LogInfo("mesh: {} (group ranks {}..{}, replicate group of {} ranks)", mesh.Describe("shard"), mesh.group_ranks.front(),
           mesh.group_ranks.back(), replicas);
+  if (rank == 0 && local_world < world && !GroupsWithinNodes(mesh.group_size, local_world))
+    LogWarn("--replicate-degree={}: groups of {} ranks do not fit in a node's {}: their all-gathers and "
+            "reduce-scatters cross between nodes; a degree of world / ranks per node = {} keeps them inside",
+            replicas, mesh.group_size, local_world, world / local_world);
 }
 
 c10::intrusive_ptr<c10d::ProcessGroup> DistContext::NewGroup(const std::string& name, const std::vector<int>& ranks) {

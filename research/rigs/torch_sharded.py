@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
-"""What PyTorch users run instead of ddpbench's ddp, zero1, zero2 and zero3:
-the same data-parallel workload on CPU ranks over Gloo, with PyTorch's own
-wrappers, timed the way ddpbench times it (warm-up excluded, wall time of the
-timed steps between two barriers). Prints one line (rank 0):
-`torch_sharded mode=<mode> ranks=<n> img/s=<global images per second>`.
+"""What PyTorch users run instead of ddpbench's ddp, zero1, zero2, zero3 and
+zero3 --replicate-degree (HSDP): the same data-parallel workload on CPU ranks
+over Gloo, with PyTorch's own wrappers, timed the way ddpbench times it
+(warm-up excluded, wall time of the timed steps between two barriers). Prints
+two lines (rank 0):
+`torch_sharded mode=<mode> ranks=<n> img/s=<global images per second>`, then
+`torch_sharded mode=<mode> rank=0 peak_rss_mb=<MiB>`: rank 0's peak resident
+set size (getrusage(RUSAGE_SELF).ru_maxrss / 1024, the whole process: Python,
+torch's libraries, the data pool, every tensor; not ddpbench's peak_mem_mb,
+which counts tracked tensor bytes per device).
 
 Workload, as ddpbench's defaults on CPU: torchvision's ResNet-18 (the model
 ddpbench's resnet18 reproduces; at 64 px without --small-input both have the
@@ -27,15 +32,24 @@ Modes:
   fsdp2            the same with reshard_after_forward=True (parameters freed
                    after each block's forward and gathered again for its
                    backward; ZeRO-3's equivalent): vs ddpbench zero3
+  hsdp             FSDP2 as fsdp2 (per BasicBlock then the root,
+                   reshard_after_forward=True) on a 2-D mesh
+                   (--replicate=R, --ranks/R): parameters sharded within each
+                   group of --ranks/R consecutive ranks, each reduced gradient
+                   shard all-reduced across the R groups: vs ddpbench zero3
+                   --replicate-degree=R
 
     .venv/bin/python research/rigs/torch_sharded.py --mode=fsdp2 --image-size=64 --batch-size=16 \\
         --steps=20 --warmup=5
+    .venv/bin/python research/rigs/torch_sharded.py --mode=hsdp --ranks=4 --replicate=2 \\
+        --image-size=64 --batch-size=16 --steps=20 --warmup=5
 
 A mode that this PyTorch cannot run on CPU ranks ends with a line naming it
 on stderr and exit status 2.
 """
 import argparse
 import os
+import resource
 import sys
 import time
 
@@ -46,7 +60,7 @@ import torch.nn as nn
 
 from bench_util import free_port
 
-MODES = ["ddp", "zero1", "fsdp2-noreshard", "fsdp2"]
+MODES = ["ddp", "zero1", "fsdp2-noreshard", "fsdp2", "hsdp"]
 POOL_BATCHES = 4  # ddpbench's synthetic pool (datasets/synthetic.cpp kPoolBatches)
 
 
@@ -62,9 +76,14 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--replicate", type=int, default=2,
+                   help="hsdp: replica groups R (mesh (R, ranks/R)); must divide --ranks")
     a = p.parse_args(argv)
     if a.ranks < 1 or a.batch_size < 1 or a.steps < 1 or a.warmup < 0:
         p.error("want --ranks, --batch-size and --steps >= 1, --warmup >= 0")
+    if a.mode == "hsdp" and (a.replicate < 1 or a.ranks % a.replicate != 0):
+        p.error(f"--replicate={a.replicate} must be >= 1 and divide --ranks={a.ranks} "
+                "(the mesh is (replicate, ranks/replicate))")
     return a
 
 
@@ -85,8 +104,12 @@ def build(a, rank):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torchvision.models.resnet import BasicBlock
-    mesh = init_device_mesh("cpu", (a.ranks,))
-    reshard = a.mode == "fsdp2"
+    if a.mode == "hsdp":  # a 2-D mesh: FSDP2 replicates on dim 0 and shards on dim 1
+        mesh = init_device_mesh("cpu", (a.replicate, a.ranks // a.replicate),
+                                mesh_dim_names=("replicate", "shard"))
+    else:
+        mesh = init_device_mesh("cpu", (a.ranks,))
+    reshard = a.mode in ("fsdp2", "hsdp")
     for m in model.modules():
         if isinstance(m, BasicBlock):
             fully_shard(m, mesh=mesh, reshard_after_forward=reshard)
@@ -114,7 +137,8 @@ def run(rank, a, port, out):
         opt.step()
     dist.barrier()
     if rank == 0:
-        out.put(a.steps * a.batch_size * a.ranks / (time.perf_counter() - start))
+        img_s = a.steps * a.batch_size * a.ranks / (time.perf_counter() - start)
+        out.put((img_s, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))  # KiB on Linux
     dist.destroy_process_group()
 
 
@@ -125,7 +149,7 @@ def main():
     except ImportError:
         sys.exit("torch_sharded.py: torchvision is missing; install it with "
                  ".venv/bin/pip install --no-deps torchvision==0.26.0 pillow")
-    if a.mode.startswith("fsdp2"):
+    if a.mode.startswith("fsdp2") or a.mode == "hsdp":
         try:
             from torch.distributed.fsdp import fully_shard  # noqa: F401
         except ImportError as e:
@@ -144,7 +168,9 @@ def main():
     except mp.ProcessExitedException as e:
         print(f"torch_sharded.py: --mode={a.mode}: a rank died: {e}", file=sys.stderr)
         return 2
-    print(f"torch_sharded mode={a.mode} ranks={a.ranks} img/s={out.get():.2f}")
+    img_s, rss_mb = out.get()
+    print(f"torch_sharded mode={a.mode} ranks={a.ranks} img/s={img_s:.2f}")
+    print(f"torch_sharded mode={a.mode} rank=0 peak_rss_mb={rss_mb:.1f}")
     return 0
 
 
