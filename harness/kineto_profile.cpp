@@ -5,7 +5,9 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <set>
+#include <thread>
 #include <stdexcept>
 
 namespace ddpbench::kineto {
@@ -16,6 +18,7 @@ using torch::profiler::impl::ProfilerConfig;
 using torch::profiler::impl::ProfilerState;
 
 bool running = false;
+constexpr int kSettleMs = 200;
 
 }  // namespace
 
@@ -32,6 +35,11 @@ void Start(bool cuda) {
 std::string Finish(const std::string& path) {
   if (!running) return "";
   running = false;
+  // A collective's thread (Gloo's workers) closes its recorded range after
+  // the collective's future completes; finalising the trace while one is
+  // still doing so crashed in libkineto (GenericTraceActivity::metadataJson,
+  // seen on a loaded 2-core machine). Give those threads time to finish.
+  std::this_thread::sleep_for(std::chrono::milliseconds(kSettleMs));
   auto result = torch::autograd::profiler::disableProfiler();
   if (!result) throw std::runtime_error("--profile: the profiler returned no result");
   result->save(path);
