@@ -41,7 +41,10 @@ assert counts.get("convolution") == 40 and counts.get("batchnorm") == 40, counts
 step = float(rows["step"]["ms_per_step"])
 assert 0 < float(rows["busy (union)"]["ms_per_step"]) <= step + 1e-9, rows
 PYEOF
-  "${BREAKDOWN[@]}" "$TMP/$f.json" | grep -q "^host operators, 3 steps profiled$" || fail "$f: want 3 profiled steps"
+  # The whole table first: grep -q would stop reading at the match, and the
+  # script's broken pipe would fail the pipeline (pipefail).
+  table="$("${BREAKDOWN[@]}" "$TMP/$f.json")" || fail "$f: profile_breakdown.py failed"
+  grep -q "^host operators, 3 steps profiled$" <<< "$table" || fail "$f: want 3 profiled steps: $table"
 done
 
 # Device threads (pmp's stages) are not profiled on CPU: the run says so.
