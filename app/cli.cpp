@@ -145,8 +145,12 @@ void CheckCudaGraphs(const RunConfig& c) {
 void CheckReplicateDegree(const RunConfig& c) {
   if (c.replicate_degree < 1)
     throw ConfigError(fmt::format("--replicate-degree={}: accepted: 1 (no replication) or more", c.replicate_degree));
-  if (c.replicate_degree > 1 && c.gpus_given && TraitsOf(c).Reads("--replicate-degree"))
-    CheckMeshOfWorld(c, static_cast<int>(c.gpus));
+  if (c.replicate_degree <= 1 || !TraitsOf(c).Reads("--replicate-degree")) return;
+  if (TraitsOf(c).family == Family::kPipeline && !c.stage_ranks)
+    throw ConfigError(fmt::format("--replicate-degree={} with --strategy={}: a pipeline is replicated as ranks; "
+                                  "accepted: add --stage-ranks (one rank per stage), or leave --replicate-degree out",
+                                  c.replicate_degree, c.strategy));
+  if (c.gpus_given) CheckMeshOfWorld(c, static_cast<int>(c.gpus));
 }
 
 void CheckShapeTrials(const RunConfig& c) {
@@ -176,10 +180,10 @@ void CheckRebalance(const RunConfig& c) {
 // each refused naming the flag and what is accepted.
 void CheckStageRanks(const RunConfig& c) {
   if (!c.stage_ranks) return;
-  if (c.TrainsToAnswer() || !c.snapshot_dir.empty())
-    throw ConfigError("--stage-ranks: validation during training and snapshots are not built for stages "
-                      "on separate ranks; accepted with --steps (and the test-set evaluation after it), or "
-                      "leave --stage-ranks out (one process drives every stage)");
+  if (c.TrainsToAnswer())
+    throw ConfigError("--stage-ranks: validation during training is not built for stages on separate ranks; "
+                      "accepted with --steps (and the test-set evaluation after it), or leave --stage-ranks out "
+                      "(one process drives every stage)");
   if (c.rebalance == "warmup")
     throw ConfigError("--rebalance=warmup with --stage-ranks: moving units between ranks is not built; "
                       "accepted: --rebalance=off|auto (off across ranks)");
@@ -570,6 +574,7 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   RejectRepeats(app);
   c.eval = !no_eval;
   c.gpus_given = app.count("--gpus") > 0;
+  c.replicate_degree_given = app.count("--replicate-degree") > 0;
   for (const auto* option : app.get_options())
     if (option->count() > 0 && !option->get_name().empty()) {
       const auto& results = option->results();

@@ -36,7 +36,11 @@ ParityResult RunParityCheck(const StrategyEntry& entry, const RunContext& ctx, c
   RunConfig config = base;
   config.amp = "off";  // reduced precision is not the same maths
   ResNetOptions model = ctx.model;
-  if (entry.info.batch_norm_differs && model.norm == NormKind::kBatch) model.norm = NormKind::kGroup;
+  // BatchNorm sees other samples than single's: the strategy's micro-batches
+  // or replicas, or the replicas of a mesh (pipelines replicated by data
+  // parallelism), each normalising over its share of the global batch.
+  const bool norm_differs = entry.info.batch_norm_differs || ctx.dist->data_world() > 1;
+  if (norm_differs && model.norm == NormKind::kBatch) model.norm = NormKind::kGroup;
   config.norm = NormKindName(model.norm);
 
   ParityResult result;

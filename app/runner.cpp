@@ -99,6 +99,22 @@ struct PreparedRun {
   RunSettings settings;
 };
 
+// The times a strategy's group of ranks is replicated: --replicate-degree
+// where the strategy reads it (1 elsewhere).
+int ReplicateDegree(const RunConfig& config, const StrategyInfo& info) {
+  return info.Reads("--replicate-degree") ? static_cast<int>(config.replicate_degree) : 1;
+}
+
+// --replicate-degree left out on a strategy that replicates by node (hsdp):
+// the number of nodes, the world over the ranks of one node.
+void ResolveReplicateDegree(RunConfig* config, const StrategyInfo& info, const DistContext& dist) {
+  if (config->replicate_degree_given || !info.replicate_by_node) return;
+  config->replicate_degree = std::max(1, dist.world / std::max(1, dist.local_world));
+  if (dist.is_root() && dist.world > 1)
+    LogInfo("--strategy={}: replicate degree {} (one per node), shard groups of {} ranks", config->strategy,
+          config->replicate_degree, dist.world / config->replicate_degree);
+}
+
 // How the step runs on this device: memory format, cuDNN autotuning, TF32,
 // optimizer kernels. Flags win; "auto" picks what is fastest on the device.
 RunSettings ResolveSettings(RunConfig& config, const std::vector<torch::Device>& devices) {
@@ -139,7 +155,7 @@ void CheckRunFitsDevices(const PreparedRun& run, const StrategyInfo& info, const
   const int zero_stage = info.zero_stage;
   const bool model_cut = info.parallelism() == Parallelism::kModel;
   // The ranks the model state is sharded over: the world, or one shard group of the mesh.
-  const int replicas = info.Reads("--replicate-degree") ? static_cast<int>(config.replicate_degree) : 1;
+  const int replicas = ReplicateDegree(config, info);
   const int world = info.parallelism() == Parallelism::kDataMultiProcess ? dist.world / std::max(replicas, 1) : 1;
   const DeviceDemand demand =
       EstimateDeviceDemand(run.model, run.info.height, run.info.width, config.batch_size, config.optimizer,
@@ -159,12 +175,28 @@ void CheckRunFitsDevices(const PreparedRun& run, const StrategyInfo& info, const
   }
 }
 
+// --stage-ranks: a stage per rank of a pipeline (world / --replicate-degree),
+// each holding at least one unit (half blocks where pmp may choose them), so
+// that a spawning parent refuses too many stages once, before any rank starts.
+void CheckStagesFitUnits(const RunConfig& config, const StrategyInfo& info, ResNetOptions model) {
+  model.half_blocks = config.units == "half-blocks" || (config.units == "auto" && info.micro_batches);
+  const auto units = static_cast<int64_t>(ResNetUnitNames(model).size());
+  const int64_t R = ReplicateDegree(config, info), stages = config.gpus / std::max<int64_t>(R, 1);
+  if (stages <= units) return;
+  throw ConfigError(fmt::format(
+      "--gpus={}{}: {} stages, but --strategy={} puts at least one of the model's {} {} on each stage; accepted: "
+      "at most {} stages{}", config.gpus, R > 1 ? fmt::format(" with --replicate-degree={}", R) : "", stages,
+      config.strategy, units, model.half_blocks ? "half blocks" : "units", units,
+      R > 1 ? fmt::format(" (--gpus<={})", units * R) : fmt::format(" (--gpus<={})", units)));
+}
+
 PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, const DistContext& dist) {
   if (dist.is_root()) CheckPaths(PathOptions(config_in));  // every output, before anything is built
   PreparedRun run;
   RunConfig& config = run.config;
   config = config_in;
   if (config.device == "auto") config.device = CudaAvailable() ? "cuda" : "cpu";
+  ResolveReplicateDegree(&config, entry.info, dist);
   if (config.stage_ranks && config.device == "cuda")
     throw ConfigError("--stage-ranks with --device=cuda: the stage hand-off is addressed by tag, which NCCL "
                       "ignores (it pairs point-to-point messages in the order they are issued); built and "
@@ -188,6 +220,7 @@ PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, c
   spec.skip_bad_images = config.skip_bad_images;
   run.replicas = entry.info.parallelism() == Parallelism::kDataInProcess      ? config.gpus
                  : entry.info.parallelism() == Parallelism::kDataMultiProcess ? dist.world
+                 : RunsRankPerDevice(entry.info, config)                      ? ReplicateDegree(config, entry.info)
                                                                             : 1;
   run.process_batch =
       config.batch_size * (entry.info.parallelism() == Parallelism::kDataInProcess ? config.gpus : 1);
@@ -210,6 +243,7 @@ PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, c
   model.half_blocks = config.units == "half-blocks";
   model.fuse_bn_add_relu = config.fuse == "bn-add-relu";
   ValidateResNetOptions(model);
+  if (entry.info.family == Family::kPipeline && config.stage_ranks) CheckStagesFitUnits(config, entry.info, model);
   if (!config.data_only) CheckRunFitsDevices(run, entry.info, dist);
   if (dist.is_root()) CheckResumable(config, dist.world);
   return run;
@@ -242,9 +276,10 @@ void ConfigureProcess(const PreparedRun& run, const StrategyEntry& entry, DistCo
         "own (NCCL), or leave --cuda-graphs out", config.strategy, dist.world));
   if (RunsRankPerDevice(entry.info, config))
     dist.Connect(config.timeout_s, cuda, /*nccl=*/cuda && !run.oversubscribed);
-  if (config.replicate_degree > 1 && entry.info.Reads("--replicate-degree")) {
+  if (ReplicateDegree(config, entry.info) > 1) {
     CheckMeshOfWorld(config, dist.world);  // a launcher's world, unknown to the flag checks
-    dist.ConnectMesh(static_cast<int>(config.replicate_degree));
+    dist.ConnectMesh(static_cast<int>(config.replicate_degree),
+                     entry.info.family == Family::kPipeline ? "pp" : "shard");
   }
 }
 

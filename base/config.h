@@ -27,6 +27,7 @@ struct RunConfig {
   bool list = false;
   int gpus = 1;                    // logical devices (CUDA GPUs, or CPU thread groups)
   bool gpus_given = false;         // --gpus was on the command line
+  bool replicate_degree_given = false;  // --replicate-degree was (hsdp: else one per node)
   std::string device = "auto";     // auto|cuda|cpu
   int threads_per_device = 1;      // CPU: intra-op threads per logical device
   bool oversubscribe = false;      // allow more devices/ranks than hardware
@@ -111,7 +112,7 @@ struct RunConfig {
   std::string split;                 // explicit: unit counts per stage, "4,6"
   std::string units = "auto";        // auto|blocks|half-blocks: what a stage is made of (pipeline_shape.h)
   int64_t chunks = 0;                // 0: pmp picks it (strategies/pipeline/pipeline_shape.h)
-  int64_t replicate_degree = 1;      // zero1/2/3: the shard group replicated this many times (HSDP; planning/mesh.h)
+  int64_t replicate_degree = 1;      // zero1/2/3, hsdp: the shard group, pmp/mp --stage-ranks: the pipeline, replicated this many times (planning/mesh.h)
   int64_t shape_trials = 3;          // pmp's open shape: the K fastest predicted shapes run before committing (shape_trials.h)
   std::string schedule = "1f1b";     // gpipe|1f1b|interleaved|zero-bubble|interleaved-zero-bubble
   int64_t virtual_stages = 0;        // interleaved[-zero-bubble]: chunks per device (0: 2)

@@ -55,22 +55,24 @@ struct DistContext {
   c10::intrusive_ptr<c10d::ProcessGroup> mesh_group, replicate_group;
   // Collective, after Connect: cuts the world into `replicas` groups of
   // consecutive ranks and joins this rank's group and replicate group
-  // (every rank makes them in the same order, over the same store).
-  void ConnectMesh(int replicas);
+  // (every rank makes them in the same order, over the same store);
+  // `group_name` names a group in the log ("shard", "pp").
+  void ConnectMesh(int replicas, const char* group_name);
   // The process group of `ranks` (this rank among them; null otherwise),
   // with the world group's backend and timeout, rendezvous under `name`.
   c10::intrusive_ptr<c10d::ProcessGroup> NewGroup(const std::string& name, const std::vector<int>& ranks);
   int replicas() const { return mesh.replicas; }
 
-  // Every rank reads the same batches (pipeline stages on separate ranks,
-  // --stage-ranks) instead of its own share of the data.
+  // The ranks of a group read the same batches (pipeline stages on separate
+  // ranks, --stage-ranks) instead of each its own share of the data: the
+  // data is shared among the mesh's replicas (one share when there is none).
   bool same_data = false;
 
   bool is_root() const { return rank == 0; }
-  // The shard of the data this rank reads: (rank, world), or (0, 1) when
-  // every rank reads the same batches.
-  int data_rank() const { return same_data ? 0 : rank; }
-  int data_world() const { return same_data ? 1 : world; }
+  // The shard of the data this rank reads: (rank, world), or with same_data
+  // its replica's (replica, replicas); (0, 1) without a mesh.
+  int data_rank() const { return same_data ? mesh.replica : rank; }
+  int data_world() const { return same_data ? mesh.replicas : world; }
   void Barrier();
   // Every rank's values, concatenated in rank order (all ranks get them).
   std::vector<double> AllGather(const std::vector<double>& values);

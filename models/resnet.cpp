@@ -424,6 +424,24 @@ std::string NormKindName(NormKind kind) {
                               std::to_string(static_cast<int>(kind)));
 }
 
+std::vector<std::string> ResNetUnitNames(const ResNetOptions& options) {
+  ValidateResNetOptions(options);
+  const DepthSpec& spec = *FindDepth(options.depth);
+  std::vector<std::string> names{"stem"};
+  for (int stage = 0; stage < 4; ++stage)
+    for (int block = 0; block < spec.blocks[stage]; ++block) {
+      const std::string unit = "layer" + std::to_string(stage + 1) + "." + std::to_string(block);
+      if (options.half_blocks) {
+        names.push_back(unit + "a");
+        names.push_back(unit + "b");
+      } else {
+        names.push_back(unit);
+      }
+    }
+  names.push_back("head");
+  return names;
+}
+
 ResNetImpl::ResNetImpl(ResNetOptions options) : options_(options) { reset(); }
 
 void ResNetImpl::reset() {
@@ -435,25 +453,22 @@ void ResNetImpl::reset() {
   // reset() may be called again to re-initialise; drop the previous units.
   if (named_children().contains("units")) unregister_module("units");
   units_ = torch::nn::Sequential();
-  unit_names_.clear();
+  unit_names_ = ResNetUnitNames(options_);
 
   units_->push_back("stem", Stem(options_.in_channels, options_.width, options_.small_input,
                                  options_.norm, options_.fuse_bn_add_relu));
-  unit_names_.push_back("stem");
   int64_t channels = options_.width;
   for (int stage = 0; stage < 4; ++stage) {
     const int64_t planes = options_.width << stage;
     for (int block = 0; block < spec.blocks[stage]; ++block) {
       const int64_t stride = (stage > 0 && block == 0) ? 2 : 1;
       const std::string child = "layer" + std::to_string(stage + 1) + "_" + std::to_string(block);
-      const std::string unit = "layer" + std::to_string(stage + 1) + "." + std::to_string(block);
       auto add = [&](const std::string& suffix, BlockPart part) {
         if (spec.bottleneck) {
           units_->push_back(child + suffix, Bottleneck(channels, planes, stride, options_.norm, part, options_.fuse_bn_add_relu));
         } else {
           units_->push_back(child + suffix, BasicBlock(channels, planes, stride, options_.norm, part, options_.fuse_bn_add_relu));
         }
-        unit_names_.push_back(unit + suffix);
       };
       if (options_.half_blocks) {
         add("a", BlockPart::kFirst);
@@ -465,7 +480,6 @@ void ResNetImpl::reset() {
     }
   }
   units_->push_back("head", Head(channels, options_.num_classes));
-  unit_names_.push_back("head");
   register_module("units", units_);
 
   // torchvision's init loop, over modules in the same (pre-)order. A first

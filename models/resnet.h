@@ -48,6 +48,9 @@ struct ResNetOptions {
 
 // Throws std::invalid_argument naming the bad value and what is accepted.
 void ValidateResNetOptions(const ResNetOptions& options);
+// The names of the units ResNetImpl builds from `options` ("stem",
+// "layer1.0" or with half blocks "layer1.0a", ..., "head"), without building it.
+std::vector<std::string> ResNetUnitNames(const ResNetOptions& options);
 NormKind ParseNormKind(const std::string& name);  // batch|group|frozen-bn
 std::string NormKindName(NormKind kind);
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "base/config.h"
+#include "planning/traits.h"
 
 namespace ddpbench {
 
@@ -41,9 +42,12 @@ void CheckMeshOfWorld(const RunConfig& config, int world) {
     throw ConfigError(fmt::format("--replicate-degree={}: {} ranks do not divide into {} equal groups; accepted: "
                                   "a divisor of {} that leaves groups of 2 or more ({})", R, world, R, world,
                                   divisors));
+  const StrategyTraits* traits = FindTraits(config.strategy);
+  const bool pipeline = traits && traits->family == Family::kPipeline;
   if (world / R < 2)
-    throw ConfigError(fmt::format("--replicate-degree={}: {} ranks in {} groups leave 1 rank a group, with nothing "
-                                  "to shard (that is --strategy=ddp); accepted: {}", R, world, R, divisors));
+    throw ConfigError(fmt::format("--replicate-degree={}: {} ranks in {} groups leave 1 rank a group, {}; accepted: {}",
+                                  R, world, R, pipeline ? "a pipeline of one stage" : "with nothing to shard (that "
+                                  "is --strategy=ddp)", divisors));
 }
 
 }  // namespace ddpbench

@@ -295,6 +295,7 @@ PipelineSimulation SimulatePipeline(const PipelineTable& t, const ChunkTimes& ti
     }
   }
   sim.makespan = *std::max_element(free.begin(), free.end());
+  sim.finish = free;
   return sim;
 }
 

@@ -125,6 +125,7 @@ struct PipelineSimulation {
   double makespan = 0;
   std::vector<double> busy;         // per device
   std::vector<int> peak_in_flight;  // per device: micro-batch x chunk activations held at once
+  std::vector<double> finish;       // per device: when its last action ends
   double Bubble() const;            // 1 - sum(busy) / (devices x makespan)
 };
 PipelineSimulation SimulatePipeline(const PipelineTable& table, const ChunkTimes& times);

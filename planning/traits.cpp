@@ -8,7 +8,8 @@ namespace ddpbench {
 namespace {
 
 const std::vector<std::string> kRankFlags = {"--bucket-cap-mb", "--timeout"};
-const std::vector<std::string> kPipelineFlags = {"--timeout", "--balance", "--split", "--units", "--stage-ranks"};
+const std::vector<std::string> kPipelineFlags = {"--timeout", "--balance", "--split", "--units", "--stage-ranks",
+                                                 "--replicate-degree"};
 
 std::vector<std::string> Plus(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -52,6 +53,11 @@ const std::vector<StrategyTraits>& StrategyTraitsTable() {
        "ZeRO-3 (FSDP-style): parameters, gradients and optimizer state sharded 1/N; each unit all-gathered before "
        "its forward and backward, freed after, the next unit's gather prefetched",
        Family::kSharded, 3, true, false, Plus(kRankFlags, {"--zero-reduce", "--replicate-degree"}), kZeroNoGraphs},
+      {"hsdp",
+       "HSDP: zero3 inside a shard group of each node's ranks, replicated across the nodes (--replicate-degree, "
+       "default the number of nodes): only each reduced gradient shard's all-reduce crosses between nodes",
+       Family::kSharded, 3, true, false, Plus(kRankFlags, {"--zero-reduce", "--replicate-degree"}), kZeroNoGraphs,
+       /*replicate_by_node=*/true},
   };
   return table;
 }

@@ -44,6 +44,8 @@ struct StrategyTraits {
   std::vector<std::string> flags;
   // Why --cuda-graphs cannot capture its step; "" when it can.
   std::string no_cuda_graphs;
+  // --replicate-degree left out: one replica per node (hsdp) rather than 1.
+  bool replicate_by_node = false;
 
   Parallelism parallelism() const;
   int min_devices() const;         // a pipeline needs two stages

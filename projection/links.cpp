@@ -222,6 +222,25 @@ double TopologySeconds(const Topology& t, Collective c, double bytes, bool acros
   return CollectiveSeconds(t.intra, c, t.per_node, bytes) + CollectiveSeconds(shared, c, t.nodes, share);
 }
 
+MeshTopology SplitTopology(const Topology& t, int group) {
+  MeshTopology m{t, t};
+  const int world = t.world();
+  const int replicas = std::max(1, world / std::max(1, group));
+  // Every device of a node crosses at once in its own replicate group.
+  const int nics = t.nics > 0 ? t.nics : t.per_node;
+  const Link shared = ScaleLink(t.inter, 1.0, std::min(1.0, static_cast<double>(nics) / t.per_node));
+  if (group <= t.per_node && t.per_node % group == 0) {
+    m.group.per_node = group, m.group.nodes = 1;
+    m.replicas.per_node = t.per_node / group, m.replicas.nodes = t.nodes;
+  } else {
+    m.group.nodes = std::max(1, (group + t.per_node - 1) / t.per_node);
+    m.group.per_node = std::min(group, t.per_node);
+    m.replicas.per_node = 1, m.replicas.nodes = replicas;
+  }
+  m.replicas.inter = shared, m.replicas.nics = 0;
+  return m;
+}
+
 Link FitLink(const std::vector<std::pair<double, double>>& points, Collective c, int ranks,
              const std::string& name) {
   const auto [count, factor] = CollectiveTerms(c, ranks);

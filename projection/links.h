@@ -98,6 +98,18 @@ struct Topology {
 // `across` and there is more than one node).
 double TopologySeconds(const Topology& t, Collective c, double bytes, bool across = false);
 
+// A world of `t` cut into groups of `group` consecutive ranks (a shard group
+// of HSDP, a pipeline of pp x dp), the groups replicas of each other: the
+// topology of one group, and of one replicate group (the ranks at the same
+// place in every group). A group within a node runs on the intra link; the
+// replicate groups of a node cross between nodes at once, each device over
+// its share of the node's NICs. A group that neither divides nor is a
+// multiple of the ranks per node is taken as spanning nodes.
+struct MeshTopology {
+  Topology group, replicas;
+};
+MeshTopology SplitTopology(const Topology& t, int group);
+
 // The link whose model is closest to measured (bytes, seconds) points of `c`
 // on `ranks`: least squares on relative error (sizes span orders of
 // magnitude, so every point counts alike). std::invalid_argument when the

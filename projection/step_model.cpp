@@ -117,12 +117,14 @@ class StepBuilder {
   // CPU's per-call addition (a wait for a core). What is throughput does
   // not: its bytes, and a loaded CPU's per-MiB addition (busy cores copy one
   // call's bytes at a time).
-  int Collective(Collective kind, double bytes, std::vector<int> after) {
-    if (t_.world() == 1) return Add(1, 0, std::move(after));  // one rank: the strategies issue none
+  // `on`: the devices it runs over (a group of a mesh), else the whole topology.
+  int Collective(Collective kind, double bytes, std::vector<int> after, const Topology* on = nullptr) {
+    const Topology& t = on ? *on : t_;
+    if (t.world() == 1) return Add(1, 0, std::move(after));  // one rank: the strategies issue none
     const Profile::CommTerms terms = p_.CommTermsOf(kind);
     const double loaded_bytes = terms.loaded_ms_per_mb * bytes / kMiB;
-    const double on_link = Ms(TopologySeconds(t_, kind, bytes));
-    const double per_call = std::min(on_link, Ms(TopologySeconds(t_, kind, 0)));
+    const double on_link = Ms(TopologySeconds(t, kind, bytes));
+    const double per_call = std::min(on_link, Ms(TopologySeconds(t, kind, 0)));
     const double serial = on_link - per_call + std::min(per_call, terms.compute_ms_per_call) + loaded_bytes;
     const int id = Add(1, on_link + terms.loaded_ms_per_call + loaded_bytes, std::move(after), serial);
     const double interference = terms.compute_ms_per_call + terms.compute_ms_per_mb * bytes / kMiB;
@@ -172,14 +174,22 @@ double AllParamBytes(const Profile& p) {
 
 // Backward in reverse unit order; after each unit, the collective `kind` of
 // every bucket whose gradients are then complete. Returns those collectives.
+// With a mesh (`mesh`), each collective runs in the group and is followed by
+// the all-reduce of its 1/S result across the replicas: the ids returned.
 std::vector<int> BackwardWithBuckets(const std::vector<UnitCost>& cost, const Tensors& tensors,
-                                     const std::vector<std::vector<int>>& buckets, Collective kind, StepBuilder* step) {
+                                     const std::vector<std::vector<int>>& buckets, Collective kind, StepBuilder* step,
+                                     const MeshTopology* mesh = nullptr) {
   std::vector<int> issued;
   size_t next = 0;
   for (int u = static_cast<int>(cost.size()) - 1; u >= 0; --u) {
     const int backward = step->Compute(cost[u].backward_ms);
-    for (; next < buckets.size() && FirstUnit(buckets[next], tensors) >= u; ++next)
-      issued.push_back(step->Collective(kind, BucketBytes(buckets[next], tensors), {backward}));
+    for (; next < buckets.size() && FirstUnit(buckets[next], tensors) >= u; ++next) {
+      const double bytes = BucketBytes(buckets[next], tensors);
+      issued.push_back(step->Collective(kind, bytes, {backward}, mesh ? &mesh->group : nullptr));
+      if (mesh && mesh->replicas.world() > 1)
+        issued.back() = step->Collective(Collective::kAllReduce, bytes / mesh->group.world(), {issued.back()},
+                                         &mesh->replicas);
+    }
   }
   return issued;
 }
@@ -205,11 +215,13 @@ namespace {
 // the previous unit's (backward) once a unit's own gather has ended, as the
 // unit starts: so where the gathers take longer than the compute they run
 // one after another, never two at once.
-StepPrediction PredictZero3(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t) {
+StepPrediction PredictZero3(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t,
+                            const MeshTopology& mesh) {
   const int U = static_cast<int>(cost.size());
+  const int S = mesh.group.world();
   StepBuilder step(p, t);
   auto gather = [&](int u, std::vector<int> after) {
-    return step.Collective(Collective::kAllGather, p.units[u].ParamBytes(), std::move(after));
+    return step.Collective(Collective::kAllGather, p.units[u].ParamBytes(), std::move(after), &mesh.group);
   };
   std::vector<int> forward(U), backward(U), gathered(U), regathered(U), scatters;
   const std::vector<int> broadcasts = step.BufferBroadcasts();
@@ -225,17 +237,22 @@ StepPrediction PredictZero3(const Profile& p, const std::vector<UnitCost>& cost,
     const std::vector<int> starts{regathered[u], u + 1 < U ? backward[u + 1] : forward[U - 1]};
     if (u > 0) regathered[u - 1] = gather(u - 1, starts);
     backward[u] = step.Compute(cost[u].backward_ms, starts);
-    scatters.push_back(step.Collective(Collective::kReduceScatter, p.units[u].ParamBytes(), {backward[u]}));
+    scatters.push_back(
+        step.Collective(Collective::kReduceScatter, p.units[u].ParamBytes(), {backward[u]}, &mesh.group));
+    if (mesh.replicas.world() > 1)  // the reduced shard across the replicas
+      scatters.back() = step.Collective(Collective::kAllReduce, p.units[u].ParamBytes() / S, {scatters.back()},
+                                        &mesh.replicas);
   }
-  step.Compute(OptimizerMs(p, AllParamBytes(p)) / t.world(), scatters);
+  step.Compute(OptimizerMs(p, AllParamBytes(p)) / S, scatters);
   return step.Finish();
 }
 
 }  // namespace
 
 StepPrediction PredictZero(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t, double cap_mb,
-                           int stage) {
-  if (stage == 3) return PredictZero3(p, cost, t);
+                           int stage, int replicas) {
+  const MeshTopology mesh = SplitTopology(t, t.world() / std::max(1, replicas));
+  if (stage == 3) return PredictZero3(p, cost, t, mesh);
   const Tensors tensors = TensorsOf(p);
   const auto buckets = ReducerBuckets(tensors.bytes, cap_mb * kMiB, FirstCap(cap_mb));
   StepBuilder step(p, t);
@@ -245,12 +262,13 @@ StepPrediction PredictZero(const Profile& p, const std::vector<UnitCost>& cost, 
   const std::vector<int> broadcasts = step.BufferBroadcasts();
   std::vector<std::vector<int>> unit_waits(cost.size());
   for (int b = static_cast<int>(buckets.size()) - 1; b >= 0; --b) {
-    const int id = step.Collective(Collective::kAllGather, BucketBytes(buckets[b], tensors), broadcasts);
+    const int id = step.Collective(Collective::kAllGather, BucketBytes(buckets[b], tensors), broadcasts, &mesh.group);
     for (int i : buckets[b]) unit_waits[tensors.unit[i]].push_back(id);
   }
   for (size_t u = 0; u < cost.size(); ++u) step.Compute(cost[u].forward_ms, unit_waits[u]);
-  const std::vector<int> scatters = BackwardWithBuckets(cost, tensors, buckets, Collective::kReduceScatter, &step);
-  step.Compute(OptimizerMs(p, AllParamBytes(p)) / t.world(), scatters);
+  const std::vector<int> scatters =
+      BackwardWithBuckets(cost, tensors, buckets, Collective::kReduceScatter, &step, &mesh);
+  step.Compute(OptimizerMs(p, AllParamBytes(p)) / mesh.group.world(), scatters);
   return step.Finish();
 }
 
@@ -364,9 +382,31 @@ void SetPipelineMemory(const Profile& p, const DeviceBytes& bytes, const Pipelin
   }
 }
 
+// pp x dp: each device's gradients all-reduced across the replicas once its
+// last action ends (`with`: the simulation with hand-offs), then its
+// optimizer; the step ends with the last device's. Without replicas, the
+// makespan and the slowest optimizer (as validated).
+double PipelineStepEnd(const Profile& p, const PipelineSimulation& with, const DeviceBytes& bytes,
+                       const MeshTopology& mesh) {
+  double end = 0;
+  if (mesh.replicas.world() == 1) {
+    for (double b : bytes.params) end = std::max(end, OptimizerMs(p, b));
+    return with.makespan + end;
+  }
+  for (size_t d = 0; d < bytes.params.size(); ++d) {
+    const double reduce = mesh.replicas.world() > 1
+                              ? Ms(TopologySeconds(mesh.replicas, Collective::kAllReduce, bytes.params[d]))
+                              : 0.0;
+    end = std::max(end, with.finish[d] + reduce + OptimizerMs(p, bytes.params[d]));
+  }
+  return end;
+}
+
 StepPrediction PredictPipeline(const Profile& p, const StepQuery& q, const StrategyTraits& traits) {
   const bool mp = !traits.micro_batches;  // one stage at a time: one micro-batch, GPipe's order
-  const int S = q.topology.world();
+  const int R = q.replicas;
+  const MeshTopology mesh = SplitTopology(q.topology, q.topology.world() / R);
+  const int S = mesh.group.world();
   const PipelineSchedule schedule = mp ? PipelineSchedule::kGPipe : q.schedule;
   const int V = mp ? 1 : q.virtual_stages > 0 ? q.virtual_stages : ChunksPerDevice(schedule, 0);
   const int M = mp ? 1 : q.micro_batches > 0 ? q.micro_batches : DefaultMicroBatches(q, schedule, S);
@@ -377,18 +417,18 @@ StepPrediction PredictPipeline(const Profile& p, const StepQuery& q, const Strat
   const std::vector<UnitCost> cost = p.CostAt(micro, &out.scaled);
   const std::vector<int> counts = FastestSplit(table, AsUnitTimes(cost));
   const PipelineSimulation plain = SimulatePipeline(table, PipelineChunkTimes(p, table, counts, cost, micro, nullptr));
-  const PipelineSimulation with = SimulatePipeline(table, PipelineChunkTimes(p, table, counts, cost, micro, &q.topology));
+  const PipelineSimulation with = SimulatePipeline(table, PipelineChunkTimes(p, table, counts, cost, micro, &mesh.group));
   if (plain.deadlock || with.deadlock)
     throw ConfigError(fmt::format("--schedule={}: its table deadlocks on {} devices", PipelineScheduleName(schedule), S));
   const DeviceBytes bytes = BytesPerDevice(p, table, counts);
-  double opt = 0;
+  double opt = 0;  // the slowest device's optimizer
   for (double b : bytes.params) opt = std::max(opt, OptimizerMs(p, b));
   const double busiest = *std::max_element(plain.busy.begin(), plain.busy.end());
-  out.step_ms = with.makespan + opt + p.step_overhead_ms;
+  out.step_ms = PipelineStepEnd(p, with, bytes, mesh) + p.step_overhead_ms;
   out.compute_ms = busiest + opt + p.step_overhead_ms;
   out.bubble_ms = plain.makespan - busiest;
-  out.exposed_comm_ms = with.makespan - plain.makespan;
-  out.images = q.batch;
+  out.exposed_comm_ms = std::max(0.0, out.step_ms - (plain.makespan + opt + p.step_overhead_ms));
+  out.images = q.batch * R;
   out.micro_batches = M, out.virtual_stages = V;
   SetPipelineMemory(p, bytes, plain, micro, q.batch, &out);
   return out;
@@ -401,12 +441,14 @@ StepPrediction PredictDataParallel(const Profile& p, const StepQuery& q, const S
   bool scaled = false;
   const std::vector<UnitCost> cost = p.CostAt(q.batch, &scaled);
   if (traits.family == Family::kDataInProcess) out = PredictDp(p, cost, q.topology);
-  else if (traits.family == Family::kSharded) out = PredictZero(p, cost, q.topology, q.bucket_cap_mb, traits.zero_stage);
+  else if (traits.family == Family::kSharded)
+    out = PredictZero(p, cost, q.topology, q.bucket_cap_mb, traits.zero_stage, q.replicas);
   else out = PredictDdp(p, cost, q.topology, q.bucket_cap_mb);
   out.scaled = scaled;
   out.images = q.batch * world;
-  // dp keeps one optimizer on its first device; the others one per rank.
-  const int holders = traits.family == Family::kDataInProcess ? 1 : world;
+  // dp keeps one optimizer on its first device; the others one per rank,
+  // sharded over a shard group of world / replicas.
+  const int holders = traits.family == Family::kDataInProcess ? 1 : world / q.replicas;
   SetDataParallelMemory(p, traits.zero_stage, holders, q.batch, &out);
   return out;
 }
@@ -456,7 +498,14 @@ StepPrediction PredictStep(const Profile& p, const StepQuery& q) {
     throw ConfigError(fmt::format("--strategy={} on {} nodes: {} drives the devices of one node from one process",
                                   q.strategy, q.topology.nodes, q.strategy));
   if (q.batch < 1) throw ConfigError(fmt::format("--batch-size={}: must be at least 1", q.batch));
-  return FamilyModels().at(traits.family)(p, q, traits);
+  StepQuery meshed = q;
+  meshed.replicas = q.replicas > 0 ? q.replicas : q.topology.nodes;  // 0: one per node
+  if (!traits.Reads("--replicate-degree")) meshed.replicas = 1;
+  const int R = meshed.replicas, least = traits.family == Family::kPipeline ? 2 : 1;
+  if (R < 1 || world % R != 0 || world / R < least)
+    throw ConfigError(fmt::format("--strategy={} on {} devices replicated {} times: the replicas must divide the "
+                                  "devices into groups of at least {}", q.strategy, world, R, least));
+  return FamilyModels().at(traits.family)(p, meshed, traits);
 }
 
 }  // namespace ddpbench

@@ -17,6 +17,12 @@
 //                chunk's measured times, a stage hand-off on the link between
 //                its two devices (exposed = the step with hand-offs minus
 //                without; bubble = the rest of the busiest device's idle).
+//   replicated   (--replicate-degree, hsdp) the group's collectives or
+//                hand-offs on the group's topology (links.h SplitTopology);
+//                zero*: each reduced shard all-reduced across the replicas
+//                after its reduce-scatter, before the optimizer; pp x dp:
+//                each device's gradients all-reduced across the replicas
+//                once its last action of the step ends, before its optimizer.
 // Memory per device: the ZeRO formula for model states plus activations.
 #pragma once
 
@@ -38,6 +44,10 @@ struct StepQuery {
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   int micro_batches = 0;    // pmp; 0: 2 x stages where the batch allows it
   int virtual_stages = 0;   // pmp; 0: the schedule's own (2 for interleaved and V)
+  // The strategy's group (a shard group of zero1/2/3, a pipeline of pmp/mp)
+  // replicated this many times (--replicate-degree; the group is world /
+  // replicas consecutive devices); 0: one per node (hsdp's default).
+  int replicas = 1;
 };
 
 struct StepPrediction {
@@ -66,7 +76,7 @@ StepPrediction PredictStep(const Profile& profile, const StepQuery& query);
 // The families, exposed for tests: `cost` per unit at the batch each device runs.
 StepPrediction PredictDdp(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t, double cap_mb);
 StepPrediction PredictZero(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t, double cap_mb,
-                           int stage);
+                           int stage, int replicas = 1);
 StepPrediction PredictDp(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t);
 
 // The Reducer's buckets over `param_bytes` (each tensor, model order): tensor

@@ -181,7 +181,7 @@ TEST(Config, StrategyFlagsOnlyWhereTheyApply) {
   EXPECT_EQ(ParseError({"--strategy=dp", "--chunks=8"}),
             "--chunks=8: applies only to --strategy=pmp, not to --strategy=dp; leave it out");
   EXPECT_EQ(ParseError({"--strategy=mp", "--bucket-cap-mb=5"}),
-            "--bucket-cap-mb=5: applies only to --strategy=ddp|zero1|zero2|zero3, not to --strategy=mp; leave it out");
+            "--bucket-cap-mb=5: applies only to --strategy=ddp|zero1|zero2|zero3|hsdp, not to --strategy=mp; leave it out");
   EXPECT_NE(ParseError({"--strategy=single", "--split=4,6"}).find("applies only to --strategy=mp|pmp"),
             std::string::npos);
   EXPECT_NE(ParseError({"--strategy=ddp", "--schedule", "gpipe"}).find("--schedule=gpipe: applies only to --strategy=pmp"),
@@ -221,13 +221,16 @@ TEST(Config, StrategyFlagsOnlyWhereTheyApply) {
   EXPECT_EQ(ParseError({"--strategy=ddp", "--bucket-cap-mb=5", "--timeout=30"}), "");
   EXPECT_EQ(ParseError({"--strategy=pmp", "--schedule=interleaved", "--virtual-stages=3"}), "");
   EXPECT_EQ(ParseError({"--strategy=dp"}), "");
-  EXPECT_EQ(FlagStrategies("--bucket-cap-mb"), (std::vector<std::string>{"ddp", "zero1", "zero2", "zero3"}));
+  EXPECT_EQ(FlagStrategies("--bucket-cap-mb"), (std::vector<std::string>{"ddp", "zero1", "zero2", "zero3", "hsdp"}));
+  EXPECT_EQ(FlagStrategies("--replicate-degree"),
+            (std::vector<std::string>{"mp", "pmp", "zero1", "zero2", "zero3", "hsdp"}));
   EXPECT_TRUE(FlagStrategies("--batch-size").empty());
 }
 
 // The traits table is the one place a strategy is described: the registry
 // pairs every row with a factory, the rows agree with themselves (a ZeRO
-// stage only where states are sharded, each stage once), and every flag a
+// stage only where states are sharded, each stage once but for a name that
+// replicates it by node), and every flag a
 // row reads is one the parser knows and reports as that strategy's.
 TEST(StrategyTraits, EveryRegisteredStrategyHasOneConsistentRow) {
   ASSERT_EQ(StrategyTable().size(), StrategyTraitsTable().size());
@@ -238,7 +241,9 @@ TEST(StrategyTraits, EveryRegisteredStrategyHasOneConsistentRow) {
     EXPECT_EQ(t->family, entry.info.family) << t->name;
     if (t->family == Family::kSharded) {
       EXPECT_TRUE(t->zero_stage >= 1 && t->zero_stage <= 3) << t->name;
-      EXPECT_TRUE(stages.insert(t->zero_stage).second) << t->name << " repeats stage " << t->zero_stage;
+      // A row replicated by node (hsdp) is another name for its stage's strategy, mesh on.
+      if (t->replicate_by_node) EXPECT_TRUE(t->Reads("--replicate-degree")) << t->name;
+      else EXPECT_TRUE(stages.insert(t->zero_stage).second) << t->name << " repeats stage " << t->zero_stage;
     } else {
       EXPECT_EQ(t->zero_stage, 0) << t->name;
     }

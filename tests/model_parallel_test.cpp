@@ -1062,7 +1062,7 @@ INSTANTIATE_TEST_SUITE_P(
              "only 10 units; accepted: --gpus<=5"},
         Case{"--strategy=dp --gpus=2 --chunks=4", "--chunks=4: applies only to --strategy=pmp, not to --strategy=dp"},
         Case{"--strategy=mp --gpus=2 --schedule=1f1b", "--schedule=1f1b: applies only to --strategy=pmp, not to --strategy=mp"},
-        Case{"--strategy=mp --gpus=2 --bucket-cap-mb=1", "--bucket-cap-mb=1: applies only to --strategy=ddp|zero1|zero2|zero3"},
+        Case{"--strategy=mp --gpus=2 --bucket-cap-mb=1", "--bucket-cap-mb=1: applies only to --strategy=ddp|zero1|zero2|zero3|hsdp"},
         Case{"--strategy=dp --gpus=2 --split=5,5", "--split=5,5: applies only to --strategy=mp|pmp"},
         Case{"--strategy=mp --gpus=2 --split=4,x", "--split=4,x"},
         Case{"--strategy=pmp --gpus=2 --schedule=zb", "--schedule=zb: not accepted; accepted values: gpipe|1f1b|interleaved|zero-bubble|interleaved-zero-bubble"},

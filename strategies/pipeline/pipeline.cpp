@@ -85,10 +85,14 @@ class PipelineStrategy final : public Strategy {
     e_.config = ctx.config;
     e_.timer = ctx.timer;
     e_.dist = ctx.dist;
-    e_.ranks = e_.config->stage_ranks;  // device d is rank d; this process runs its own
-    e_.rank = e_.ranks ? e_.dist->rank : 0;
+    // Device d is rank d of the pipeline's group (the world, or with
+    // --replicate-degree this rank's group of the mesh); this process runs its own.
+    e_.ranks = e_.config->stage_ranks;
+    e_.rank = !e_.ranks ? 0 : e_.dist->mesh_group ? e_.dist->mesh.index : e_.dist->rank;
     e_.lr = ctx.lr;
-    const int S = e_.ranks ? e_.dist->world : static_cast<int>(ctx.devices.size());
+    const int S = !e_.ranks            ? static_cast<int>(ctx.devices.size())
+                  : e_.dist->mesh_group ? e_.dist->mesh.group_size
+                                        : e_.dist->world;
     ChooseShape(ctx, S);
     // CPU only: a CUDA device's host thread runs ahead of its stream, so an
     // input missing at the host says nothing about the device being idle.
@@ -153,30 +157,52 @@ class PipelineStrategy final : public Strategy {
   }
   const ResNetOptions* BuiltModel() const override { return &e_.model->options(); }
 
-  // The whole model by its own names (each tensor on its chunk's device),
-  // every device's optimizer state by parameter name, the loss scale (the
-  // same on every device: each takes the same skip-or-step decision) and
-  // the split as "meta.split" (with its units, "meta.units") and (pmp) the
-  // shape as "meta.shape": a resumed run must cut and schedule the model the
-  // same way.
+  // The model by its own names (each tensor on its chunk's device; across
+  // --stage-ranks the units this rank runs), each device's optimizer state
+  // by parameter name, the loss scale (the same on every device: each takes
+  // the same skip-or-step decision) and the split as "meta.split" (with its
+  // units, "meta.units") and (pmp) the shape as "meta.shape": a resumed run
+  // must cut and schedule the model the same way. Across ranks also the
+  // rank's place: its stage, the stages and the replicas.
   TensorMap SaveState() override {
-    TORCH_CHECK(!transport_->AcrossRanks(), "--stage-ranks: snapshots are not built for stages on separate ranks");
     TensorMap state;
-    SaveModule(state, "model.", *e_.model);
-    for (auto& dev : e_.devices)
-      SaveOptimizer(state, "optim.", *dev->optimizer, ParameterNames(*dev->optimizer, *e_.model));
+    SaveModel(state);
+    for (int d : e_.local)
+      SaveOptimizer(state, "optim.", *e_.devices[d]->optimizer, ParameterNames(*e_.devices[d]->optimizer, *e_.model));
     e_.Mine().scaler->Save(state, "scaler.");
     state["meta.split"] = SplitTensor();
     state["meta.units"] = UnitsTensor();
     if (e_.pipelined) state["meta.shape"] = ShapeTensor();
+    if (transport_->AcrossRanks()) state["meta.place"] = PlaceTensor();
     return state;
   }
 
   void LoadState(const TensorMap& state) override;
 
+  // The model's tensors: all of them in one process, this rank's units across ranks.
+  void SaveModel(TensorMap& state) {
+    if (!transport_->AcrossRanks()) return SaveModule(state, "model.", *e_.model);
+    for (const auto& [name, unit] : LocalUnits()) SaveModule(state, "model.units." + name + ".", *unit);
+  }
+  void LoadModel(StateReader& reader) {
+    if (!transport_->AcrossRanks()) return reader.LoadModule("model.", *e_.model);
+    for (const auto& [name, unit] : LocalUnits()) reader.LoadModule("model.units." + name + ".", *unit);
+  }
+  // The units this process runs, by their names in the model.
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> LocalUnits() {
+    std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> local;
+    const auto named = e_.model->units()->named_children();
+    for (size_t u = 0; u < named.size(); ++u)
+      if (e_.Local(e_.unit_device.at(u))) local.emplace_back(named[u].key(), named[u].value());
+    return local;
+  }
+
   std::map<std::string, std::string> Extras() override {
     transport_->ShareFigures();
-    return pipeline::PipelineExtras(e_);
+    auto extras = pipeline::PipelineExtras(e_);
+    if (e_.ranks && e_.dist->mesh.replicas > 1)
+      extras["mesh"] = fmt::format("pp={},dp={}", e_.table.devices, e_.dist->mesh.replicas);
+    return extras;
   }
 
   // This process's devices' (--stage-ranks: each rank reports its own).
@@ -294,6 +320,11 @@ class PipelineStrategy final : public Strategy {
   torch::Tensor UnitsTensor() const {
     return torch::tensor({static_cast<int64_t>(e_.model->options().half_blocks)}, torch::kLong);
   }
+  // Across ranks: [this rank's stage, stages, replicas].
+  torch::Tensor PlaceTensor() const {
+    return torch::tensor({static_cast<int64_t>(e_.rank), static_cast<int64_t>(e_.table.devices),
+                          static_cast<int64_t>(e_.dist->mesh.replicas)}, torch::kLong);
+  }
   // [micro-batches, chunks per device, schedule] (PipelineSchedule's value).
   torch::Tensor ShapeTensor() const {
     return torch::tensor({static_cast<int64_t>(e_.table.micro_batches), static_cast<int64_t>(e_.table.virtual_stages),
@@ -306,8 +337,11 @@ class PipelineStrategy final : public Strategy {
 };
 
 void PipelineStrategy::LoadState(const TensorMap& state) {
-  TORCH_CHECK(!transport_->AcrossRanks(), "--stage-ranks: snapshots are not built for stages on separate ranks");
   StateReader reader(state);
+  if (transport_->AcrossRanks())
+    reader.TakeEqual("meta.place", PlaceTensor(),
+                     "this rank's stage, the stages and the replicas: each rank loads what it saved, at the same "
+                     "world size and --replicate-degree");
   reader.TakeEqual("meta.split", SplitTensor(),
                    "units per stage: --balance=time measures the split at every start; pass the saved "
                    "split as --split, with the saved row's units as --units, to cut the model as the saved "
@@ -319,12 +353,12 @@ void PipelineStrategy::LoadState(const TensorMap& state) {
     reader.TakeEqual("meta.shape", ShapeTensor(),
                      "micro-batches, chunks per device, schedule: pmp chooses its shape at every start when "
                      "--chunks is not given; pass the saved ones");
-  reader.LoadModule("model.", *e_.model);  // copies on this thread's streams: done before the workers go on
-  for (auto& dev : e_.devices) WaitForCurrentStream(dev->device);
+  LoadModel(reader);  // copies on this thread's streams: done before the workers go on
+  for (int d : e_.local) WaitForCurrentStream(e_.devices[d]->device);
   // Each device's optimizer state is made in its own thread (a CPU logical
   // device is charged for it), one device at a time.
-  for (size_t d = 0; d < e_.devices.size(); ++d)
-    e_.workers->Run(static_cast<int>(d), [&] {
+  for (int d : e_.local)
+    e_.workers->Run(e_.WorkerOf(d), [&] {
       Device& dev = *e_.devices[d];
       reader.LoadOptimizer("optim.", *dev.optimizer, ParameterNames(*dev.optimizer, *e_.model));
       dev.scaler->Load(reader, "scaler.");

@@ -16,9 +16,7 @@ struct RankLink::InFlight {
   std::vector<at::Tensor> tensors;
 };
 
-RankLink::RankLink(DistContext& dist) : dist_(dist) {
-  TORCH_CHECK(dist.group, "--stage-ranks: the ranks have no process group");
-}
+RankLink::RankLink(c10d::ProcessGroup& group) : group_(group) {}
 
 RankLink::~RankLink() = default;
 
@@ -26,7 +24,7 @@ void RankLink::Send(const torch::Tensor& tensor, int dst, int tag) {
   auto sending = std::make_unique<InFlight>();
   sending->tensors = {tensor.contiguous()};
   CollectiveLabel label("pipeline hand-off (send)");
-  sending->work = dist_.group->send(sending->tensors, dst, tag);
+  sending->work = group_.send(sending->tensors, dst, tag);
   std::lock_guard<std::mutex> lock(mutex_);
   sends_.push_back(std::move(sending));
 }
@@ -39,7 +37,7 @@ void RankLink::Post(int src, int tag, at::IntArrayRef shape, const torch::Tensor
   auto receiving = std::make_unique<InFlight>();
   receiving->tensors = {torch::empty(shape, options)};
   CollectiveLabel label("pipeline hand-off (receive)");
-  receiving->work = dist_.group->recv(receiving->tensors, src, tag);
+  receiving->work = group_.recv(receiving->tensors, src, tag);
   std::lock_guard<std::mutex> lock(mutex_);
   receives_[tag] = std::move(receiving);
 }
@@ -136,9 +134,9 @@ Boundaries MeasureBoundaries(ResNet model, int64_t image_size, const std::string
   return b;
 }
 
-void GatherUnitParameters(DistContext& dist, ResNet model, const std::vector<int>& owner) {
+void GatherUnitParameters(DistContext& dist, ResNet model, const std::vector<int>& owner, int stages) {
   torch::NoGradGuard no_grad;
-  for (int r = 0; r < dist.world; ++r) {
+  for (int r = 0; r < stages; ++r) {
     std::vector<torch::Tensor> here, moved;
     for (size_t u = 0; u < owner.size(); ++u) {
       if (owner[u] != r) continue;

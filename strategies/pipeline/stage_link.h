@@ -25,6 +25,10 @@
 
 #include "models/resnet.h"
 
+namespace c10d {
+class ProcessGroup;
+}
+
 namespace ddpbench {
 
 struct DistContext;
@@ -32,7 +36,8 @@ struct PipelineShape;
 
 class RankLink {
  public:
-  explicit RankLink(DistContext& dist);
+  // Over `group` (the pipeline's ranks; ranks below are its group ranks).
+  explicit RankLink(c10d::ProcessGroup& group);
   ~RankLink();
   RankLink(const RankLink&) = delete;
   RankLink& operator=(const RankLink&) = delete;
@@ -52,7 +57,7 @@ class RankLink {
 
  private:
   struct InFlight;
-  DistContext& dist_;
+  c10d::ProcessGroup& group_;
   std::mutex mutex_;
   std::map<int, std::unique_ptr<InFlight>> receives_;
   std::vector<std::unique_ptr<InFlight>> sends_;
@@ -76,9 +81,10 @@ struct Boundaries {
 };
 Boundaries MeasureBoundaries(ResNet model, int64_t image_size, const std::string& amp, torch::Device device);
 
-// Every unit's parameters as the rank that runs it (`owner`, by unit) has
-// them, copied into this rank's copies of the others' (the parity check's
-// Parameters()). Collective.
-void GatherUnitParameters(DistContext& dist, ResNet model, const std::vector<int>& owner);
+// Every unit's parameters as the rank that runs it (`owner`, by unit: a
+// stage 0..stages-1, world rank `stage` of the first pipeline: replicas hold
+// the same weights) has them, copied into this rank's copies of the others'
+// (the parity check's Parameters()). Collective over the world.
+void GatherUnitParameters(DistContext& dist, ResNet model, const std::vector<int>& owner, int stages);
 
 }  // namespace ddpbench

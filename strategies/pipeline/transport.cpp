@@ -9,6 +9,7 @@
 #include "base/config.h"
 #include "harness/dist.h"
 #include "harness/training.h"
+#include "strategies/pipeline/replicas.h"
 #include "strategies/pipeline/stage_link.h"
 
 namespace ddpbench::pipeline {
@@ -65,9 +66,13 @@ constexpr int kLossTag = 1 << 25;
 class RankTransport final : public Transport {
  public:
   explicit RankTransport(Engine& engine)
-      : Transport(engine), link_(*engine.dist),
+      : Transport(engine), link_(PipelineGroup(*engine.dist)),
         boundaries_(MeasureBoundaries(engine.model, RunImageSize(*engine.config), engine.config->amp,
-                                      engine.chunks.front()->device)) {}
+                                      engine.chunks.front()->device)) {
+    const DistContext& dist = *engine.dist;
+    if (dist.replicate_group && dist.mesh.replicas > 1)
+      replicas_ = std::make_unique<ReplicaGradients>(*dist.replicate_group, dist.mesh.replicas, *engine.timer);
+  }
 
   bool AcrossRanks() const override { return true; }
 
@@ -84,7 +89,7 @@ class RankTransport final : public Transport {
       return;
     }
     const torch::Tensor loss = state.loss.to(e_.dist->device, torch::kDouble);
-    for (int r = 0; r < e_.dist->world; ++r)
+    for (int r = 0; r < e_.table.devices; ++r)
       if (r != e_.rank) link_.Send(loss, r, kLossTag);
   }
 
@@ -117,8 +122,15 @@ class RankTransport final : public Transport {
     else link_.Send(g, to, GradTag(c, m));
   }
 
+  void GradientsDone(int c) override {
+    if (replicas_) replicas_->Launch(c, e_.chunks[c]->params, e_.chunks[c]->device);
+  }
+  void FinishGradients() override {
+    if (replicas_) replicas_->Finish();
+  }
+
   torch::Tensor Predict(const torch::Tensor& images) override;
-  void GatherParameters() override { GatherUnitParameters(*e_.dist, e_.model, e_.unit_device); }
+  void GatherParameters() override { GatherUnitParameters(*e_.dist, e_.model, e_.unit_device, e_.table.devices); }
   void ShareFigures() override;
 
  private:
@@ -169,7 +181,14 @@ class RankTransport final : public Transport {
     return t;
   }
 
+  // The process group of this rank's pipeline: its group of the mesh, or the world.
+  static c10d::ProcessGroup& PipelineGroup(const DistContext& dist) {
+    TORCH_CHECK(dist.group, "--stage-ranks: the ranks have no process group");
+    return dist.mesh_group ? *dist.mesh_group : *dist.group;
+  }
+
   RankLink link_;
+  std::unique_ptr<ReplicaGradients> replicas_;  // --replicate-degree: the replicate all-reduce
   Boundaries boundaries_;        // what each unit hands on, for one image
   bool figures_shared_ = false;  // ShareFigures ran
 };
@@ -230,6 +249,10 @@ void RankTransport::ShareFigures() {
   std::vector<double> sum(n, 0.0);
   for (size_t r = 0; (r + 1) * n <= all.size(); ++r)
     for (size_t i = 0; i < n; ++i) sum[i] = i + 1 == n ? std::max(sum[i], all[r * n + i]) : sum[i] + all[r * n + i];
+  // Replicated pipelines: each device's and chunk's figures summed over the
+  // replicas, made their mean.
+  const double replicas = e_.dist->mesh.replicas;
+  for (size_t i = 0; i + 1 < n; ++i) sum[i] /= replicas;
   auto v = sum.begin();
   for (auto& dev : e_.devices) {
     dev->busy_ms = *v++, dev->activation_peak_bytes = *v++, dev->fill_ms = *v++;

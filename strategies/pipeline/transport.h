@@ -51,6 +51,11 @@ class Transport {
   virtual void BeforeAction(const std::vector<PipelineAction>& row, size_t i, const StepState& state,
                             RowCursor& cursor) {}
   virtual void AfterAction(const PipelineAction& a, RowCursor& cursor) {}
+  // Chunk c's gradients of the step are complete on this rank (its last
+  // backward or W has run); and, before the optimizer steps, every chunk's
+  // are final. Replicated pipelines all-reduce them across the replicas.
+  virtual void GradientsDone(int c) {}
+  virtual void FinishGradients() {}
 
   // Action a's input: for a forward of chunk c > 0 the activation chunk c - 1
   // sent, for a backward of a chunk before the last the gradient of its output.

@@ -108,6 +108,20 @@ class Walk {
   StepState& state_;
 };
 
+// For each action of `row`: whether it completes its chunk's gradients of
+// the step (the chunk's last whole backward or W in the row).
+std::vector<char> GradientsCompleteAt(const std::vector<PipelineAction>& row) {
+  std::vector<char> complete(row.size(), 0);
+  std::vector<char> seen;
+  for (size_t i = row.size(); i-- > 0;) {
+    const PipelineAction& a = row[i];
+    if (a.op == PipelineOp::kForward || a.op == PipelineOp::kBackwardInput) continue;
+    if (seen.size() <= static_cast<size_t>(a.chunk)) seen.resize(a.chunk + 1, 0);
+    if (!seen[a.chunk]) complete[i] = seen[a.chunk] = 1;
+  }
+  return complete;
+}
+
 }  // namespace
 
 void RunDevice(Engine& e, Transport& transport, int d, StepState& state) {
@@ -115,6 +129,7 @@ void RunDevice(Engine& e, Transport& transport, int d, StepState& state) {
   dev.optimizer->zero_grad(/*set_to_none=*/false);  // gradients stay allocated: not activations
   const int64_t base = AllocatedBytesNow(dev.device, dev.index);
   const std::vector<PipelineAction>& row = e.table.actions[d];
+  const std::vector<char> gradients_complete = GradientsCompleteAt(row);
   Walk walk(e, transport, state);
   RowCursor cursor;
   for (size_t i = 0; i < row.size(); ++i) {
@@ -125,9 +140,11 @@ void RunDevice(Engine& e, Transport& transport, int d, StepState& state) {
     else if (a.op == PipelineOp::kBackwardWeight) walk.WeightGrad(a.chunk, a.micro_batch);
     else walk.Backward(a.chunk, a.micro_batch, a.op == PipelineOp::kBackwardInput);
     transport.AfterAction(a, cursor);
+    if (gradients_complete[i]) transport.GradientsDone(a.chunk);
     const double held = static_cast<double>(AllocatedBytesNow(dev.device, dev.index) - base);
     if (state.timed) dev.activation_peak_bytes = std::max(dev.activation_peak_bytes, held);
   }
+  transport.FinishGradients();
   {
     StageWork work(dev.clock, *e.timer, Phase::kOptimizer, dev.device);
     if (dev.scaler->enabled()) dev.found_inf = dev.scaler->Unscale(dev.params);

@@ -12,5 +12,8 @@ namespace ddpbench {
 
 static std::unique_ptr<Strategy> MakeZero3Strategy() { return MakeShardedStrategy(3); }
 DDPBENCH_REGISTER_STRATEGY("zero3", MakeZero3Strategy);
+// hsdp: the same strategy, its replicate degree one per node unless given.
+static std::unique_ptr<Strategy> MakeHsdpStrategy() { return MakeShardedStrategy(3); }
+DDPBENCH_REGISTER_STRATEGY("hsdp", MakeHsdpStrategy);
 
 }  // namespace ddpbench

@@ -48,5 +48,5 @@ snapshot_results
 bad_input zero3 "--replicate-degree=3: 4 ranks do not divide into 3 equal groups; accepted: a divisor of 4 that leaves groups of 2 or more (1, 2)" --gpus=4 --oversubscribe --replicate-degree=3
 bad_input zero3 "--replicate-degree=2: 2 ranks in 2 groups leave 1 rank a group" --gpus=2 --replicate-degree=2
 bad_input zero2 "--replicate-degree=0: accepted: 1 (no replication) or more" --gpus=2 --replicate-degree=0
-bad_input ddp "--replicate-degree=2: applies only to --strategy=zero1|zero2|zero3" --gpus=4 --oversubscribe --replicate-degree=2
+bad_input ddp "--replicate-degree=2: applies only to --strategy=mp|pmp|zero1|zero2|zero3|hsdp" --gpus=4 --oversubscribe --replicate-degree=2
 echo "hsdp_cli: all checks passed"

@@ -122,7 +122,7 @@ bad "--virtual-stages=3: --schedule=zbv places exactly 2 chunks per device in a 
 bad "--chunks=2: --schedule=dualpipev needs at least 4 micro-batches on --gpus=2 (one per stage of its V)" \
   --strategy=pmp --gpus=2 $OVER --batch-size=8 --chunks=2 --schedule=dualpipev
 bad "--chunks=4: applies only to --strategy=pmp, not to --strategy=mp" --strategy=mp --gpus=2 $OVER --chunks=4
-bad "--bucket-cap-mb=1: applies only to --strategy=ddp|zero1|zero2|zero3, not to --strategy=pmp" --strategy=pmp --gpus=2 $OVER --bucket-cap-mb=1
+bad "--bucket-cap-mb=1: applies only to --strategy=ddp|zero1|zero2|zero3|hsdp, not to --strategy=pmp" --strategy=pmp --gpus=2 $OVER --bucket-cap-mb=1
 bad "--schedule=zb" --strategy=pmp --gpus=2 $OVER --schedule=zb
 bad "--gpus=1000 x --threads-per-device=1: 1000 threads" --strategy=dp --gpus=1000
 echo "model_parallel: all checks passed"

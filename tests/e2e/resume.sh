@@ -4,7 +4,8 @@
 #  - kill -9 of one rank after the second snapshot, then the same command
 #    again: it resumes and ends bit-identical (every tensor of the final
 #    snapshot) to an uninterrupted run, for single, ddp and zero1 (2 ranks),
-#    zero3 with --replicate-degree=2 (4 ranks)
+#    zero3 with --replicate-degree=2 (4 ranks), pmp --stage-ranks with
+#    --replicate-degree=2 (4 ranks: two pipelines of 2 stages)
 #    and pmp (the uninterrupted pmp run is given the shape the interrupted one
 #    measured: a second measurement on a loaded machine may choose another);
 #  - a bit-flipped and a truncated snapshot are named and skipped;
@@ -67,7 +68,7 @@ kill_and_resume() {
     fail "$name: did not resume from step $before: $(cat "$TMP/resume-$name.log")"
   # The uninterrupted run comes after, with the pipeline shape the interrupted
   # one measured and kept in its snapshots (a second measurement may differ).
-  local shape=(); [[ $name != pmp ]] || mapfile -t shape < <(shape_flags "$TMP/r.csv")
+  local shape=(); [[ $name != pmp* ]] || mapfile -t shape < <(shape_flags "$TMP/r.csv")
   "$BIN" "${args[@]}" "${shape[@]}" --snapshot-dir="$TMP/ref-$name" --out="$TMP/ref.csv" 2>"$TMP/ref-$name.log" ||
     fail "$name: uninterrupted run failed: $(cat "$TMP/ref-$name.log")"
   local ref
@@ -86,12 +87,15 @@ kill_and_resume hsdp --strategy=zero3 --gpus=4 --oversubscribe --replicate-degre
 # --rebalance=off: a run re-split after its warm-up cannot be repeated from
 # flags (its first steps ran on the set-up split).
 DDPBENCH_TEST_AUTO_UNITS=half-blocks kill_and_resume pmp --strategy=pmp --gpus=2 --oversubscribe --rebalance=off
+# Pipelines replicated: each of 4 ranks resumes its stage of its pipeline (2 x 2).
+kill_and_resume pmp-pp-dp --strategy=pmp --stage-ranks --gpus=4 --oversubscribe --replicate-degree=2 --rebalance=off
 
 "$PY" - "$TMP/r.csv" <<'PYEOF'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-assert [r["strategy"] for r in rows] == ["single", "ddp", "zero1", "zero3", "pmp"], [r["strategy"] for r in rows]
+assert [r["strategy"] for r in rows] == ["single", "ddp", "zero1", "zero3", "pmp", "pmp"], [r["strategy"] for r in rows]
 assert rows[3]["mesh"] == "replicate=2,shard=2", rows[3]["mesh"]
+assert rows[5]["mesh"] == "pp=2,dp=2", rows[5]["mesh"]
 for r in rows:
     assert r["restarts"] == "1" and int(r["resumed_from_step"]) >= 6, (r["strategy"], r["resumed_from_step"])
     assert r["steps_done"] == "15" and r["stop_reason"] == "steps", (r["steps_done"], r["stop_reason"])

@@ -84,7 +84,7 @@ bad() {  # expected-message flags...
   echo "ok (exit 2): $*"
 }
 bad "applies only to --strategy=mp|pmp" --strategy=ddp --gpus=2 --stage-ranks
-bad "snapshots are not built for stages on separate ranks" --strategy=pmp --gpus=2 --stage-ranks --snapshot-dir="$TMP/s"
+bad "validation during training is not built for stages on separate ranks" --strategy=pmp --gpus=2 --stage-ranks --epochs=1
 bad "--rebalance=warmup with --stage-ranks" --strategy=pmp --gpus=2 --stage-ranks --rebalance=warmup
 bad "--calibrate with --stage-ranks" --strategy=pmp --gpus=2 --stage-ranks --calibrate="$TMP/p.json"
 bad "--chunks=3" --strategy=pmp --gpus=2 --stage-ranks --batch-size=8 --chunks=3

@@ -14,41 +14,15 @@ TMP="$(mktemp -d)"
 source "$SRC/tests/e2e/lib/launch_common.sh"
 clear_launcher_env
 
-NA="ddpA$$"; NB="ddpB$$"; VA="ddpva$$"; VB="ddpvb$$"   # interface names: at most 15 characters
-NET="10.213.$(($$ % 250 + 1))"; ADDR_A="$NET.1"; ADDR_B="$NET.2"
-MADE=()
-cleanup() {
-  set +e
-  kill_children
-  local n
-  for n in "${MADE[@]}"; do ip netns del "$n" 2>/dev/null; done
-  ip link del "$VA" 2>/dev/null   # only if it never moved into a namespace
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-
-command -v ip >/dev/null || skip "ip not installed: Debian's iproute2 is missing (scripts/setup.sh installs it)"
-[[ $(id -u) -eq 0 ]] || skip "network namespaces need root (running as uid $(id -u))"
-for n in "$NA" "$NB"; do
-  out="$(ip netns add "$n" 2>&1)" || skip "network namespaces cannot be made here: ip netns add $n: $out"
-  MADE+=("$n")
-done
-out="$(ip link add "$VA" type veth peer name "$VB" 2>&1)" || skip "veth pairs cannot be made here: $out"
-ip link set "$VA" netns "$NA"
-ip link set "$VB" netns "$NB"
-ip -n "$NA" addr add "$ADDR_A/24" dev "$VA"
-ip -n "$NB" addr add "$ADDR_B/24" dev "$VB"
-for n in "$NA" "$NB"; do ip -n "$n" link set lo up; done
-ip -n "$NA" link set "$VA" up
-ip -n "$NB" link set "$VB" up
+source "$SRC/tests/e2e/lib/netns_pair.sh"
+trap end_pair EXIT
+make_pair ddp "10.213.$(($$ % 250 + 1))"
 # Each namespace: loopback and its veth end, nothing else.
 links() { ip -n "$1" -o link show | awk -F': ' '{print $2}' | cut -d@ -f1 | sort | tr '\n' ' '; }
 [[ "$(links "$NA")" == "$VA lo " ]] || fail "namespace $NA has interfaces: $(links "$NA")"
 [[ "$(links "$NB")" == "$VB lo " ]] || fail "namespace $NB has interfaces: $(links "$NB")"
 
-bytes() {  # namespace interface rx|tx
-  ip -n "$1" -s -j link show dev "$2" | "$PY" -c "import json, sys; print(json.load(sys.stdin)[0]['stats64']['$3']['bytes'])"
-}
+bytes() { pair_bytes "$@"; }
 TX_A0="$(bytes "$NA" "$VA" tx)"; TX_B0="$(bytes "$NB" "$VB" tx)"
 
 # A fresh namespace has every port free: the usual 29500.

@@ -11,7 +11,7 @@ import re
 import unittest
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-NAMES = r"(single|dp|ddp|mp|pmp|zero[123]?)"
+NAMES = r"(single|dp|ddp|mp|pmp|zero[123]?|hsdp)"
 COMPARISON = re.compile(rf'[=!]=\s*"{NAMES}"|"{NAMES}"\s*[=!]=|strategy\.back\(\)|rfind\("zero"')
 OWNERS = {"strategies/single.cpp", "strategies/data/dp.cpp", "strategies/data/ddp.cpp", "strategies/pipeline/mp.cpp",
           "strategies/pipeline/pmp.cpp", "strategies/sharded/zero1.cpp", "strategies/sharded/zero2.cpp",
