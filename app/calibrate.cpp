@@ -483,6 +483,13 @@ std::pair<LinkMeasurement, Link> MeasureAllReduceLink(DistContext& dist, const s
 
 }  // namespace
 
+Link MeasureAllReduce(DistContext& dist, const std::vector<int64_t>& sizes, const LinkEffort& effort) {
+  auto [m, link] = MeasureAllReduceLink(dist, sizes, effort.repeats, effort.min_seconds);
+  link.lanes = dist.comm_lanes;
+  AddToTable(&link, Collective::kAllReduce, dist.world, m.points);
+  return link;
+}
+
 Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, torch::Device device,
                        DistContext& dist, const std::vector<int64_t>& batches, const std::vector<int64_t>& link_sizes,
                        const LinkEffort& effort, bool sharded_collectives, bool point_to_point) {

@@ -42,6 +42,11 @@ LinkEffort CalibrationEffort();
 // slow link), and with `point_to_point` a send/recv between ranks 0 and 1
 // (pmp's stage hand-off with --stage-ranks). Every rank calls it (the link
 // part is collective).
+// The all-reduce over `dist`'s group timed at `sizes` with `effort` and
+// fitted, its times kept as the link's table (every rank calls it; every
+// rank gets the link): with a device mesh, the link between the replicas.
+Link MeasureAllReduce(DistContext& dist, const std::vector<int64_t>& sizes, const LinkEffort& effort);
+
 Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, torch::Device device,
                        DistContext& dist, const std::vector<int64_t>& batches, const std::vector<int64_t>& link_sizes,
                        const LinkEffort& effort, bool sharded_collectives, bool point_to_point = false);

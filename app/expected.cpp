@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -65,10 +66,47 @@ StepQuery QueryOf(const RunConfig& c, const DistContext& dist, const std::map<st
   q.schedule = ParsePipelineSchedule(schedule != extras.end() && !schedule->second.empty() ? schedule->second : c.schedule);
   q.micro_batches = ExtraInt(extras, "chunks", c.chunks);
   q.virtual_stages = ExtraInt(extras, "virtual_stages", c.virtual_stages);
+  q.replicas = dist.mesh.replicas;  // 1 without a mesh
   return q;
 }
 
 bool OnOneDevice(const RunConfig& c, int world) { return std::max(world, c.gpus) == 1; }
+
+// `dist` narrowed to one of its mesh's groups (`group`, where this rank is
+// `rank` of `world`): what is measured over it stays inside the group.
+DistContext Narrowed(const DistContext& dist, const c10::intrusive_ptr<c10d::ProcessGroup>& group, int rank,
+                     int world) {
+  DistContext sub = dist;
+  sub.group = group, sub.rank = rank, sub.world = world;
+  sub.mesh = MeshCoords{}, sub.mesh_group = sub.replicate_group = {};
+  return sub;
+}
+
+// The run's profile measured after it: with a device mesh the units and the
+// group's collectives (a shard group's, a pipeline's hand-offs) over the
+// group's ranks, and the link between replicas by the replicate groups'
+// all-reduce (`inter`), each group measuring beside the others as in the run.
+Profile MeasureRunProfile(const RunConfig& c, const ResNetOptions& options, const std::vector<torch::Device>& devices,
+                          DistContext& dist, const StrategyInfo& info, int micro, std::optional<Link>* inter) {
+  std::vector<int64_t> batches{c.batch_size};
+  if (micro > 1 && c.batch_size % micro == 0) batches.push_back(c.batch_size / micro);
+  const std::vector<int64_t> sizes{64 << 10, 1 << 20, 4 << 20};
+  const bool zero = info.family == Family::kSharded;  // the only ones to reduce-scatter and all-gather
+  const bool pipeline = info.family == Family::kPipeline;
+  if (!dist.mesh_group || dist.mesh.replicas < 2) {
+    Profile p = MeasureProfile(c, options, devices.front(), dist, batches, sizes, LinkEffort{}, zero, pipeline);
+    if (!p.link && devices.size() > 1 && dist.world == 1) p.link = MeasureCopyLink(devices);
+    return p;
+  }
+  DistContext group = Narrowed(dist, dist.mesh_group, dist.mesh.index, dist.mesh.group_size);
+  Profile p = MeasureProfile(c, options, devices.front(), group, batches, sizes, LinkEffort{}, zero, pipeline);
+  DistContext replicas = Narrowed(dist, dist.replicate_group, dist.mesh.replica, dist.mesh.replicas);
+  *inter = MeasureAllReduce(replicas, sizes, LinkEffort{});
+  if (dist.is_root())
+    LogInfo("link between the replicas ({} ranks): alpha {:.1f} us, {:.3f} GB/s", dist.mesh.replicas,
+            (*inter)->alpha_s * 1e6, (*inter)->bandwidth / 1e9);
+  return p;
+}
 
 // A one-process strategy whose devices at work at once (dp's replicas,
 // pmp's stages) are one GPU (--oversubscribe): the model gives every device
@@ -86,8 +124,6 @@ bool SharesOneGpu(const RunConfig& c, const std::vector<torch::Device>& devices)
 bool ExpectsThroughput(const RunConfig& c, int world) {
   const StrategyInfo& info = FindStrategy(c.strategy).info;
   if (c.expected == "off" || info.family == Family::kSingle || c.data_only) return false;
-  // The projection has no model of a mesh's replicate step yet: no figure rather than a wrong one.
-  if (c.replicate_degree > 1 && info.Reads("--replicate-degree")) return false;
   // One rank of a one-rank-per-device strategy (ddp, zero1/2/3): its step against its own parts
   // (units, optimizer, step overhead) says what the strategy's machinery
   // costs where there is nothing to communicate.
@@ -115,15 +151,11 @@ std::map<std::string, std::string> ExpectThisRun(const RunConfig& c, const ResNe
   const bool pipeline = info.family == Family::kPipeline;
   const int micro = pipeline ? ExtraInt(extras, "chunks", 1) : 1;
   Profile p;
+  std::optional<Link> inter;  // with a mesh: the link between the replicas
   std::string from;
   if (c.expected == "auto") {
-    std::vector<int64_t> batches{c.batch_size};
-    if (micro > 1 && c.batch_size % micro == 0) batches.push_back(c.batch_size / micro);
     try {
-      const bool zero = info.family == Family::kSharded;  // the only ones to reduce-scatter and all-gather
-      p = MeasureProfile(c, options, devices.front(), dist, batches, {64 << 10, 1 << 20, 4 << 20}, LinkEffort{}, zero,
-                         /*point_to_point=*/pipeline);
-      if (!p.link && devices.size() > 1 && dist.world == 1) p.link = MeasureCopyLink(devices);
+      p = MeasureRunProfile(c, options, devices, dist, info, micro, &inter);
     } catch (const std::invalid_argument& e) {  // a fit the timings could not give (a loaded machine)
       LogWarn("expected_img_s left empty: the link could not be fitted ({})", e.what());
       return {};
@@ -136,7 +168,9 @@ std::map<std::string, std::string> ExpectThisRun(const RunConfig& c, const ResNe
   if (!p.link && OnOneDevice(c, dist.world)) p.link = Link{"none", 0, 0, "one device: no collectives", {}};
   if (!p.link) return {};
   try {
-    const StepPrediction s = PredictStep(p, QueryOf(c, dist, extras, *p.link));
+    StepQuery q = QueryOf(c, dist, extras, *p.link);
+    if (inter) q.topology.inter = *inter;
+    const StepPrediction s = PredictStep(p, q);
     if (dist.is_root())
       LogInfo("expected: {:.1f} img/s ({}: step {:.2f} ms = compute {:.2f} + exposed communication {:.2f} + bubble "
               "{:.2f})", s.ImagesPerSecond(), from, s.step_ms, s.compute_ms, s.exposed_comm_ms, s.bubble_ms);

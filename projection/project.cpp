@@ -56,19 +56,52 @@ Topology MakeTopology(const Profile& p, const RunConfig& c, int nodes) {
 
 std::string Num(double v, int digits = 1) { return fmt::format("{:.{}f}", v, digits); }
 
-Row MakeRow(const RunConfig& c, const std::string& strategy, const Topology& t, int64_t batch,
-            const StepPrediction& s, double single_img_s) {
-  const double error = ValidatedErrorPct(strategy);
-  const StrategyTraits* traits = FindTraits(strategy);
+// An entry of --strategies: a strategy, or a pipeline strategy with "-dp"
+// (pmp-dp: a pipeline of each node's devices, replicated across the nodes,
+// as --stage-ranks --replicate-degree=nodes runs it).
+struct Entry {
+  std::string name, strategy;
+  bool by_node = false;  // replicated one per node (pmp-dp; hsdp by its traits)
+};
+Entry ParseEntry(const std::string& name) {
+  const std::string suffix = "-dp";
+  if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    const std::string base = name.substr(0, name.size() - suffix.size());
+    const StrategyTraits* t = FindTraits(base);
+    if (!t || t->family != Family::kPipeline)
+      throw ConfigError(fmt::format("--strategies: '{}': only a pipeline strategy (mp, pmp) takes -dp", name));
+    return {name, base, true};
+  }
+  const StrategyTraits* t = FindTraits(name);
+  return {name, name, t && t->replicate_by_node};
+}
+
+// The row's mesh: "replicate=R,shard=S" or "pp=P,dp=D" where replicated.
+std::string MeshOf(const Entry& e, const Topology& t) {
+  if (!e.by_node || t.nodes < 2) return "";
+  const StrategyTraits* traits = FindTraits(e.strategy);
   const bool pipeline = traits && traits->family == Family::kPipeline;
+  return pipeline ? fmt::format("pp={},dp={}", t.per_node, t.nodes)
+                  : fmt::format("replicate={},shard={}", t.nodes, t.per_node);
+}
+
+Row MakeRow(const RunConfig& c, const Entry& e, const Topology& t, int64_t batch, const StepPrediction& s,
+            double single_img_s) {
+  const double error = ValidatedErrorPct(e.name);
+  const StrategyTraits* traits = FindTraits(e.strategy);
+  const bool pipeline = traits && traits->family == Family::kPipeline;
+  // pmp-dp: each pipeline takes its node's share, --batch-size a device.
+  const int64_t pipeline_batch = pipeline && e.by_node ? batch * t.per_node : batch;
+  const int pipelines = pipeline && e.by_node ? t.nodes : 1;
   const int validated = std::max(1, ValidatedWorld());
-  return Row{{"strategy", strategy},
+  return Row{{"strategy", e.name},
+             {"mesh", MeshOf(e, t)},
              {"schedule", traits && traits->micro_batches ? c.schedule : ""},
              {"nodes", std::to_string(t.nodes)},
              {"gpus_per_node", std::to_string(t.per_node)},
              {"world", std::to_string(t.world())},
              {"batch_per_device", std::to_string(batch)},
-             {"global_batch", std::to_string(pipeline ? batch : batch * t.world())},
+             {"global_batch", std::to_string(pipeline ? pipeline_batch * pipelines : batch * t.world())},
              {"step_ms", Num(s.step_ms, 2)},
              {"compute_ms", Num(s.compute_ms, 2)},
              {"exposed_comm_ms", Num(s.exposed_comm_ms, 2)},
@@ -76,7 +109,10 @@ Row MakeRow(const RunConfig& c, const std::string& strategy, const Topology& t, 
              {"img_s", Num(s.ImagesPerSecond())},
              {"scaling_efficiency", Num(s.ImagesPerSecond() / (t.world() * single_img_s), 3)},
              {"memory_mb", Num(s.memory_mb)},
-             {"max_batch", c.device_memory_gb > 0 ? std::to_string(s.LargestBatch(c.device_memory_gb * 1024, batch)) : ""},
+             {"max_batch", c.device_memory_gb > 0
+                               ? std::to_string(s.LargestBatch(c.device_memory_gb * 1024, pipeline_batch) /
+                                                (pipeline_batch / batch))
+                               : ""},
              {"error_pct", error >= 0 ? Num(error) : ""},
              {"extrapolated", t.world() > 16 * validated ? "1" : "0"},
              {"largest_term", s.LargestTerm()},
@@ -85,11 +121,15 @@ Row MakeRow(const RunConfig& c, const std::string& strategy, const Topology& t, 
              {"profile", c.project}};
 }
 
-// The query of `strategy` on `t` with the run's pmp and bucket flags.
-StepQuery QueryFor(const RunConfig& c, const std::string& strategy, const Topology& t, int64_t batch) {
-  StepQuery q{strategy, t, batch};
+// The query of entry `e` on `t` with the run's pmp and bucket flags.
+StepQuery QueryFor(const RunConfig& c, const Entry& e, const Topology& t, int64_t batch) {
+  StepQuery q{e.strategy, t, batch};
   q.schedule = ParsePipelineSchedule(c.schedule), q.micro_batches = static_cast<int>(c.chunks);
   q.virtual_stages = static_cast<int>(c.virtual_stages), q.bucket_cap_mb = c.bucket_cap_mb;
+  q.replicas = e.by_node ? t.nodes : 0;
+  // A pipeline of a node's devices replicated across nodes takes the node's
+  // share of the global batch (--batch-size a device), as ddp's ranks do.
+  if (e.by_node && FindTraits(e.strategy)->family == Family::kPipeline) q.batch = batch * t.per_node;
   return q;
 }
 
@@ -114,7 +154,7 @@ Profile ScaledToDevice(Profile p, int64_t batch, double img_s) {
 
 const std::vector<std::string>& ProjectionColumns() {
   static const std::vector<std::string> kColumns = {
-      "strategy", "schedule", "nodes", "gpus_per_node", "world", "batch_per_device", "global_batch", "step_ms",
+      "strategy", "mesh", "schedule", "nodes", "gpus_per_node", "world", "batch_per_device", "global_batch", "step_ms",
       "compute_ms", "exposed_comm_ms", "bubble_ms", "img_s", "scaling_efficiency", "memory_mb", "max_batch",
       "error_pct", "extrapolated", "largest_term", "intra", "inter", "profile"};
   return kColumns;
@@ -124,20 +164,24 @@ std::vector<Row> ProjectRows(const Profile& measured, const RunConfig& c) {
   const int64_t batch = c.given.count("--batch-size") ? c.batch_size : measured.batch_size;
   const Profile p = c.device_img_s > 0 ? ScaledToDevice(measured, batch, c.device_img_s) : measured;
   const bool given = !c.strategies.empty();
-  const std::vector<std::string> strategies =
-      given ? SplitNames(c.strategies) : std::vector<std::string>{"ddp", "zero1", "zero2", "zero3", "dp", "pmp"};
+  std::vector<Entry> entries;
+  for (const std::string& name : given ? SplitNames(c.strategies)
+                                       : std::vector<std::string>{"ddp", "zero1", "zero2", "zero3", "hsdp", "dp",
+                                                                  "pmp", "pmp-dp"})
+    entries.push_back(ParseEntry(name));
   StepQuery base{"single", MakeTopology(p, c, 1), batch};
   base.topology.per_node = 1;
   const double single = PredictStep(p, base).ImagesPerSecond();
   std::vector<Row> rows;
   for (int nodes : ParseCounts("--nodes", c.nodes)) {
     const Topology t = MakeTopology(p, c, nodes);
-    for (const std::string& s : strategies) {
+    for (const Entry& e : entries) {
+      if (!given && e.by_node && nodes == 1) continue;  // on one node: the same as its one-dimensional self
       try {
-        rows.push_back(MakeRow(c, s, t, batch, PredictStep(p, QueryFor(c, s, t, batch)), single));
-      } catch (const ConfigError& e) {
+        rows.push_back(MakeRow(c, e, t, batch, PredictStep(p, QueryFor(c, e, t, batch)), single));
+      } catch (const ConfigError& err) {
         if (given) throw;  // a size the named strategy cannot run is an error
-        fmt::print(stderr, "ddpbench: {} on {} x {} left out: {}\n", s, nodes, c.gpus_per_node, e.what());
+        fmt::print(stderr, "ddpbench: {} on {} x {} left out: {}\n", e.name, nodes, c.gpus_per_node, err.what());
       }
     }
   }
@@ -157,12 +201,12 @@ int RunProjection(const RunConfig& c) {
              p.image_size, p.batch_size, p.precision, p.device, p.machine);
   if (c.device_img_s > 0)
     fmt::print("compute scaled to {} img/s on one device (--device-img-s); links as given\n", c.device_img_s);
-  fmt::print("{:<7} {:<12} {:>5} {:>4} {:>6} {:>11} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>5}\n", "strat",
-             "schedule", "nodes", "gpn", "world", "img/s", "eff", "step ms", "compute", "exposed", "bubble", "mem MB",
+  fmt::print("{:<7} {:<18} {:<12} {:>5} {:>4} {:>6} {:>11} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>5}\n", "strat",
+             "mesh", "schedule", "nodes", "gpn", "world", "img/s", "eff", "step ms", "compute", "exposed", "bubble", "mem MB",
              "error", "extr");
   for (const Row& r : rows)
-    fmt::print("{:<7} {:<12} {:>5} {:>4} {:>6} {:>11} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>5}\n",
-               r.at("strategy"), r.at("schedule").empty() ? "-" : r.at("schedule"), r.at("nodes"),
+    fmt::print("{:<7} {:<18} {:<12} {:>5} {:>4} {:>6} {:>11} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>5}\n",
+               r.at("strategy"), r.at("mesh").empty() ? "-" : r.at("mesh"), r.at("schedule").empty() ? "-" : r.at("schedule"), r.at("nodes"),
                r.at("gpus_per_node"), r.at("world"), r.at("img_s"), r.at("scaling_efficiency"), r.at("step_ms"),
                r.at("compute_ms"), r.at("exposed_comm_ms"), r.at("bubble_ms"), r.at("memory_mb"),
                r.at("error_pct").empty() ? "-" : "±" + r.at("error_pct") + "%", r.at("extrapolated") == "1" ? "yes" : "");

@@ -499,7 +499,7 @@ StepPrediction PredictStep(const Profile& p, const StepQuery& q) {
                                   q.strategy, q.topology.nodes, q.strategy));
   if (q.batch < 1) throw ConfigError(fmt::format("--batch-size={}: must be at least 1", q.batch));
   StepQuery meshed = q;
-  meshed.replicas = q.replicas > 0 ? q.replicas : q.topology.nodes;  // 0: one per node
+  meshed.replicas = q.replicas > 0 ? q.replicas : traits.replicate_by_node ? q.topology.nodes : 1;
   if (!traits.Reads("--replicate-degree")) meshed.replicas = 1;
   const int R = meshed.replicas, least = traits.family == Family::kPipeline ? 2 : 1;
   if (R < 1 || world % R != 0 || world / R < least)

@@ -46,8 +46,9 @@ struct StepQuery {
   int virtual_stages = 0;   // pmp; 0: the schedule's own (2 for interleaved and V)
   // The strategy's group (a shard group of zero1/2/3, a pipeline of pmp/mp)
   // replicated this many times (--replicate-degree; the group is world /
-  // replicas consecutive devices); 0: one per node (hsdp's default).
-  int replicas = 1;
+  // replicas consecutive devices); 0: the strategy's default (1; hsdp: one
+  // per node).
+  int replicas = 0;
 };
 
 struct StepPrediction {

@@ -369,6 +369,75 @@ TEST(StepModel, PipelineBubbleMatchesTheClosedForms) {
   }
 }
 
+TEST(Links, SplitTopologyKeepsAGroupInsideItsNode) {
+  // 2 nodes of 4 devices sharing 2 NICs: groups of 4 and 2 stay on a node,
+  // their replicate groups cross (each device over half a NIC); a group of
+  // 8 spans both nodes and has no replicas.
+  Topology t = OneNode(4, TestLink(1e-6, 100e9));
+  t.nodes = 2, t.nics = 2, t.inter = TestLink(5e-6, 50e9);
+  MeshTopology m = SplitTopology(t, 4);
+  EXPECT_EQ(m.group.per_node, 4);
+  EXPECT_EQ(m.group.nodes, 1);
+  EXPECT_EQ(m.replicas.per_node, 1);
+  EXPECT_EQ(m.replicas.nodes, 2);
+  EXPECT_DOUBLE_EQ(m.replicas.inter.bandwidth, 25e9);
+  m = SplitTopology(t, 2);
+  EXPECT_EQ(m.group.world(), 2);
+  EXPECT_EQ(m.group.nodes, 1);
+  EXPECT_EQ(m.replicas.per_node, 2);  // two of a node's replicas: their reduce-scatter on the node first
+  EXPECT_EQ(m.replicas.nodes, 2);
+  m = SplitTopology(t, 8);
+  EXPECT_EQ(m.group.per_node, 4);
+  EXPECT_EQ(m.group.nodes, 2);
+  EXPECT_EQ(m.replicas.world(), 1);
+}
+
+TEST(StepModel, HsdpAllReducesEachReducedShardAcrossTheReplicas) {
+  // As Zero3KeepsItsLastUnitForItsBackward (2 units of 1 MiB, shard group of 2 on one node:
+  // gather and scatter 0.5 ms each), on 2 such nodes: after each scatter its 0.5 MiB shard is
+  // all-reduced between the 2 nodes (ring of 2: S / B = 0.5 ms). S1 [4.5,5], A1 [5,5.5],
+  // B0 [4.5,6.5], S0 [6.5,7], A0 [7,7.5]: 0.5 ms after the single-node step of 7.
+  const Profile p = UniformProfile(2, 1024.0 * 1024, 8);
+  Topology t = OneNode(2, TestLink(0, 1024.0 * 1024 * 1000));
+  t.nodes = 2;
+  const StepPrediction hsdp = PredictZero(p, p.CostAt(8), t, 1.0, 3, /*replicas=*/2);
+  EXPECT_NEAR(hsdp.step_ms, 7.5, 1e-9);
+  EXPECT_NEAR(hsdp.compute_ms, 6.0, 1e-9);
+  // hsdp replicates one per node by default; its states are sharded over the node's 2 devices
+  // (12 B per parameter of 2 MiB / 4 B = 524288 parameters: 6 MiB / 2), zero3's over all 4.
+  StepQuery q{"hsdp", t, 8};
+  EXPECT_NEAR(PredictStep(p, q).states_mb, 3.0, 1e-9);
+  EXPECT_EQ(PredictStep(p, q).images, 32);
+  q.strategy = "zero3";
+  EXPECT_NEAR(PredictStep(p, q).states_mb, 1.5, 1e-9);
+  q.replicas = 2;
+  EXPECT_NEAR(PredictStep(p, q).step_ms, PredictStep(p, StepQuery{"hsdp", t, 8}).step_ms, 1e-9);
+}
+
+TEST(StepModel, ReplicatedPipelinesAllReduceEachDeviceAfterItsLastAction) {
+  // 4 units of 1 MiB, 2 stages of 2 units on a node, 1F1B over 2 micro-batches; replicated on
+  // 2 nodes. Each device all-reduces its 2 MiB with its twin once its last action ends (ring of
+  // 2: S / B = 2 ms). Stage 1 ends its last backward 2 ms before stage 0 ends (stage 0's
+  // backward of that micro-batch), so stage 0's all-reduce ends the step: 2 ms after the
+  // pipeline alone, with twice the images. The hand-offs (100 B an image) cost ~nothing.
+  const Profile p = UniformProfile(4, 1024.0 * 1024, 8);
+  Topology node = OneNode(2, TestLink(0, 1024.0 * 1024 * 1000));
+  StepQuery one{"pmp", node, 8};
+  one.micro_batches = 2;
+  const StepPrediction alone = PredictStep(p, one);
+  StepQuery twice = one;
+  twice.topology.nodes = 2, twice.replicas = 2;
+  const StepPrediction replicated = PredictStep(p, twice);
+  EXPECT_NEAR(replicated.step_ms, alone.step_ms + 2.0, 1e-2);
+  EXPECT_EQ(replicated.images, 2 * alone.images);
+  EXPECT_NEAR(replicated.exposed_comm_ms, alone.exposed_comm_ms + 2.0, 1e-2);
+  // A degree that leaves a pipeline of one stage, or does not divide the devices, is refused.
+  twice.replicas = 4;
+  EXPECT_THROW(PredictStep(p, twice), ConfigError);
+  twice.replicas = 3;
+  EXPECT_THROW(PredictStep(p, twice), ConfigError);
+}
+
 TEST(StepModel, BadQueriesAreOneMessageEach) {
   const Profile p = UniformProfile(4, 1024, 8);
   auto message = [&](StepQuery q) {
@@ -487,14 +556,19 @@ TEST(Project, CliTableAndBadInputs) {
                                "--inter=25gbe", "--project-csv=" + csv, "--device-memory-gb=1"}));
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
   const std::string table = ReadFile(csv);
-  EXPECT_EQ(table.rfind("strategy,schedule,nodes,gpus_per_node,world,", 0), 0u) << table;
-  EXPECT_NE(table.find("\nzero3,,2,2,4,32,128,"), std::string::npos) << table;
-  EXPECT_NE(table.find("\npmp,1f1b,1,2,2,"), std::string::npos) << table;
+  EXPECT_EQ(table.rfind("strategy,mesh,schedule,nodes,gpus_per_node,world,", 0), 0u) << table;
+  EXPECT_NE(table.find("\nzero3,,,2,2,4,32,128,"), std::string::npos) << table;
+  EXPECT_NE(table.find("\npmp,,1f1b,1,2,2,"), std::string::npos) << table;
+  // The hybrids, on 2 nodes only (on one they are their one-dimensional selves): hsdp in shard
+  // groups of a node, pmp-dp a pipeline of a node's devices on its share of the global batch.
+  EXPECT_NE(table.find("\nhsdp,\"replicate=2,shard=2\",,2,2,4,32,128,"), std::string::npos) << table;
+  EXPECT_NE(table.find("\npmp-dp,\"pp=2,dp=2\",1f1b,2,2,4,32,128,"), std::string::npos) << table;
+  EXPECT_EQ(table.find("\nhsdp,,,1,"), std::string::npos) << table;
   // Compute scaled to a given device: one device then runs exactly that.
   const auto scaled = RunDdpbench(Args({"--project=" + dir.path() + "/p.json", "--strategies=ddp", "--gpus-per-node=1",
                                         "--device-img-s=2470", "--project-csv=" + csv}));
   ASSERT_EQ(scaled.exit_code, 0) << scaled.output;
-  EXPECT_NE(ReadFile(csv).find("\nddp,,1,1,1,32,32,"), std::string::npos) << ReadFile(csv);
+  EXPECT_NE(ReadFile(csv).find("\nddp,,,1,1,1,32,32,"), std::string::npos) << ReadFile(csv);
   EXPECT_NE(ReadFile(csv).find(",2470.0,1.000,"), std::string::npos) << ReadFile(csv);
   struct Bad {
     std::vector<std::string> args;
@@ -509,6 +583,8 @@ TEST(Project, CliTableAndBadInputs) {
            {{prof, "--strategies=pmp", "--gpus-per-node=16"}, "a pipeline of 16 stages needs as many units"},
            {{prof, "--strategies=zero3", "--gpus-per-node=1"}, "accepted"},
            {{prof, "--nodes=0"}, "--nodes=0: want a comma list of whole numbers >= 1"},
+           {{prof, "--strategies=zero3-dp"}, "'zero3-dp': only a pipeline strategy (mp, pmp) takes -dp"},
+           {{prof, "--strategies=pmp-dp", "--nodes=2", "--gpus-per-node=1"}, "groups of at least 2"},
            {{prof, "--device-img-s=-3"}, "--device-img-s=-3: must be a positive number of images per second"},
            {{"--project=" + dir.path() + "/none.json"}, "cannot open the profile"},
            {{"--nodes=2"}, "--nodes=2: applies to --project only"},

@@ -15,7 +15,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="${1:?usage: mesh_two_hosts.sh OUT.csv [ROUNDS] [RATES]}"; ROUNDS="${2:-3}"; RATES="${3:-2gbit 100mbit}"
 BIN="${BIN:-$ROOT/build/ddpbench}"; PY="${PY:-$ROOT/.venv/bin/python}"
 WORKLOAD=(--device=cpu --model=resnet18 --small-input --width=16 --image-size=32 --batch-size=32 --steps=20
-          --warmup=5 --no-eval --progress=off --oversubscribe --expected=off)
+          --warmup=5 --no-eval --progress=off --oversubscribe)
 source "$ROOT/tests/e2e/lib/netns_pair.sh"
 trap remove_pair EXIT
 make_pair hb 10.215.1
@@ -49,11 +49,18 @@ done
 "$PY" - "$OUT" <<'PY'
 import collections, csv, statistics, sys
 by = collections.defaultdict(list)
+err = collections.defaultdict(list)  # the projection's error on each run: expected / measured - 1
 for r in csv.DictReader(open(sys.argv[1])):
     if r["run_id"].startswith("mesh-2x2-"):
         by[(r["run_id"][9:], r["entry"])].append(float(r["throughput_img_s"]))
+        if r.get("expected_img_s"):
+            err[r["entry"]].append(float(r["expected_img_s"]) / float(r["throughput_img_s"]) - 1)
 for rate in sorted({k[0] for k in by}):
     med = {e: statistics.median(v) for (rr, e), v in by.items() if rr == rate}
     print(rate, {e: f"{m:.1f}" for e, m in sorted(med.items())},
           *(f"{a}/{b} {med[a] / med[b]:.3f}" for a, b in (("hsdp", "zero3"), ("pp-dp", "pp")) if a in med and b in med))
+for e, v in sorted(err.items()):
+    a = sorted(abs(x) for x in v)
+    print(f"projection error {e}: median |error| {100 * statistics.median(a):.1f}%, largest {100 * a[-1]:.1f}% "
+          f"over {len(a)} runs (expected_img_s from a profile measured after each run on its own ranks)")
 PY

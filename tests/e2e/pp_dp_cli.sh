@@ -38,6 +38,7 @@ for r in pp:
     assert r["global_batch"] == "16", r["global_batch"]  # each replica's batch of 8
     assert len(r["stage_busy_ms"].split("/")) == 2, r["stage_busy_ms"]
     assert r["communication_ms"] != "", r  # the wait for the replicate all-reduce (parity fails without it)
+    assert float(r["expected_img_s"]) > 0, r["expected_img_s"]  # the projection models the replicated pipeline
 assert hsdp_node["strategy"] == "hsdp" and hsdp_node["mesh"] == "", hsdp_node["mesh"]  # one node: no replicas
 assert hsdp2["mesh"] == "replicate=2,shard=2", hsdp2["mesh"]
 print("pp x dp and hsdp rows ok: parity", [r["parity_max_abs_diff"] for r in rows])
