@@ -108,7 +108,19 @@ int ReplicateDegree(const RunConfig& config, const StrategyInfo& info) {
 // --replicate-degree left out on a strategy that replicates by node (hsdp):
 // the number of nodes, the world over the ranks of one node.
 void ResolveReplicateDegree(RunConfig* config, const StrategyInfo& info, const DistContext& dist) {
-  if (config->replicate_degree_given || !info.replicate_by_node) return;
+  if (!info.replicate_by_node) return;
+  if (config->replicate_degree_given) {
+    // hsdp asks for node-aligned groups: a given degree must keep each group on one node.
+    const int64_t R = config->replicate_degree;
+    if (dist.world > 1 && R >= 1 && dist.world % R == 0 && !GroupsWithinNodes(static_cast<int>(dist.world / R),
+                                                                              dist.local_world))
+      throw ConfigError(fmt::format(
+          "--replicate-degree={} with --strategy={}: shard groups of {} ranks do not fit in a node's {} ranks; "
+          "accepted: a degree that is a multiple of the {} nodes (world {} / ranks per node {}), or "
+          "--strategy=zero3 for groups across nodes", R, config->strategy, dist.world / R, dist.local_world,
+          dist.world / std::max(1, dist.local_world), dist.world, dist.local_world));
+    return;
+  }
   config->replicate_degree = std::max(1, dist.world / std::max(1, dist.local_world));
   if (dist.is_root() && dist.world > 1)
     LogInfo("--strategy={}: replicate degree {} (one per node), shard groups of {} ranks", config->strategy,

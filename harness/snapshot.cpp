@@ -132,6 +132,8 @@ std::string FirstDifference(const std::map<std::string, std::string>& ours, cons
     const std::string other = theirs.contains(key) ? theirs.at(key).get<std::string>() : "(unset)";
     if (other != value) return fmt::format("--{}: {} there, {} here", key, other, value);
   }
+  for (const auto& [key, value] : theirs.items())  // a flag only the snapshot names (set there, default here)
+    if (!ours.count(key)) return fmt::format("--{}: {} there, (unset) here", key, value.get<std::string>());
   return "the same flags, another format version";
 }
 
@@ -144,7 +146,7 @@ void MakeDirectory(const std::string& dir) {
 
 std::map<std::string, std::string> RunIdentity(const RunConfig& c, int world) {
   auto num = [](double v) { return fmt::format("{}", v); };
-  return {
+  std::map<std::string, std::string> identity = {
       {"strategy", c.strategy}, {"world", std::to_string(world)}, {"gpus", std::to_string(c.gpus)},
       {"device", c.device}, {"threads-per-device", std::to_string(c.threads_per_device)},
       {"model", c.model}, {"width", std::to_string(c.width)}, {"small-input", c.small_input ? "1" : "0"},
@@ -159,6 +161,11 @@ std::map<std::string, std::string> RunIdentity(const RunConfig& c, int world) {
       {"split", c.split}, {"units", c.units}, {"chunks", std::to_string(c.chunks)}, {"schedule", c.schedule},
       {"virtual-stages", std::to_string(c.virtual_stages)},
   };
+  // Flags added later name themselves only when set, so that the snapshots of
+  // earlier runs keep their configuration's hash.
+  if (c.replicate_degree != 1) identity["replicate-degree"] = std::to_string(c.replicate_degree);
+  if (c.stage_ranks) identity["stage-ranks"] = "1";
+  return identity;
 }
 
 SnapshotStore::SnapshotStore(std::string dir, const std::map<std::string, std::string>& identity, int64_t keep)

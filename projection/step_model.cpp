@@ -117,16 +117,20 @@ class StepBuilder {
   // CPU's per-call addition (a wait for a core). What is throughput does
   // not: its bytes, and a loaded CPU's per-MiB addition (busy cores copy one
   // call's bytes at a time).
-  // `on`: the devices it runs over (a group of a mesh), else the whole topology.
-  int Collective(Collective kind, double bytes, std::vector<int> after, const Topology* on = nullptr) {
+  // `on`: the devices it runs over (a group of a mesh), else the whole
+  // topology; `stream` 2: the mesh's replicate group, a process group of its
+  // own whose calls run beside the group's.
+  int Collective(Collective kind, double bytes, std::vector<int> after, const Topology* on = nullptr,
+                 int stream = 1) {
     const Topology& t = on ? *on : t_;
-    if (t.world() == 1) return Add(1, 0, std::move(after));  // one rank: the strategies issue none
+    if (stream == 2) replicate_lanes_ = (t.nodes > 1 ? t.inter : t.intra).lanes;
+    if (t.world() == 1) return Add(stream, 0, std::move(after));  // one rank: the strategies issue none
     const Profile::CommTerms terms = p_.CommTermsOf(kind);
     const double loaded_bytes = terms.loaded_ms_per_mb * bytes / kMiB;
     const double on_link = Ms(TopologySeconds(t, kind, bytes));
     const double per_call = std::min(on_link, Ms(TopologySeconds(t, kind, 0)));
     const double serial = on_link - per_call + std::min(per_call, terms.compute_ms_per_call) + loaded_bytes;
-    const int id = Add(1, on_link + terms.loaded_ms_per_call + loaded_bytes, std::move(after), serial);
+    const int id = Add(stream, on_link + terms.loaded_ms_per_call + loaded_bytes, std::move(after), serial);
     const double interference = terms.compute_ms_per_call + terms.compute_ms_per_mb * bytes / kMiB;
     if (interference > 0) Add(0, interference, {});  // counted as communication, not compute
     return id;
@@ -140,8 +144,14 @@ class StepBuilder {
     for (double bytes : p_.buffer_broadcast_bytes) ids.push_back(Collective(Collective::kBroadcast, bytes, {}));
     return ids;
   }
+  // The all-reduce across a mesh's replicas of `bytes` (one reduced shard), after `after`.
+  int Replicate(double bytes, int after, const MeshTopology& mesh) {
+    return Collective(Collective::kAllReduce, bytes, {after}, &mesh.replicas, /*stream=*/2);
+  }
   StepPrediction Finish() const {
-    const std::vector<double> end = RunTimeline(ops_, (t_.nodes > 1 ? t_.inter : t_.intra).lanes, Wait());
+    std::vector<int> lanes{(t_.nodes > 1 ? t_.inter : t_.intra).lanes};
+    if (replicate_lanes_ > 0) lanes.push_back(replicate_lanes_);
+    const std::vector<double> end = RunTimeline(ops_, lanes, Wait());
     StepPrediction out;
     out.step_ms = *std::max_element(end.begin(), end.end());
     out.compute_ms = compute_ms_;
@@ -164,6 +174,7 @@ class StepBuilder {
   const Topology& t_;
   std::vector<TimelineOp> ops_;
   double compute_ms_ = 0;
+  int replicate_lanes_ = 0;  // lanes of the replicate group's stream (0: none issued)
 };
 
 double AllParamBytes(const Profile& p) {
@@ -187,8 +198,7 @@ std::vector<int> BackwardWithBuckets(const std::vector<UnitCost>& cost, const Te
       const double bytes = BucketBytes(buckets[next], tensors);
       issued.push_back(step->Collective(kind, bytes, {backward}, mesh ? &mesh->group : nullptr));
       if (mesh && mesh->replicas.world() > 1)
-        issued.back() = step->Collective(Collective::kAllReduce, bytes / mesh->group.world(), {issued.back()},
-                                         &mesh->replicas);
+        issued.back() = step->Replicate(bytes / mesh->group.world(), issued.back(), *mesh);
     }
   }
   return issued;
@@ -240,8 +250,7 @@ StepPrediction PredictZero3(const Profile& p, const std::vector<UnitCost>& cost,
     scatters.push_back(
         step.Collective(Collective::kReduceScatter, p.units[u].ParamBytes(), {backward[u]}, &mesh.group));
     if (mesh.replicas.world() > 1)  // the reduced shard across the replicas
-      scatters.back() = step.Collective(Collective::kAllReduce, p.units[u].ParamBytes() / S, {scatters.back()},
-                                        &mesh.replicas);
+      scatters.back() = step.Replicate(p.units[u].ParamBytes() / S, scatters.back(), mesh);
   }
   step.Compute(OptimizerMs(p, AllParamBytes(p)) / S, scatters);
   return step.Finish();

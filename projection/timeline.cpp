@@ -1,4 +1,4 @@
-// The two-stream timeline of a data-parallel step (timeline.h).
+// The timeline of a data-parallel step: compute and its communication streams (timeline.h).
 #include "projection/timeline.h"
 
 #include <algorithm>
@@ -52,15 +52,18 @@ struct ComputeStream {
 
 class Timeline {
  public:
-  Timeline(const std::vector<TimelineOp>& ops, int comm_lanes, std::optional<CoreWait> wait)
+  Timeline(const std::vector<TimelineOp>& ops, const std::vector<int>& comm_lanes, std::optional<CoreWait> wait)
       : ops_(ops), n_(static_cast<int>(ops.size())), wait_(wait), end_(n_, -1),
-        comm_{std::vector<double>(comm_lanes, 0)} {
+        next_(comm_lanes.size() + 1, 0), pending_(comm_lanes.size()) {
+    for (int lanes : comm_lanes) comm_.push_back(CommLanes{std::vector<double>(lanes, 0)});
+    const int streams = static_cast<int>(next_.size());
     for (const TimelineOp& op : ops) {
-      if (op.stream != 0 && op.stream != 1) throw std::invalid_argument("timeline: stream must be 0 or 1");
+      if (op.stream < 0 || op.stream >= streams)
+        throw std::invalid_argument("timeline: stream must be 0 (compute) or a communication stream");
       for (int a : op.after)
         if (a < 0 || a >= n_) throw std::invalid_argument("timeline: an operation waits for one that does not exist");
     }
-    Advance(0), Advance(1);
+    for (int s = 0; s < streams; ++s) Advance(s);
   }
 
   std::vector<double> Run() {
@@ -70,12 +73,14 @@ class Timeline {
       // depends on what computes at its end on idle cores.
       for (double ready; next_[0] < n_ && Ready(next_[0], &ready); progressed = true)
         Place(0, compute_.Run(ready, ops_[next_[0]].ms));
-      if (pending_) {
-        FinishPending();
-        progressed = true;
-      } else if (double ready; next_[1] < n_ && Ready(next_[1], &ready)) {
-        StartCall(ready);
-        progressed = true;
+      for (int s = 1; s < static_cast<int>(next_.size()); ++s) {
+        if (pending_[s - 1].on) {
+          FinishPending(s);
+          progressed = true;
+        } else if (double ready; next_[s] < n_ && Ready(next_[s], &ready)) {
+          StartCall(s, ready);
+          progressed = true;
+        }
       }
       if (!progressed) throw std::invalid_argument("timeline: the operations wait for each other (deadlock)");
     }
@@ -101,45 +106,57 @@ class Timeline {
   }
   // A call on cores that also compute cannot end until it is let onto one:
   // it stays pending until the compute stream is placed past its end.
-  void StartCall(double ready) {
-    const auto [lane, end] = comm_.Start(ops_[next_[1]], ready);
+  void StartCall(int s, double ready) {
+    const auto [lane, end] = comm_[s - 1].Start(ops_[next_[s]], ready);
     if (!wait_) {
-      comm_.Finish(lane, end);
-      Place(1, end);
+      comm_[s - 1].Finish(lane, end);
+      Place(s, end);
       return;
     }
-    pending_ = true, pending_lane_ = lane, pending_end_ = end;
+    pending_[s - 1] = {true, lane, end};
   }
   // The compute stream is placed up to the pending call's end, or waits:
   // the call ends then, or where it falls inside a stretch of computation,
   // `wake_ms` after that stretch or `latency_ms` after its due end, whichever
   // comes first.
-  void FinishPending() {
-    const double busy_until = compute_.BusyUntil(pending_end_);
-    const double end = busy_until < 0 ? pending_end_
-                                      : std::min(pending_end_ + wait_->latency_ms, busy_until + wait_->wake_ms);
-    comm_.Finish(pending_lane_, end);
-    Place(1, end);
-    pending_ = false;
+  void FinishPending(int s) {
+    Pending& p = pending_[s - 1];
+    const double busy_until = compute_.BusyUntil(p.end);
+    const double end = busy_until < 0 ? p.end : std::min(p.end + wait_->latency_ms, busy_until + wait_->wake_ms);
+    comm_[s - 1].Finish(p.lane, end);
+    Place(s, end);
+    p.on = false;
   }
+
+  // A communication stream's call that has started and waits to end.
+  struct Pending {
+    bool on = false;
+    size_t lane = 0;
+    double end = 0;
+  };
 
   const std::vector<TimelineOp>& ops_;
   const int n_;
   const std::optional<CoreWait> wait_;
   std::vector<double> end_;
-  int next_[2] = {0, 0};  // per stream: the index to look at next
+  std::vector<int> next_;  // per stream: the index to look at next
   int done_ = 0;
   ComputeStream compute_;
-  CommLanes comm_;
-  bool pending_ = false;  // the call at next_[1] has started and waits to end
-  size_t pending_lane_ = 0;
-  double pending_end_ = 0;
+  std::vector<CommLanes> comm_;    // per communication stream (1, 2, ...)
+  std::vector<Pending> pending_;   // per communication stream
 };
 
 }  // namespace
 
 std::vector<double> RunTimeline(const std::vector<TimelineOp>& ops, int comm_lanes, std::optional<CoreWait> wait) {
-  if (comm_lanes < 1) throw std::invalid_argument("timeline: the communication stream needs a lane at least");
+  return RunTimeline(ops, std::vector<int>{comm_lanes}, wait);
+}
+
+std::vector<double> RunTimeline(const std::vector<TimelineOp>& ops, const std::vector<int>& comm_lanes,
+                                std::optional<CoreWait> wait) {
+  if (comm_lanes.empty()) throw std::invalid_argument("timeline: a communication stream at least");
+  for (int lanes : comm_lanes)
+    if (lanes < 1) throw std::invalid_argument("timeline: the communication stream needs a lane at least");
   if (wait && !(wait->wake_ms >= 0 && wait->latency_ms >= 0))
     throw std::invalid_argument("timeline: a call's wait for the core must be >= 0");
   return Timeline(ops, comm_lanes, wait).Run();

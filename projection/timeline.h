@@ -1,5 +1,6 @@
-// Two streams of work, as a data-parallel step runs them: compute (forward,
-// backward, optimizer) on one, collectives on the other, each stream taking
+// Streams of work, as a data-parallel step runs them: compute (forward,
+// backward, optimizer) on one, collectives on another (with a device mesh,
+// the replicate group's on a third), each stream taking
 // its operations in the order given, each operation starting once its stream
 // is free and the operations it waits for have ended. The step models
 // (step_model.h) say which operations a strategy runs and what each waits
@@ -32,7 +33,7 @@ struct CoreWait {
 };
 
 struct TimelineOp {
-  int stream = 0;          // 0 compute, 1 communication
+  int stream = 0;          // 0 compute, 1 communication (2, ...: another process group's, e.g. a mesh's replicas)
   double ms = 0;
   std::vector<int> after;  // indices of operations that must end first
   double wire_ms = 0;      // communication: the part of ms that moves bytes over the link
@@ -42,6 +43,11 @@ struct TimelineOp {
 // be met (an operation waits for a later one of its own stream, or a cycle),
 // `comm_lanes` < 1 or a CoreWait time below 0.
 std::vector<double> RunTimeline(const std::vector<TimelineOp>& ops, int comm_lanes = 1,
+                                std::optional<CoreWait> wait = std::nullopt);
+// Several communication streams (stream s = 1, 2, ... has comm_lanes[s - 1]
+// lanes), each a process group with its own threads and link: a device
+// mesh's group and replicate group run their collectives side by side.
+std::vector<double> RunTimeline(const std::vector<TimelineOp>& ops, const std::vector<int>& comm_lanes,
                                 std::optional<CoreWait> wait = std::nullopt);
 
 }  // namespace ddpbench

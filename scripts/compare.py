@@ -10,7 +10,12 @@ median and spread over the rounds; writes the figures and the HTML page.
 
 `all` is every strategy this build registers (ddpbench --list); `single` runs
 on one device (the others' scaling efficiency is measured against it), the
-rest on --gpus. The flags after `--` go to every run. Reports go beside --out,
+rest on --gpus. An entry may carry flags of its own after `+`, each written
+without its dashes and with `:` for `=`, so that one comparison holds the
+one-dimensional strategies and the hybrids (the entry's label is the whole
+spelling):
+
+    scripts/compare.py --gpus=4 --strategies=zero3,zero3+replicate-degree:2,pmp+stage-ranks,pmp+stage-ranks+replicate-degree:2 -- --device=cpu --oversubscribe The flags after `--` go to every run. Reports go beside --out,
 named by the comparison's run id: <id>.md, <id>.html, <id>_*.png, <id>/ (one
 log per run) and <id>.failures.csv when a run failed. Entries, logs and
 failures are run as the nightly job runs them (scripts/ddpbench_py/entries.py), and the
@@ -47,6 +52,12 @@ def registered(binary):
     return lines[1:] if lines and lines[0] == "strategy" else lines  # under the header line
 
 
+def split_entry(spec):
+    """'pmp+stage-ranks+replicate-degree:2' -> ('pmp', ['--stage-ranks', '--replicate-degree=2'])."""
+    name, *own = spec.split("+")
+    return name, ["--" + f.replace(":", "=", 1) if f else "" for f in own]
+
+
 def parse_args(argv):
     if "--" in argv:
         cut = argv.index("--")
@@ -70,10 +81,13 @@ def parse_args(argv):
             p.error(f"{f}: compare.py sets {', '.join(OWN_FLAGS)} itself; give --gpus/--out before --")
     known = registered(args.bin)
     wanted = known if args.strategies == "all" else args.strategies.split(",")
-    bad = [s for s in wanted if s not in known]
+    bad = [s for s in wanted if split_entry(s)[0] not in known]
     if bad:
         p.error(f"--strategies={args.strategies}: {', '.join(bad)} not registered; accepted: all or "
                 f"a list of {', '.join(known)}")
+    for s in wanted:
+        if not all(split_entry(s)[1]):
+            p.error(f"--strategies: '{s}': an entry's own flags follow '+', e.g. pmp+stage-ranks+replicate-degree:2")
     args.strategies = sorted(wanted, key=lambda s: s != "single")  # single first: the baseline
     args.flags = flags
     return args
@@ -87,9 +101,11 @@ def run_rounds(args, run_id, prefix):
     for k in range(args.rounds):
         order = args.strategies[k % len(args.strategies):] + args.strategies[:k % len(args.strategies)]
         for s in order:
-            gpus = 1 if s == "single" else args.gpus
-            entry = {"name": s, "strategy": s, "gpus": gpus}
-            argv = [args.bin, f"--gpus={gpus}", *entries.ddpbench_args(s, args.flags, args.out, run_id, s)]
+            strategy, own = split_entry(s)
+            gpus = 1 if strategy == "single" else args.gpus
+            entry = {"name": s, "strategy": strategy, "gpus": gpus}
+            argv = [args.bin, f"--gpus={gpus}",
+                    *entries.ddpbench_args(strategy, [*own, *args.flags], args.out, run_id, s)]
             rc, reason = entries.run_logged(argv, os.path.join(prefix, f"{s}-r{k + 1}.log"), args.timeout_s)
             print(f"round {k + 1}/{args.rounds} {s}: " + ("ok" if rc == 0 else f"FAILED (exit {rc}): {reason}"),
                   flush=True)

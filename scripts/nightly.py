@@ -21,7 +21,7 @@ package beyond the interpreter):
     name = "ddp-2x1"            # label: the row's entry column
     strategy = "ddp"
     gpus = 2                    # devices per node
-    nodes = 1                   # > 1: srun across the allocation (ddp, zero1)
+    nodes = 1                   # > 1: srun across the allocation (ddp, zero*, hsdp, pmp --stage-ranks)
     flags = ["--verify"]        # extra raw flags, after the defaults' flags
     timeout_s = 3600            # optional, default 7200
 """
@@ -39,7 +39,15 @@ import tomllib
 from ddpbench_py import entries  # noqa: E402
 
 ENTRY_KEYS = {"name", "strategy", "gpus", "nodes", "flags", "timeout_s"}
-MULTI_PROCESS = {"ddp", "zero1"}  # the strategies whose ranks can sit on several nodes
+# The strategies whose ranks can sit on several nodes (a rank per device); a
+# pipeline's too with --stage-ranks (one rank per stage).
+MULTI_PROCESS = {"ddp", "zero1", "zero2", "zero3", "hsdp"}
+PIPELINES = {"mp", "pmp"}
+
+
+def multi_process(entry):
+    """Whether the entry runs a rank per device, so that its ranks can span nodes."""
+    return entry["strategy"] in MULTI_PROCESS or (entry["strategy"] in PIPELINES and "--stage-ranks" in entry.get("flags", []))
 LABEL = re.compile(r"^[A-Za-z0-9_.:+-]{1,64}$")
 
 
@@ -75,9 +83,9 @@ def check_entry(entry, index, seen):
     for key in ("gpus", "nodes"):
         if not isinstance(entry.get(key, 1), int) or entry.get(key, 1) < 1:
             raise MatrixError(f"{where}: {key}={entry.get(key)!r}: must be an integer >= 1")
-    if entry.get("nodes", 1) > 1 and entry["strategy"] not in MULTI_PROCESS:
+    if entry.get("nodes", 1) > 1 and not multi_process(entry):
         raise MatrixError(f"{where}: strategy {entry['strategy']} runs in one process; nodes must be 1 "
-                          f"(multi-node: {', '.join(sorted(MULTI_PROCESS))})")
+                          f"(multi-node: {', '.join(sorted(MULTI_PROCESS))}, and mp/pmp with --stage-ranks)")
     if not isinstance(entry.get("flags", []), list):
         raise MatrixError(f"{where}: flags must be a list of strings")
 

@@ -157,6 +157,16 @@ TEST(Timeline, StreamsRunInOrderAndWaitForEachOther) {
   EXPECT_THROW(RunTimeline({{2, 1, {}}}), std::invalid_argument);
 }
 
+TEST(Timeline, AMeshsReplicateStreamRunsBesideTheGroupsStream) {
+  // compute A(1); on stream 1 B(2) after A, on stream 2 C(2) after A: each stream its own lane
+  // and link, so both end at 3; on one stream (one lane, bytes on one link) C waits for B: 5.
+  EXPECT_EQ(RunTimeline({{0, 1, {}}, {1, 2, {0}, 2}, {2, 2, {0}, 2}}, std::vector<int>{1, 1}),
+            (std::vector<double>{1, 3, 3}));
+  EXPECT_EQ(RunTimeline({{0, 1, {}}, {1, 2, {0}, 2}, {1, 2, {0}, 2}}, 1), (std::vector<double>{1, 3, 5}));
+  // A stream beyond those given is refused.
+  EXPECT_THROW(RunTimeline({{3, 1, {}}}, std::vector<int>{1, 1}), std::invalid_argument);
+}
+
 TEST(Timeline, LanesOverlapTheirCallsWaitingButNotTheirBytes) {
   // Two calls ready at 0, each 5 ms of which 2 move bytes: on two lanes A
   // ends at 5 and B waits for the link until 5, so ends at 7; on one lane

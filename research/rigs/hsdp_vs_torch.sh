@@ -22,7 +22,12 @@
 # settings, as research/rigs/compare_pytorch.sh does; or system).
 #
 # Appends one row per successful run to OUT.csv: timestamp, host, git_sha,
-# round, side (ddpbench|torch), config, img_s, peak_mem_mb, command.
+# round, side (ddpbench|torch), config, img_s, peak_mem_mb, state_mb, command.
+#
+# state_mb IS the same measure on both sides: the model state rank 0 holds at
+# rest after the last step (parameters, gradients, optimizer state; a sharded
+# tensor by its local shard): ddpbench's row's param_mb + grad_mb +
+# optimizer_state_mb for rank 0, torch_sharded.py's state_mb=.
 #
 # peak_mem_mb IS NOT THE SAME MEASURE ON THE TWO SIDES. ddpbench: its row's
 # peak_mem_mb, the largest over the 4 logical devices of the peak of tensor
@@ -69,7 +74,7 @@ ENTRIES=(ddpbench:zero3 ddpbench:hsdp ddpbench:ddp torch:fsdp2 torch:hsdp torch:
 HOST="$(hostname)"
 SHA="$(git -C "$ROOT" describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)"
 TMP="$(mktemp -d)"; trap 'rm -rf "$TMP"' EXIT
-[[ -s $OUT ]] || echo "timestamp,host,git_sha,round,side,config,img_s,peak_mem_mb,command" >"$OUT"
+[[ -s $OUT ]] || echo "timestamp,host,git_sha,round,side,config,img_s,peak_mem_mb,state_mb,command" >"$OUT"
 : >"$TMP/rows.csv"
 FAILED=0
 
@@ -77,7 +82,7 @@ csv_quote() { local s="${1//\"/\"\"}"; printf '"%s"' "$s"; }
 
 # run_entry ROUND SIDE CONFIG: one run; appends its row to OUT and this run's rows.
 run_entry() {
-  local r="$1" side="$2" config="$3" cmd img_s="" mem="" per_device="" rc=0 argv figures
+  local r="$1" side="$2" config="$3" cmd img_s="" mem="" state="" per_device="" rc=0 argv figures
   if [[ $side == ddpbench ]]; then
     case "$config" in
       hsdp) argv=("$BIN" --strategy=zero3 --replicate-degree="$REPLICATE" "${DDPBENCH[@]}") ;;
@@ -87,9 +92,9 @@ run_entry() {
     rm -f "$TMP/run.csv"
     "${argv[@]}" --out="$TMP/run.csv" >"$TMP/log" 2>&1 || rc=$?
     if [[ $rc -eq 0 ]]; then
-      figures="$("$PY" -c 'import csv,sys; r=list(csv.DictReader(open(sys.argv[1])))[-1]; print(r["throughput_img_s"], r["peak_mem_mb"], r["mem_per_device_mb"])' \
+      figures="$("$PY" -c 'import csv,sys; r=list(csv.DictReader(open(sys.argv[1])))[-1]; first=lambda k: float(r[k].split("/")[0]); print(r["throughput_img_s"], r["peak_mem_mb"], "%.2f" % (first("param_mb") + first("grad_mb") + first("optimizer_state_mb")), r["mem_per_device_mb"])' \
                  "$TMP/run.csv" 2>>"$TMP/log")" || rc=$?
-      read -r img_s mem per_device <<<"$figures" || true
+      read -r img_s mem state per_device <<<"$figures" || true
     fi
   else
     argv=("$PY" "$ROOT/research/rigs/torch_sharded.py" --mode="$config" "${TORCH[@]}")
@@ -98,21 +103,24 @@ run_entry() {
     GLIBC_TUNABLES="$TUNABLES" "${argv[@]}" >"$TMP/log" 2>&1 || rc=$?
     if [[ $rc -eq 0 ]]; then
       img_s="$(sed -n 's/.*img\/s=\([0-9.]*\)$/\1/p' "$TMP/log" | tail -1)"
-      mem="$(sed -n 's/.*peak_rss_mb=\([0-9.]*\)$/\1/p' "$TMP/log" | tail -1)"
+      mem="$(sed -n 's/.*peak_rss_mb=\([0-9.]*\) .*/\1/p' "$TMP/log" | tail -1)"
+      state="$(sed -n 's/.*state_mb=\([0-9.]*\)$/\1/p' "$TMP/log" | tail -1)"
       per_device="rank 0 RSS"
     fi
   fi
-  if [[ $rc -ne 0 || ! ${img_s:-} =~ ^[0-9]+(\.[0-9]+)?$ || ! ${mem:-} =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+  if [[ $rc -ne 0 || ! ${img_s:-} =~ ^[0-9]+(\.[0-9]+)?$ || ! ${mem:-} =~ ^[0-9]+(\.[0-9]+)?$ ||
+        ! ${state:-} =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
     echo "failed: round $r $side $config (exit $rc): $cmd" >&2
     tail -5 "$TMP/log" | sed 's/^/  | /' >&2
     FAILED=$((FAILED + 1))
     return 0
   fi
   local row
-  row="$(date -u +%Y-%m-%dT%H:%M:%SZ),$HOST,$SHA,$r,$side,$config,$img_s,$mem,$(csv_quote "$cmd")"
+  row="$(date -u +%Y-%m-%dT%H:%M:%SZ),$HOST,$SHA,$r,$side,$config,$img_s,$mem,$state,$(csv_quote "$cmd")"
   echo "$row" >>"$OUT"
   echo "$row" >>"$TMP/rows.csv"
-  printf 'round %s: %-8s %-6s %8s img/s  peak_mem_mb %8s (%s)\n' "$r" "$side" "$config" "$img_s" "$mem" "$per_device"
+  printf 'round %s: %-8s %-6s %8s img/s  peak_mem_mb %8s (%s)  state_mb %s\n' "$r" "$side" "$config" "$img_s" "$mem" \
+    "$per_device" "$state"
 }
 
 for r in $(seq "$ROUNDS"); do
@@ -123,19 +131,21 @@ done
 "$PY" - "$TMP/rows.csv" "$ROUNDS" "$STEPS" "$WARMUP" <<'PY'
 import collections, csv, statistics, sys
 path, rounds, steps, warmup = sys.argv[1], *sys.argv[2:]
-fields = ["timestamp", "host", "git_sha", "round", "side", "config", "img_s", "peak_mem_mb", "command"]
+fields = ["timestamp", "host", "git_sha", "round", "side", "config", "img_s", "peak_mem_mb", "state_mb", "command"]
 by = collections.defaultdict(dict)   # "side:config" -> {round: img/s}
 mem = collections.defaultdict(dict)  # "side:config" -> {round: peak_mem_mb}
+state = collections.defaultdict(dict)  # "side:config" -> {round: state_mb}
 for row in csv.DictReader(open(path), fieldnames=fields):
     key, r = f"{row['side']}:{row['config']}", int(row["round"])
     by[key][r] = float(row["img_s"])
     mem[key][r] = float(row["peak_mem_mb"])
+    state[key][r] = float(row["state_mb"])
 print(f"\nmedians over {rounds} round(s), {steps} timed steps after {warmup} warm-up, 4 CPU ranks x 1 thread:")
-print(f"  {'entry':16s} {'img/s':>8s} {'peak MB':>8s}   (peak MB: ddpbench max tracked tensor MB per device;"
-      " torch rank 0 peak RSS: not comparable)")
+print(f"  {'entry':16s} {'img/s':>8s} {'peak MB':>8s} {'state MB':>8s}   (peak MB: ddpbench max tracked tensor MB per"
+      " device; torch rank 0 peak RSS: not comparable; state MB: rank 0's model state at rest, the same measure)")
 for key, vals in by.items():
     print(f"  {key:16s} {statistics.median(vals.values()):8.2f} {statistics.median(mem[key].values()):8.1f}"
-          f"   img/s per round {[vals[r] for r in sorted(vals)]}")
+          f" {statistics.median(state[key].values()):8.2f}   img/s per round {[vals[r] for r in sorted(vals)]}")
 
 def line(name, num, den):
     a, b = by.get(num, {}), by.get(den, {})
@@ -152,5 +162,9 @@ print("img/s ratios (ratio of the medians; then the median of per-round ratios):
 line("ddpbench hsdp / torch hsdp", "ddpbench:hsdp", "torch:hsdp")
 line("ddpbench zero3 / torch fsdp2", "ddpbench:zero3", "torch:fsdp2")
 line("ddpbench hsdp / ddpbench zero3", "ddpbench:hsdp", "ddpbench:zero3")
+print("model state at rest on rank 0 (state MB), ratio of the medians:")
+for num, den in (("ddpbench:hsdp", "torch:hsdp"), ("ddpbench:zero3", "torch:fsdp2"), ("ddpbench:ddp", "torch:ddp")):
+    if state.get(num) and state.get(den):
+        print(f"  {num} / {den}: {statistics.median(state[num].values()) / statistics.median(state[den].values()):.3f}")
 PY
 if (( FAILED > 0 )); then echo "$0: $FAILED run(s) failed (see 'failed:' above)" >&2; exit 1; fi

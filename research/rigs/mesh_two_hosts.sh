@@ -9,7 +9,8 @@
 # every row to OUT.csv (run_id names the rate, entry the configuration) and
 # prints each configuration's median img/s per rate, hsdp / zero3 and
 # pp-dp / pp. Root only (namespaces, tc).
-#   research/rigs/mesh_two_hosts.sh OUT.csv [ROUNDS=3] [RATES="2gbit 100mbit"]   (BIN: build/ddpbench)
+#   research/rigs/mesh_two_hosts.sh OUT.csv [ROUNDS=3] [RATES="2gbit 100mbit"]   (BIN: build/ddpbench;
+#   ONLY="hsdp zero3": those entries alone)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="${1:?usage: mesh_two_hosts.sh OUT.csv [ROUNDS] [RATES]}"; ROUNDS="${2:-3}"; RATES="${3:-2gbit 100mbit}"
@@ -35,6 +36,9 @@ one() {  # rate entry flags...
 entries=("zero3:--strategy=zero3" "hsdp:--strategy=zero3 --replicate-degree=2" "ddp:--strategy=ddp"
          "pp:--strategy=pmp --stage-ranks --chunks=8 --schedule=1f1b"
          "pp-dp:--strategy=pmp --stage-ranks --replicate-degree=2 --chunks=8 --schedule=1f1b")
+if [[ -n ${ONLY:-} ]]; then  # ONLY="hsdp pp-dp": those entries alone
+  kept=(); for e in "${entries[@]}"; do [[ " $ONLY " == *" ${e%%:*} "* ]] && kept+=("$e"); done; entries=("${kept[@]}")
+fi
 for rate in $RATES; do
   shape "$rate"
   for r in $(seq "$ROUNDS"); do

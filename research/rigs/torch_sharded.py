@@ -5,10 +5,13 @@ over Gloo, with PyTorch's own wrappers, timed the way ddpbench times it
 (warm-up excluded, wall time of the timed steps between two barriers). Prints
 two lines (rank 0):
 `torch_sharded mode=<mode> ranks=<n> img/s=<global images per second>`, then
-`torch_sharded mode=<mode> rank=0 peak_rss_mb=<MiB>`: rank 0's peak resident
-set size (getrusage(RUSAGE_SELF).ru_maxrss / 1024, the whole process: Python,
-torch's libraries, the data pool, every tensor; not ddpbench's peak_mem_mb,
-which counts tracked tensor bytes per device).
+`torch_sharded mode=<mode> rank=0 peak_rss_mb=<MiB> state_mb=<MiB>`: rank 0's
+peak resident set size (getrusage(RUSAGE_SELF).ru_maxrss / 1024, the whole
+process: Python, torch's libraries, the data pool, every tensor; not
+ddpbench's peak_mem_mb, which counts tracked tensor bytes per device), and the
+model state rank 0 holds at rest after the last step: its parameters,
+gradients and optimizer state, each sharded tensor by its local shard (the
+same measure as ddpbench's param_mb + grad_mb + optimizer_state_mb).
 
 Workload, as ddpbench's defaults on CPU: torchvision's ResNet-18 (the model
 ddpbench's resnet18 reproduces; at 64 px without --small-input both have the
@@ -117,6 +120,23 @@ def build(a, rank):
     return model, torch.optim.SGD(model.parameters(), **sgd)
 
 
+def local_bytes(t):
+    """Bytes of tensor t on this rank: a sharded (DTensor) one's local shard."""
+    if t is None or not torch.is_tensor(t):
+        return 0
+    local = t.to_local() if hasattr(t, "to_local") else t
+    return local.numel() * local.element_size()
+
+
+def state_mb(model, opt):
+    """MiB of parameters, gradients and optimizer state this rank holds."""
+    total = sum(local_bytes(p) + local_bytes(p.grad) for p in model.parameters())
+    states = opt.optim.state if hasattr(opt, "optim") else opt.state  # ZeroRedundancyOptimizer: its own shard's
+    for st in states.values():
+        total += sum(local_bytes(v) for v in st.values() if torch.is_tensor(v) and v.dim() > 0)
+    return total / 2**20
+
+
 def run(rank, a, port, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -138,7 +158,8 @@ def run(rank, a, port, out):
     dist.barrier()
     if rank == 0:
         img_s = a.steps * a.batch_size * a.ranks / (time.perf_counter() - start)
-        out.put((img_s, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))  # KiB on Linux
+        out.put((img_s, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # KiB on Linux
+                 state_mb(model, opt)))
     dist.destroy_process_group()
 
 
@@ -168,9 +189,9 @@ def main():
     except mp.ProcessExitedException as e:
         print(f"torch_sharded.py: --mode={a.mode}: a rank died: {e}", file=sys.stderr)
         return 2
-    img_s, rss_mb = out.get()
+    img_s, rss_mb, held_mb = out.get()
     print(f"torch_sharded mode={a.mode} ranks={a.ranks} img/s={img_s:.2f}")
-    print(f"torch_sharded mode={a.mode} rank=0 peak_rss_mb={rss_mb:.1f}")
+    print(f"torch_sharded mode={a.mode} rank=0 peak_rss_mb={rss_mb:.1f} state_mb={held_mb:.2f}")
     return 0
 
 

@@ -7,7 +7,8 @@
 # W the last gradient), interleaved (two chunks a rank, each all-reduced on
 # its own) and mp; the row's mesh and every stage's figures; the hsdp name
 # (zero3 replicated one per node: one node here unless the degree is given);
-# bad inputs give one message and leave the results file unchanged.
+# bad inputs give one message and leave the results file unchanged (hsdp's
+# groups must fit a node).
 set -euo pipefail
 BIN="$1"; SRC="$2"
 TMP="$(mktemp -d)"; trap 'rm -rf "$TMP"' EXIT
@@ -52,4 +53,21 @@ bad_input pmp "--replicate-degree=2 with --strategy=pmp: a pipeline is replicate
 bad_input pmp "--replicate-degree=4: 4 ranks in 4 groups leave 1 rank a group, a pipeline of one stage" --gpus=4 --oversubscribe --stage-ranks --replicate-degree=4
 bad_input hsdp "--replicate-degree=3: 4 ranks do not divide into 3 equal groups" --gpus=4 --oversubscribe --replicate-degree=3
 bad_input mp "--gpus=24 with --replicate-degree=2: 12 stages, but --strategy=mp puts at least one of the model's 10 units on each stage; accepted: at most 10 stages (--gpus<=20)" --gpus=24 --oversubscribe --stage-ranks --replicate-degree=2
+# A snapshot of another mesh: the pipelines' snapshots, resumed by a run of
+# the same ranks that is not replicated, are named and refused.
+run pmp --stage-ranks --replicate-degree=2 --steps=2 --chunks=4 --schedule=1f1b --snapshot-dir="$TMP/snap"
+snapshot_results
+bad_input pmp "belongs to another configuration (--replicate-degree: 2 there, (unset) here)" --gpus=4 --oversubscribe \
+  --stage-ranks --chunks=4 --schedule=1f1b --snapshot-dir="$TMP/snap" --resume
+# hsdp asks for node-aligned groups: under a launcher whose nodes hold 2 ranks
+# each, a degree whose groups span nodes is refused before the rendezvous
+# (rank 0 alone exits 2, no other rank needed).
+set +e
+out="$(RANK=0 LOCAL_RANK=0 WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29731 timeout 60 \
+  "$BIN" --strategy=hsdp --replicate-degree=1 "${COMMON[@]}" --steps=2 --out="$TMP/r.csv" 2>&1 </dev/null)"; rc=$?
+set -e
+[[ $rc -eq 2 && "$out" == *"--replicate-degree=1 with --strategy=hsdp: shard groups of 4 ranks do not fit in a node's 2 ranks"* ]] \
+  || fail "hsdp with groups across nodes: exit $rc: $out"
+unchanged "hsdp --replicate-degree=1 across nodes"
+echo "ok (exit 2): hsdp groups across nodes"
 echo "pp_dp_cli: all checks passed"
