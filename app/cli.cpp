@@ -526,8 +526,10 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
                  "blocks and cuts inside a block only where that is predicted clearly faster; otherwise blocks)");
   app.add_option("--chunks", c.chunks, "pmp: micro-batches per batch (default: chosen by predicted step time)");
   app.add_option("--replicate-degree", c.replicate_degree,
-                 "zero1/zero2/zero3: shard within groups of world/R ranks (consecutive ranks: a node's) and "
-                 "replicate across the R groups, all-reducing each reduced shard between them (HSDP; default 1)");
+                 "zero1/zero2/zero3/hsdp: shard within groups of world/R ranks (consecutive ranks: a node's) and "
+                 "replicate across the R groups, all-reducing each reduced shard between them (HSDP; default 1, "
+                 "hsdp: one per node); mp/pmp with --stage-ranks: R pipelines of world/R stages, each stage's "
+                 "gradients all-reduced across them");
   app.add_option("--shape-trials", c.shape_trials,
                  "pmp with its shape left open: run the K fastest predicted shapes, mp's and plain 1F1B's for a few "
                  "interleaved steps each and keep the fastest measured (default 3; 0: trust the prediction)");

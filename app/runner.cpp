@@ -290,8 +290,7 @@ void ConfigureProcess(const PreparedRun& run, const StrategyEntry& entry, DistCo
     dist.Connect(config.timeout_s, cuda, /*nccl=*/cuda && !run.oversubscribed);
   if (ReplicateDegree(config, entry.info) > 1) {
     CheckMeshOfWorld(config, dist.world);  // a launcher's world, unknown to the flag checks
-    dist.ConnectMesh(static_cast<int>(config.replicate_degree),
-                     entry.info.family == Family::kPipeline ? "pp" : "shard");
+    dist.ConnectMesh(static_cast<int>(config.replicate_degree), entry.info.family == Family::kPipeline);
   }
 }
 

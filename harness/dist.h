@@ -56,12 +56,16 @@ struct DistContext {
   // Collective, after Connect: cuts the world into `replicas` groups of
   // consecutive ranks and joins this rank's group and replicate group
   // (every rank makes them in the same order, over the same store);
-  // `group_name` names a group in the log ("shard", "pp").
-  void ConnectMesh(int replicas, const char* group_name);
+  // `pipeline`: the groups are pipelines (else shard groups).
+  void ConnectMesh(int replicas, bool pipeline);
   // The process group of `ranks` (this rank among them; null otherwise),
   // with the world group's backend and timeout, rendezvous under `name`.
   c10::intrusive_ptr<c10d::ProcessGroup> NewGroup(const std::string& name, const std::vector<int>& ranks);
-  int replicas() const { return mesh.replicas; }
+  // The group this rank's strategy runs in: its group of the mesh, or the
+  // world: this rank's place in it, its size, its process group.
+  int group_rank() const { return mesh_group ? mesh.index : rank; }
+  int group_world() const { return mesh_group ? mesh.group_size : world; }
+  c10d::ProcessGroup* strategy_group() const { return (mesh_group ? mesh_group : group).get(); }
 
   // The ranks of a group read the same batches (pipeline stages on separate
   // ranks, --stage-ranks) instead of each its own share of the data: the

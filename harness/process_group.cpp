@@ -127,7 +127,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> DistContext::MakeGroup(const c10::intrusi
   return pg;
 }
 
-void DistContext::ConnectMesh(int replicas, const char* group_name) {
+void DistContext::ConnectMesh(int replicas, bool pipeline) {
   mesh = MeshOf(rank, world, replicas);
   // Each rank makes the two groups it is in, its group first, each over its
   // own prefix of the store (Gloo connects a group's members as it is made;
@@ -135,12 +135,13 @@ void DistContext::ConnectMesh(int replicas, const char* group_name) {
   // in a circle).
   mesh_group = NewGroup(fmt::format("group{}", mesh.replica), mesh.group_ranks);
   replicate_group = NewGroup(fmt::format("replicate{}", mesh.index), mesh.replicate_ranks);
-  LogInfo("mesh: {} (group ranks {}..{}, replicate group of {} ranks)", mesh.Describe(group_name), mesh.group_ranks.front(),
+  LogInfo("mesh: {} (group ranks {}..{}, replicate group of {} ranks)", mesh.Describe(pipeline), mesh.group_ranks.front(),
           mesh.group_ranks.back(), replicas);
   if (rank == 0 && local_world < world && !GroupsWithinNodes(mesh.group_size, local_world))
-    LogWarn("--replicate-degree={}: {} groups of {} ranks do not fit in a node's {}: what stays inside a group "
+    LogWarn("--replicate-degree={}: {} of {} ranks do not fit in a node's {}: what stays inside a group "
             "(all-gathers and reduce-scatters, stage hand-offs) crosses between nodes; a degree of world / ranks "
-            "per node = {} keeps it inside", replicas, group_name, mesh.group_size, local_world, world / local_world);
+            "per node = {} keeps it inside", replicas, pipeline ? "pipelines" : "shard groups", mesh.group_size,
+            local_world, world / local_world);
 }
 
 c10::intrusive_ptr<c10d::ProcessGroup> DistContext::NewGroup(const std::string& name, const std::vector<int>& ranks) {

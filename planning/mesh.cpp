@@ -9,9 +9,12 @@
 
 namespace ddpbench {
 
-std::string MeshCoords::Describe(const char* group_name) const {
-  return fmt::format("replicate={},{}={}", replicas, group_name, group_size);
+std::string DescribeMesh(bool pipeline, int group_size, int replicas) {
+  return pipeline ? fmt::format("pp={},dp={}", group_size, replicas)
+                  : fmt::format("replicate={},shard={}", replicas, group_size);
 }
+
+std::string MeshCoords::Describe(bool pipeline) const { return DescribeMesh(pipeline, group_size, replicas); }
 
 MeshCoords MeshOf(int rank, int world, int replicas) {
   if (replicas < 1 || world < 1 || world % replicas != 0 || rank < 0 || rank >= world)

@@ -24,9 +24,14 @@ struct MeshCoords {
   int index = 0;        // its place in the group (0..S-1): its shard
   std::vector<int> group_ranks;      // the S ranks of its group
   std::vector<int> replicate_ranks;  // the R ranks at its place in every group
-  // The row's `mesh` column: "replicate=2,shard=2".
-  std::string Describe(const char* group_name) const;
+  // The row's `mesh` column (DescribeMesh).
+  std::string Describe(bool pipeline) const;
 };
+
+// The `mesh` column of a run's row and of a projected one: "replicate=R,shard=S"
+// for a shard group of S ranks replicated R times, "pp=S,dp=R" for a pipeline
+// of S stages replicated R times.
+std::string DescribeMesh(bool pipeline, int group_size, int replicas);
 
 // Rank `rank`'s place in a world of `world` ranks replicated `replicas`
 // times; std::invalid_argument unless 1 <= replicas and world % replicas == 0.

@@ -9,6 +9,7 @@
 
 #include "base/config.h"
 #include "projection/step_model.h"
+#include "planning/mesh.h"
 #include "planning/traits.h"
 
 namespace ddpbench {
@@ -80,9 +81,7 @@ Entry ParseEntry(const std::string& name) {
 std::string MeshOf(const Entry& e, const Topology& t) {
   if (!e.by_node || t.nodes < 2) return "";
   const StrategyTraits* traits = FindTraits(e.strategy);
-  const bool pipeline = traits && traits->family == Family::kPipeline;
-  return pipeline ? fmt::format("pp={},dp={}", t.per_node, t.nodes)
-                  : fmt::format("replicate={},shard={}", t.nodes, t.per_node);
+  return DescribeMesh(traits && traits->family == Family::kPipeline, t.per_node, t.nodes);
 }
 
 Row MakeRow(const RunConfig& c, const Entry& e, const Topology& t, int64_t batch, const StepPrediction& s,

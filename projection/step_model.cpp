@@ -403,9 +403,7 @@ double PipelineStepEnd(const Profile& p, const PipelineSimulation& with, const D
     return with.makespan + end;
   }
   for (size_t d = 0; d < bytes.params.size(); ++d) {
-    const double reduce = mesh.replicas.world() > 1
-                              ? Ms(TopologySeconds(mesh.replicas, Collective::kAllReduce, bytes.params[d]))
-                              : 0.0;
+    const double reduce = Ms(TopologySeconds(mesh.replicas, Collective::kAllReduce, bytes.params[d]));
     end = std::max(end, with.finish[d] + reduce + OptimizerMs(p, bytes.params[d]));
   }
   return end;

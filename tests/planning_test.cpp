@@ -432,7 +432,8 @@ TEST(Mesh, GroupsAreConsecutiveRanksAndReplicasShareAPlace) {
   EXPECT_EQ(m.index, 1);
   EXPECT_EQ(m.group_ranks, (std::vector<int>{4, 5, 6, 7}));
   EXPECT_EQ(m.replicate_ranks, (std::vector<int>{1, 5}));
-  EXPECT_EQ(m.Describe("shard"), "replicate=2,shard=4");
+  EXPECT_EQ(m.Describe(/*pipeline=*/false), "replicate=2,shard=4");
+  EXPECT_EQ(m.Describe(/*pipeline=*/true), "pp=4,dp=2");
   const MeshCoords flat = MeshOf(3, 4, 1);  // one group: the world
   EXPECT_EQ(flat.group_ranks, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(flat.replicate_ranks, (std::vector<int>{3}));

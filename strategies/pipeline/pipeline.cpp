@@ -88,11 +88,9 @@ class PipelineStrategy final : public Strategy {
     // Device d is rank d of the pipeline's group (the world, or with
     // --replicate-degree this rank's group of the mesh); this process runs its own.
     e_.ranks = e_.config->stage_ranks;
-    e_.rank = !e_.ranks ? 0 : e_.dist->mesh_group ? e_.dist->mesh.index : e_.dist->rank;
+    e_.rank = e_.ranks ? e_.dist->group_rank() : 0;
     e_.lr = ctx.lr;
-    const int S = !e_.ranks            ? static_cast<int>(ctx.devices.size())
-                  : e_.dist->mesh_group ? e_.dist->mesh.group_size
-                                        : e_.dist->world;
+    const int S = e_.ranks ? e_.dist->group_world() : static_cast<int>(ctx.devices.size());
     ChooseShape(ctx, S);
     // CPU only: a CUDA device's host thread runs ahead of its stream, so an
     // input missing at the host says nothing about the device being idle.
@@ -201,7 +199,7 @@ class PipelineStrategy final : public Strategy {
     transport_->ShareFigures();
     auto extras = pipeline::PipelineExtras(e_);
     if (e_.ranks && e_.dist->mesh.replicas > 1)
-      extras["mesh"] = fmt::format("pp={},dp={}", e_.table.devices, e_.dist->mesh.replicas);
+      extras["mesh"] = e_.dist->mesh.Describe(/*pipeline=*/true);
     return extras;
   }
 

@@ -12,7 +12,6 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/types.h>
 
-#include <chrono>
 #include <memory>
 #include <vector>
 

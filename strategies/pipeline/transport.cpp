@@ -184,7 +184,7 @@ class RankTransport final : public Transport {
   // The process group of this rank's pipeline: its group of the mesh, or the world.
   static c10d::ProcessGroup& PipelineGroup(const DistContext& dist) {
     TORCH_CHECK(dist.group, "--stage-ranks: the ranks have no process group");
-    return dist.mesh_group ? *dist.mesh_group : *dist.group;
+    return *dist.strategy_group();
   }
 
   RankLink link_;

@@ -42,12 +42,11 @@ class ShardedStrategy final : public Strategy {
     dist_ = ctx.dist;
     layout_.device = ctx.devices.front();
     // With a mesh the shard group is this rank's group; else the world.
-    const bool mesh = dist_ && dist_->mesh_group;
-    layout_.rank = mesh ? dist_->mesh.index : dist_ ? dist_->rank : 0;
-    layout_.world = mesh ? dist_->mesh.group_size : dist_ ? dist_->world : 1;
+    layout_.rank = dist_ ? dist_->group_rank() : 0;
+    layout_.world = dist_ ? dist_->group_world() : 1;
     layout_.data_world = dist_ ? dist_->world : 1;
-    layout_.group = mesh ? dist_->mesh_group.get() : dist_ ? dist_->group.get() : nullptr;
-    layout_.replicate = mesh ? dist_->replicate_group.get() : nullptr;
+    layout_.group = dist_ ? dist_->strategy_group() : nullptr;
+    layout_.replicate = dist_ ? dist_->replicate_group.get() : nullptr;
     layout_.comm = layout_.world > 1;
     TORCH_CHECK(!layout_.comm || layout_.group, labels_.name, " needs a process group");
     layout_.model = BuildModel(ctx.model, config_->seed, layout_.device);
@@ -220,7 +219,7 @@ class ShardedStrategy final : public Strategy {
 std::map<std::string, std::string> ShardedStrategy::Extras() {
   const int stage = layout_.stage;
   std::map<std::string, std::string> extras = {{"zero_reduce", config_->zero_reduce}};
-  if (Replicas() > 1) extras["mesh"] = dist_->mesh.Describe("shard");
+  if (Replicas() > 1) extras["mesh"] = dist_->mesh.Describe(/*pipeline=*/false);
   if (stage < 3) extras["bucket_cap_mb"] = fmt::format("{}", config_->bucket_cap_mb);
   if (stage == 3) extras["units_gathered_max"] = std::to_string(gathers_->HeldMost());
   // The share of the gradient reduction hidden behind backward, over the

@@ -77,7 +77,7 @@ WORK=(--strategy=pmp --stage-ranks --replicate-degree=2 --device=cpu --small-inp
       --batch-size=16 --chunks=4 --schedule=1f1b --split=5,5 --steps=4 --warmup=1 --no-eval --progress=off --verify
       --oversubscribe --expected=off)
 EXTRA=(--trace="$TMP/pp.json"); crossed 0 1 2 3; DESIGNED=$CROSSED
-grep -q "mesh: replicate=2,pp=2 (group ranks 2..3" "$TMP/rank3.log" || fail "rank 3's pipeline: $(cat "$TMP/rank3.log")"
+grep -q "mesh: pp=2,dp=2 (group ranks 2..3" "$TMP/rank3.log" || fail "rank 3's pipeline: $(cat "$TMP/rank3.log")"
 EXTRA=(); crossed 0 2 1 3; STRADDLED=$CROSSED
 echo "bytes over the pair: pipelines inside a namespace $DESIGNED, straddling the pair $STRADDLED"
 "$PY" - "$TMP/r.csv" "$TMP/pp.json" <<'PYEOF' || fail "the pp x dp rows or trace"
