@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <optional>
 
 #include <fmt/format.h>
@@ -82,12 +83,41 @@ DistContext Narrowed(const DistContext& dist, const c10::intrusive_ptr<c10d::Pro
   return sub;
 }
 
+// The link between the replicas as measured: every replicate group crossing
+// at once, and, for a pipeline (whose stages' all-reduces start at different
+// times), one group crossing alone.
+struct ReplicaLinks {
+  Link together;
+  std::optional<Link> alone;
+};
+
+// One replicate group after another measures its all-reduce while the
+// others wait: this rank's group's figure. Collective over the world.
+Link MeasureAloneInTurn(DistContext& dist, DistContext& replicas, const std::vector<int64_t>& sizes) {
+  std::optional<Link> mine;
+  for (int g = 0; g < dist.mesh.group_size; ++g) {
+    if (dist.mesh.index == g) mine = MeasureAllReduce(replicas, sizes, LinkEffort{});
+    dist.Barrier();
+  }
+  return *mine;
+}
+
+// How many replicate groups of a node cross at one group's full rate at once:
+// the ratio of a 4 MiB all-reduce's times alone and together, times the
+// groups that crossed together (1 .. group size).
+int CrossingsOf(const ReplicaLinks& links, int group_size, int replicas) {
+  const double bytes = 4.0 * (1 << 20);
+  const double alone = CollectiveSeconds(*links.alone, Collective::kAllReduce, replicas, bytes);
+  const double together = CollectiveSeconds(links.together, Collective::kAllReduce, replicas, bytes);
+  return std::clamp(static_cast<int>(std::lround(group_size * alone / together)), 1, group_size);
+}
+
 // The run's profile measured after it: with a device mesh the units and the
 // group's collectives (a shard group's, a pipeline's hand-offs) over the
 // group's ranks, and the link between replicas by the replicate groups'
 // all-reduce (`inter`), each group measuring beside the others as in the run.
 Profile MeasureRunProfile(const RunConfig& c, const ResNetOptions& options, const std::vector<torch::Device>& devices,
-                          DistContext& dist, const StrategyInfo& info, int micro, std::optional<Link>* inter) {
+                          DistContext& dist, const StrategyInfo& info, int micro, std::optional<ReplicaLinks>* inter) {
   std::vector<int64_t> batches{c.batch_size};
   if (micro > 1 && c.batch_size % micro == 0) batches.push_back(c.batch_size / micro);
   const std::vector<int64_t> sizes{64 << 10, 1 << 20, 4 << 20};
@@ -101,10 +131,18 @@ Profile MeasureRunProfile(const RunConfig& c, const ResNetOptions& options, cons
   DistContext group = Narrowed(dist, dist.mesh_group, dist.mesh.index, dist.mesh.group_size);
   Profile p = MeasureProfile(c, options, devices.front(), group, batches, sizes, LinkEffort{}, zero, pipeline);
   DistContext replicas = Narrowed(dist, dist.replicate_group, dist.mesh.replica, dist.mesh.replicas);
-  *inter = MeasureAllReduce(replicas, sizes, LinkEffort{});
-  if (dist.is_root())
+  ReplicaLinks links{MeasureAllReduce(replicas, sizes, LinkEffort{}), std::nullopt};
+  if (pipeline) links.alone = MeasureAloneInTurn(dist, replicas, sizes);
+  if (dist.is_root()) {
     LogInfo("link between the replicas ({} ranks): alpha {:.1f} us, {:.3f} GB/s", dist.mesh.replicas,
-            (*inter)->alpha_s * 1e6, (*inter)->bandwidth / 1e9);
+            links.together.alpha_s * 1e6, links.together.bandwidth / 1e9);
+    if (links.alone)
+      LogInfo("link between the replicas, one replicate group crossing alone: alpha {:.1f} us, {:.3f} GB/s; {} of "
+              "a node's groups cross at that rate at once",
+              links.alone->alpha_s * 1e6, links.alone->bandwidth / 1e9,
+              CrossingsOf(links, dist.mesh.group_size, dist.mesh.replicas));
+  }
+  *inter = links;
   return p;
 }
 
@@ -151,7 +189,7 @@ std::map<std::string, std::string> ExpectThisRun(const RunConfig& c, const ResNe
   const bool pipeline = info.family == Family::kPipeline;
   const int micro = pipeline ? ExtraInt(extras, "chunks", 1) : 1;
   Profile p;
-  std::optional<Link> inter;  // with a mesh: the link between the replicas
+  std::optional<ReplicaLinks> inter;  // with a mesh: the link between the replicas
   std::string from;
   if (c.expected == "auto") {
     try {
@@ -169,7 +207,11 @@ std::map<std::string, std::string> ExpectThisRun(const RunConfig& c, const ResNe
   if (!p.link) return {};
   try {
     StepQuery q = QueryOf(c, dist, extras, *p.link);
-    if (inter) q.topology.inter = *inter;
+    if (inter) q.topology.inter = inter->together;
+    if (inter && inter->alone) {  // a pipeline: the link one group has alone, and how many share it at that rate
+      q.topology.inter = *inter->alone;
+      q.topology.nics = CrossingsOf(*inter, dist.mesh.group_size, dist.mesh.replicas);
+    }
     const StepPrediction s = PredictStep(p, q);
     if (dist.is_root())
       LogInfo("expected: {:.1f} img/s ({}: step {:.2f} ms = compute {:.2f} + exposed communication {:.2f} + bubble "

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <iterator>
+#include <limits>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -223,7 +224,7 @@ double TopologySeconds(const Topology& t, Collective c, double bytes, bool acros
 }
 
 MeshTopology SplitTopology(const Topology& t, int group) {
-  MeshTopology m{t, t};
+  MeshTopology m{t, t, t};
   const int world = t.world();
   const int replicas = std::max(1, world / std::max(1, group));
   // Every device of a node crosses at once in its own replicate group.
@@ -237,8 +238,44 @@ MeshTopology SplitTopology(const Topology& t, int group) {
     m.group.per_node = std::min(group, t.per_node);
     m.replicas.per_node = 1, m.replicas.nodes = replicas;
   }
+  m.alone = m.replicas;
   m.replicas.inter = shared, m.replicas.nics = 0;
+  m.crossings = t.nodes > 1 ? std::min(nics, t.per_node) : t.per_node;
   return m;
+}
+
+std::vector<double> SharedLinkEnds(const std::vector<double>& start_ms, const std::vector<double>& alone_ms,
+                                   double capacity) {
+  const size_t n = start_ms.size();
+  if (alone_ms.size() != n) throw std::invalid_argument("shared link: one duration per start");
+  if (!(capacity >= 1)) throw std::invalid_argument("shared link: capacity below 1");
+  for (size_t i = 0; i < n; ++i)
+    if (!(start_ms[i] >= 0) || !(alone_ms[i] >= 0)) throw std::invalid_argument("shared link: a time below 0");
+  std::vector<double> left = alone_ms, end(n, -1);
+  double now = n ? *std::min_element(start_ms.begin(), start_ms.end()) : 0;
+  for (size_t done = 0; done < n;) {
+    std::vector<size_t> active;
+    double next_start = std::numeric_limits<double>::infinity();
+    for (size_t i = 0; i < n; ++i) {
+      if (end[i] >= 0) continue;
+      if (start_ms[i] <= now) active.push_back(i);
+      else next_start = std::min(next_start, start_ms[i]);
+    }
+    if (active.empty()) {
+      now = next_start;
+      continue;
+    }
+    const double rate = std::min(1.0, capacity / static_cast<double>(active.size()));
+    double first_end = std::numeric_limits<double>::infinity();
+    for (size_t i : active) first_end = std::min(first_end, now + left[i] / rate);
+    const double until = std::min(first_end, next_start);
+    for (size_t i : active) {
+      left[i] -= (until - now) * rate;
+      if (left[i] <= 1e-12 * (1 + alone_ms[i])) end[i] = until, ++done;  // round-off left over
+    }
+    now = until;
+  }
+  return end;
 }
 
 Link FitLink(const std::vector<std::pair<double, double>>& points, Collective c, int ranks,

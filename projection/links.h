@@ -105,10 +105,26 @@ double TopologySeconds(const Topology& t, Collective c, double bytes, bool acros
 // replicate groups of a node cross between nodes at once, each device over
 // its share of the node's NICs. A group that neither divides nor is a
 // multiple of the ranks per node is taken as spanning nodes.
+//
+// Replicate groups that do not cross at once (a pipeline's stages finish at
+// different times) are priced by `alone`, one replicate group crossing with
+// the node's link to itself, and `crossings`, how many of a node's replicate
+// groups cross at that rate at once (its NICs, or all of them where each
+// device has its own; all when the replicas stay inside a node): see
+// SharedLinkEnds.
 struct MeshTopology {
   Topology group, replicas;
+  Topology alone;
+  int crossings = 1;
 };
 MeshTopology SplitTopology(const Topology& t, int group);
+
+// Transfers over one shared link, each started at `start_ms[i]` and taking
+// `alone_ms[i]` with the link to itself: at most `capacity` run at full rate,
+// more share it equally (processor sharing). Each one's end, in ms.
+// std::invalid_argument on sizes that differ, a time below 0 or capacity < 1.
+std::vector<double> SharedLinkEnds(const std::vector<double>& start_ms, const std::vector<double>& alone_ms,
+                                   double capacity);
 
 // The link whose model is closest to measured (bytes, seconds) points of `c`
 // on `ranks`: least squares on relative error (sizes span orders of

@@ -393,8 +393,10 @@ void SetPipelineMemory(const Profile& p, const DeviceBytes& bytes, const Pipelin
 
 // pp x dp: each device's gradients all-reduced across the replicas once its
 // last action ends (`with`: the simulation with hand-offs), then its
-// optimizer; the step ends with the last device's. Without replicas, the
-// makespan and the slowest optimizer (as validated).
+// optimizer; the step ends with the last device's. A node's devices finish
+// at different times, so their all-reduces share the node's link only while
+// they overlap (SharedLinkEnds over the link one replicate group has alone).
+// Without replicas, the makespan and the slowest optimizer (as validated).
 double PipelineStepEnd(const Profile& p, const PipelineSimulation& with, const DeviceBytes& bytes,
                        const MeshTopology& mesh) {
   double end = 0;
@@ -402,9 +404,16 @@ double PipelineStepEnd(const Profile& p, const PipelineSimulation& with, const D
     for (double b : bytes.params) end = std::max(end, OptimizerMs(p, b));
     return with.makespan + end;
   }
-  for (size_t d = 0; d < bytes.params.size(); ++d) {
-    const double reduce = Ms(TopologySeconds(mesh.replicas, Collective::kAllReduce, bytes.params[d]));
-    end = std::max(end, with.finish[d] + reduce + OptimizerMs(p, bytes.params[d]));
+  const size_t devices = bytes.params.size(), per_node = std::max(1, mesh.group.per_node);
+  for (size_t first = 0; first < devices; first += per_node) {  // the devices of one node
+    std::vector<double> start, alone;
+    for (size_t d = first; d < std::min(devices, first + per_node); ++d) {
+      start.push_back(with.finish[d]);
+      alone.push_back(Ms(TopologySeconds(mesh.alone, Collective::kAllReduce, bytes.params[d])));
+    }
+    const std::vector<double> reduced = SharedLinkEnds(start, alone, mesh.crossings);
+    for (size_t i = 0; i < reduced.size(); ++i)
+      end = std::max(end, reduced[i] + OptimizerMs(p, bytes.params[first + i]));
   }
   return end;
 }

@@ -448,6 +448,45 @@ TEST(StepModel, ReplicatedPipelinesAllReduceEachDeviceAfterItsLastAction) {
   EXPECT_THROW(PredictStep(p, twice), ConfigError);
 }
 
+TEST(Links, SharedLinkEndsSharesOnlyWhileTransfersOverlap) {
+  // Capacity 1: A [0,4) alone until B starts at 2 (A has 2 left), then both at half rate:
+  // A ends at 6, B has 2 left, alone again: ends at 8. Capacity 2: each at full rate.
+  std::vector<double> ends = SharedLinkEnds({0, 2}, {4, 4}, 1);
+  EXPECT_NEAR(ends[0], 6, 1e-9);
+  EXPECT_NEAR(ends[1], 8, 1e-9);
+  ends = SharedLinkEnds({0, 2}, {4, 4}, 2);
+  EXPECT_NEAR(ends[0], 4, 1e-9);
+  EXPECT_NEAR(ends[1], 6, 1e-9);
+  // Three at once on capacity 2 (each at 2/3) and one that starts after the link is free.
+  ends = SharedLinkEnds({0, 0, 0, 20}, {2, 2, 4, 1}, 2);
+  EXPECT_NEAR(ends[0], 3, 1e-9);  // 2 / (2/3)
+  EXPECT_NEAR(ends[1], 3, 1e-9);
+  EXPECT_NEAR(ends[2], 5, 1e-9);  // 2 done by 3, then alone
+  EXPECT_NEAR(ends[3], 21, 1e-9);
+  EXPECT_THROW(SharedLinkEnds({0}, {1, 2}, 1), std::invalid_argument);
+  EXPECT_THROW(SharedLinkEnds({0}, {1}, 0.5), std::invalid_argument);
+}
+
+TEST(StepModel, ReplicatedPipelinesShareANodesLinkOnlyWhileTheirAllReducesOverlap) {
+  // As ReplicatedPipelinesAllReduceEachDeviceAfterItsLastAction, the link between the nodes at
+  // half the rate: each device's all-reduce takes 4 ms alone, stage 1's starts 2 ms before stage
+  // 0's. With a NIC per device they run side by side (stage 0's ends 4 ms after its start);
+  // with one NIC for the node's two devices they share it while both run (capacity 1: stage 1
+  // has 2 ms left when stage 0 starts, both at half rate for 4 ms, then stage 0's last 2 ms
+  // alone: 6 ms after stage 0's start).
+  const Profile p = UniformProfile(4, 1024.0 * 1024, 8);
+  Topology t = OneNode(2, TestLink(0, 1024.0 * 1024 * 1000));
+  t.nodes = 2, t.inter = TestLink(0, 1024.0 * 1024 * 500);
+  StepQuery one{"pmp", OneNode(2, TestLink(0, 1024.0 * 1024 * 1000)), 8};
+  one.micro_batches = 2;
+  const double alone = PredictStep(p, one).step_ms;
+  StepQuery q = one;
+  q.topology = t, q.replicas = 2;
+  EXPECT_NEAR(PredictStep(p, q).step_ms, alone + 4.0, 1e-2);
+  q.topology.nics = 1;
+  EXPECT_NEAR(PredictStep(p, q).step_ms, alone + 6.0, 1e-2);
+}
+
 TEST(StepModel, BadQueriesAreOneMessageEach) {
   const Profile p = UniformProfile(4, 1024, 8);
   auto message = [&](StepQuery q) {

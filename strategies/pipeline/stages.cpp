@@ -11,6 +11,8 @@
 #include <sstream>
 #include <thread>
 
+#include <time.h>
+
 #include "planning/traits.h"
 
 #include <fmt/format.h>
@@ -81,9 +83,29 @@ void TimeUnitsOnceOnGpu(ResNetImpl& model, const torch::Tensor& sample, UnitTime
 }
 #endif
 
+// This thread's CPU time in ms (what it computed, not what it waited for a core).
+double ThreadCpuMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+}
+
+// Where ranks or threads outnumber the cores, a unit shorter than the
+// scheduler's time slice is mostly timed while its thread holds a core, so
+// the minimum of a few repeats is the unit's time alone, while in the run
+// the thread gets its share of a core. On one intra-op thread each unit is
+// timed by this thread's CPU time, and the whole measurement's wall time over
+// its CPU time (the cores' sharing while every rank measures, as every rank
+// computes in the run) scales the minima.
+struct CoreShare {
+  bool by_cpu = false;
+  double wall_ms = 0, cpu_ms = 0;
+  double Factor() const { return by_cpu && cpu_ms > 0 ? std::max(1.0, wall_ms / cpu_ms) : 1.0; }
+};
+
 // One round of MeasureUnitTimes on one sample: each unit's forward, then its
 // backward, on the previous unit's detached output; `best` keeps the minima.
-void TimeUnitsOnce(ResNetImpl& model, const torch::Tensor& sample, UnitTimes* best) {
+void TimeUnitsOnce(ResNetImpl& model, const torch::Tensor& sample, UnitTimes* best, CoreShare* share) {
 #ifdef DDPBENCH_WITH_CUDA
   if (sample.is_cuda()) return TimeUnitsOnceOnGpu(model, sample, best);
 #endif
@@ -94,10 +116,16 @@ void TimeUnitsOnce(ResNetImpl& model, const torch::Tensor& sample, UnitTimes* be
   size_t u = 0;
   for (auto& unit : *model.units()) {
     auto t0 = std::chrono::steady_clock::now();
+    const double c0 = ThreadCpuMs();
     torch::Tensor y = unit.forward(UnitInput(x, u));
-    const double forward = since(t0);
+    const double forward = since(t0), forward_cpu = ThreadCpuMs() - c0;
     y.backward(torch::ones_like(y));
-    KeepMinima(u, forward, since(t0), best);
+    const double total = since(t0), total_cpu = ThreadCpuMs() - c0;
+    if (best) share->wall_ms += total, share->cpu_ms += total_cpu;
+    if (share->by_cpu)
+      KeepMinima(u, forward_cpu, total_cpu, best);
+    else
+      KeepMinima(u, forward, total, best);
     x = y.detach();
     ++u;
   }
@@ -109,8 +137,17 @@ std::vector<UnitTimes> MeasureClone(ResNetImpl& copy, const std::vector<torch::T
   const size_t n = copy.unit_names().size();
   constexpr double kInf = std::numeric_limits<double>::infinity();
   std::vector<UnitTimes> best(samples.size(), UnitTimes{std::vector<double>(n, kInf), std::vector<double>(n, kInf)});
+  CoreShare share;
+  share.by_cpu = at::get_num_threads() == 1;
   for (int round = 0; round <= repeats; ++round)  // round 0 warms up
-    for (size_t s = 0; s < samples.size(); ++s) TimeUnitsOnce(copy, samples[s], round > 0 ? &best[s] : nullptr);
+    for (size_t s = 0; s < samples.size(); ++s)
+      TimeUnitsOnce(copy, samples[s], round > 0 ? &best[s] : nullptr, &share);
+  const double factor = share.Factor();
+  for (UnitTimes& b : best)
+    for (size_t u = 0; u < n; ++u) b.total_ms[u] *= factor, b.forward_ms[u] *= factor;
+  if (factor > 1.05)
+    LogInfo("unit times x{:.2f}: the timing thread had {:.0f}% of a core (the cores are shared, as in the run)",
+            factor, 100.0 / factor);
   return best;
 }
 
