@@ -131,6 +131,27 @@ void CheckFlagsApply(const RunConfig& c) {
   }
 }
 
+// --recompute and --memory-budget-mb against each other and the schedule
+// (the unit names are checked against the model when the run is prepared).
+void CheckRecompute(const RunConfig& c) {
+  CheckAtLeast("--memory-budget-mb", c.memory_budget_mb, int64_t{0});
+  if (c.given.count("--memory-budget-mb") && c.recompute != "auto")
+    throw ConfigError(fmt::format("--memory-budget-mb={} with --recompute={}: the budget chooses which units to "
+                                  "recompute; accepted: --recompute=auto, or leave --memory-budget-mb out",
+                                  c.memory_budget_mb, c.recompute));
+  if (c.recompute.empty())
+    throw ConfigError("--recompute=: empty; accepted: none, all, auto, or a comma list of units");
+  if (c.recompute == "none") return;
+  if (c.given.count("--schedule") && SplitsBackward(ParsePipelineSchedule(c.schedule)))
+    throw ConfigError(fmt::format("--recompute={} with --schedule={}: a zero-bubble schedule splits each unit's "
+                                  "backward into its input and weight gradients, which a recomputed unit computes "
+                                  "in one pass; accepted: --schedule=gpipe|1f1b|interleaved|looped-bfs, or "
+                                  "--recompute=none", c.recompute, c.schedule));
+  if (c.cuda_graphs)
+    throw ConfigError(fmt::format("--recompute={} with --cuda-graphs: a recomputing backward inside a captured "
+                                  "step is not built; accepted: leave one of them out", c.recompute));
+}
+
 // --cuda-graphs on a strategy whose step cannot be captured: why, by name.
 void CheckCudaGraphs(const RunConfig& c) {
   const std::string& why = TraitsOf(c).no_cuda_graphs;
@@ -396,6 +417,7 @@ void ValidateConfig(const RunConfig& c) {
   CheckShapeTrials(c);
   CheckReplicateDegree(c);
   CheckCudaGraphs(c);
+  CheckRecompute(c);
   CheckStageRanks(c);
   if (c.given.count("--chunks")) CheckAtLeast("--chunks", c.chunks, int64_t{1});
   CheckBatchNormImages(c);
@@ -486,6 +508,12 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
                  "reuse (freed host memory stays mapped: no page faults per step)|system (glibc's defaults)");
   app.add_option("--cpu-device-memory-mb", c.cpu_device_memory_mb,
                  "capacity of each CPU logical device in MiB, enforced as a GPU's (0: the machine's memory)");
+  app.add_option("--recompute", c.recompute,
+                 "activation recompute: none|all|auto (the least added time within --memory-budget-mb)|a comma list "
+                 "of stem, head, blocks, layerN, every-K, unit names: recomputed in backward, not kept");
+  app.add_option("--memory-budget-mb", c.memory_budget_mb,
+                 "--recompute=auto: what one device may hold, MiB (default: its capacity: a GPU's memory, "
+                 "--cpu-device-memory-mb); given alone it implies --recompute=auto");
   app.add_option("--out", c.out, "CSV file to append the result row to");
   app.add_option("--baseline", c.baseline, "CSV holding the single-device row for scaling efficiency (default: --out)");
   app.add_option("--trace", c.trace, "Chrome trace (Perfetto) of every rank's phases, micro-batches and collectives");
@@ -586,6 +614,8 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   for (int i = 0; i < argc; ++i) command += (i ? " " : "") + ShellQuote(argv[i]);
   c.command = command;
   if (!c.time_budget.empty()) c.time_budget_s = ParseDuration("--time-budget", c.time_budget);
+  // A budget given alone asks for the plan that fits it.
+  if (c.given.count("--memory-budget-mb") && !c.given.count("--recompute")) c.recompute = "auto";
   if (!c.list) ValidateConfig(c);
   // Training to an answer without a step count runs until the budget or the
   // target stops it (steps stays -1: unbounded).

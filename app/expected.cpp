@@ -217,6 +217,7 @@ std::map<std::string, std::string> ExpectThisRun(const RunConfig& c, const ResNe
       LogInfo("expected: {:.1f} img/s ({}: step {:.2f} ms = compute {:.2f} + exposed communication {:.2f} + bubble "
               "{:.2f})", s.ImagesPerSecond(), from, s.step_ms, s.compute_ms, s.exposed_comm_ms, s.bubble_ms);
     return {{"expected_img_s", fmt::format("{:.1f}", s.ImagesPerSecond())},
+            {"memory_expected_mb", fmt::format("{:.1f}", s.memory_mb)},
             {"expected_term", s.LargestTerm()},
             {"expected_from", from}};
   } catch (const ConfigError& e) {

@@ -122,6 +122,8 @@ void AddSpeed(const RunResult& r, Row& row) {
   }
   if (r.model_flops_per_img > 0) {
     row["model_tflops_per_img"] = fmt::format("{:.6g}", r.model_flops_per_img / 1e12);
+    if (r.hardware_flops_per_img > 0)
+      row["hardware_tflops_per_img"] = fmt::format("{:.6g}", r.hardware_flops_per_img / 1e12);
     if (r.peak_flops > 0) row["mfu"] = Num(throughput * r.model_flops_per_img / r.peak_flops, 4);
   }
 }
@@ -226,13 +228,15 @@ double MedianAbsoluteDeviation(const std::vector<double>& values) {
   return Median(dev);
 }
 
-// Measured over expected (app/expected.h), when the run predicted itself.
-void AddVsExpected(Row& row) {
-  const auto expected = row.find("expected_img_s");
-  const auto measured = row.find("throughput_img_s");
+// `out` = row[measured] / row[expected] where both are there (vs_expected:
+// throughput against the model's; memory_vs_expected: the fullest device's
+// peak against the model's).
+void AddRatio(Row& row, const char* measured_key, const char* expected_key, const char* out) {
+  const auto expected = row.find(expected_key);
+  const auto measured = row.find(measured_key);
   if (expected == row.end() || measured == row.end() || measured->second.empty()) return;
   const double e = std::stod(expected->second);
-  if (e > 0) row["vs_expected"] = fmt::format("{:.3f}", std::stod(measured->second) / e);
+  if (e > 0) row[out] = fmt::format("{:.3f}", std::stod(measured->second) / e);
 }
 
 Row BuildRow(const RunResult& r) {
@@ -241,8 +245,10 @@ Row BuildRow(const RunResult& r) {
   AddSpeed(r, row);
   AddMemoryAndQuality(r, row);
   AddGoal(r, row);
+  row["recompute"] = r.recompute;
   for (const auto& [k, v] : r.extras) row[k] = v;
-  AddVsExpected(row);
+  AddRatio(row, "throughput_img_s", "expected_img_s", "vs_expected");
+  AddRatio(row, "peak_mem_mb", "memory_expected_mb", "memory_vs_expected");
   row["torch_version"] = r.env.torch_version;
   row["cuda_version"] = r.env.cuda_version;
   row["nccl_version"] = r.env.nccl_version;

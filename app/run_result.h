@@ -84,6 +84,8 @@ struct RunResult {
   int64_t image_size = 0, global_batch = 0, timed_steps = 0;
   double lr = 0;
   double model_flops_per_img = 0;  // forward + backward; 0: unknown
+  double hardware_flops_per_img = 0;  // and the recomputed forwards (--recompute)
+  std::string recompute = "none";     // the row's recompute column
   double peak_flops = 0;           // of the device for the precision; 0: unknown
 
   std::vector<double> step_ms;                  // rank 0's timed steps

@@ -30,6 +30,7 @@
 #include "harness/memory.h"
 #include "app/memory_fit.h"
 #include "app/parity.h"
+#include "app/recompute_choice.h"
 #include "base/log.h"
 #include "harness/mfu.h"
 #include "harness/phase.h"
@@ -254,6 +255,7 @@ PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, c
   model.channels_last = spec.channels_last = run.settings.memory_format == "channels_last";
   model.half_blocks = config.units == "half-blocks";
   model.fuse_bn_add_relu = config.fuse == "bn-add-relu";
+  model.recompute = RecomputeNames(config, model);
   ValidateResNetOptions(model);
   if (entry.info.family == Family::kPipeline && config.stage_ranks) CheckStagesFitUnits(config, entry.info, model);
   if (!config.data_only) CheckRunFitsDevices(run, entry.info, dist);
@@ -470,6 +472,8 @@ RunResult DescribeRun(const PreparedRun& run, const DistContext& dist, double lr
   r.global_batch = run.global_batch;
   r.lr = lr;
   r.model_flops_per_img = 6.0 * ResNetForwardMacs(run.model, run.info.height, run.info.width);  // 3 passes x 2 FLOPs
+  r.hardware_flops_per_img = HardwareFlopsPerImage(run.model, run.info.height, run.info.width);
+  r.recompute = DescribeRunRecompute(run.model);
   if (r.cuda) r.peak_flops = PeakFlops(r.device_name, c.amp, run.settings.tf32);
   return r;
 }
@@ -591,6 +595,12 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   if (!config.snapshot_dir.empty()) ArmStopSignals();  // finish the step, snapshot, exit kExitPreempted
   ConfigureProcess(run, entry, dist);
   CpuDeviceScope main_device(0);
+  if (config.recompute == "auto") {
+    const int shard_world = entry.info.parallelism() == Parallelism::kDataMultiProcess
+                                ? dist.world / std::max(1, ReplicateDegree(config, entry.info))
+                                : 1;
+    run.model.recompute = ChooseRecompute(config, run.model, run.devices.front(), entry.info, shard_world, dist);
+  }
 
   double lr = config.lr;
   if (config.lr_scaling == "linear") lr *= static_cast<double>(run.replicas);

@@ -70,6 +70,8 @@ struct RunConfig {
   bool cuda_graphs = false;            // capture the step once, replay it
   std::string fuse = "off";            // off|bn-add-relu: BatchNorm(+add)+ReLU fused in cuDNN
   int64_t cpu_device_memory_mb = 0;    // capacity of a CPU logical device; 0: the machine's memory
+  std::string recompute = "none";     // none|all|auto|LIST: units that recompute their forward in backward (planning/recompute_plan.h)
+  int64_t memory_budget_mb = 0;        // --recompute=auto: one device's budget; 0: its capacity
   std::string cpu_malloc = "reuse";    // reuse|system: how freed host memory comes back (memory.h)
 
   // Output.

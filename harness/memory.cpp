@@ -118,8 +118,9 @@ std::string OutOfMemoryLine(const std::string& device, int64_t asked_bytes, int6
 }
 
 const char* const kOutOfMemoryAdvice =
-    "; try a smaller --batch-size or --width, --amp=bf16, or a strategy that divides the memory "
-    "(zero1|zero2|zero3 shard the model state, pmp cuts the model over devices)";
+    "; try a smaller --batch-size or --width, --amp=bf16, --recompute=auto (recomputes activations to fit), "
+    "or a strategy that divides the memory (zero1|zero2|zero3 shard the model state, pmp cuts the model over "
+    "devices)";
 
 void InstallCpuMemoryTracker(int64_t device_limit_bytes) {
   g_device_limit.store(device_limit_bytes);

@@ -9,9 +9,11 @@
 #include "models/resnet.h"
 
 #include "models/fused_norm.h"
+#include "models/recompute.h"
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <array>
 #include <mutex>
 #include <numeric>
@@ -127,7 +129,7 @@ torch::nn::Sequential MakeDownsample(int64_t in, int64_t out, int64_t stride, No
 // ---------------------------------------------------------------------------
 // Units.
 
-class StemImpl : public torch::nn::Cloneable<StemImpl> {
+class StemImpl : public torch::nn::Cloneable<StemImpl>, public Recomputable {
  public:
   StemImpl(int64_t in_channels, int64_t width, bool small_input, NormKind norm, bool fuse = false)
       : in_channels_(in_channels), width_(width), small_input_(small_input), norm_(norm), fuse_(fuse) {
@@ -146,7 +148,8 @@ class StemImpl : public torch::nn::Cloneable<StemImpl> {
     }
   }
 
-  torch::Tensor forward(torch::Tensor x) {
+  torch::Tensor forward(torch::Tensor x) { return Forward(*this, x); }
+  torch::Tensor Run(torch::Tensor x) override {
     x = NormRelu(bn1_, conv1_->forward(x), fuse_);
     return maxpool_ ? maxpool_->forward(x) : x;
   }
@@ -165,7 +168,7 @@ TORCH_MODULE(Stem);
 // Which part of a residual block a unit holds (ResNetOptions::half_blocks).
 enum class BlockPart { kWhole, kFirst, kSecond };
 
-class BasicBlockImpl : public torch::nn::Cloneable<BasicBlockImpl> {
+class BasicBlockImpl : public torch::nn::Cloneable<BasicBlockImpl>, public Recomputable {
  public:
   static constexpr int64_t kExpansion = 1;
 
@@ -198,7 +201,8 @@ class BasicBlockImpl : public torch::nn::Cloneable<BasicBlockImpl> {
                              : torch::nn::Sequential{nullptr};
   }
 
-  torch::Tensor forward(torch::Tensor x) {
+  torch::Tensor forward(torch::Tensor x) { return Forward(*this, x); }
+  torch::Tensor Run(torch::Tensor x) override {
     if (part_ == BlockPart::kSecond) {
       return NormAddRelu(bn2_, conv2_->forward(x.narrow(1, 0, planes_)),
                          x.narrow(1, planes_, planes_ * kExpansion), fuse_);
@@ -221,7 +225,7 @@ class BasicBlockImpl : public torch::nn::Cloneable<BasicBlockImpl> {
 TORCH_MODULE(BasicBlock);
 
 // torchvision's Bottleneck (ResNet v1.5): the stride sits on the 3x3 conv.
-class BottleneckImpl : public torch::nn::Cloneable<BottleneckImpl> {
+class BottleneckImpl : public torch::nn::Cloneable<BottleneckImpl>, public Recomputable {
  public:
   static constexpr int64_t kExpansion = 4;
 
@@ -256,7 +260,8 @@ class BottleneckImpl : public torch::nn::Cloneable<BottleneckImpl> {
                              : torch::nn::Sequential{nullptr};
   }
 
-  torch::Tensor forward(torch::Tensor x) {
+  torch::Tensor forward(torch::Tensor x) { return Forward(*this, x); }
+  torch::Tensor Run(torch::Tensor x) override {
     if (part_ == BlockPart::kSecond) {
       return NormAddRelu(bn3_, conv3_->forward(x.narrow(1, 0, planes_)),
                          x.narrow(1, planes_, planes_ * kExpansion), fuse_);
@@ -279,7 +284,7 @@ class BottleneckImpl : public torch::nn::Cloneable<BottleneckImpl> {
 };
 TORCH_MODULE(Bottleneck);
 
-class HeadImpl : public torch::nn::Cloneable<HeadImpl> {
+class HeadImpl : public torch::nn::Cloneable<HeadImpl>, public Recomputable {
  public:
   HeadImpl(int64_t in_features, int64_t num_classes)
       : in_features_(in_features), num_classes_(num_classes) {
@@ -293,7 +298,8 @@ class HeadImpl : public torch::nn::Cloneable<HeadImpl> {
     fc_ = register_module("fc", torch::nn::Linear(in_features_, num_classes_));
   }
 
-  torch::Tensor forward(torch::Tensor x) {
+  torch::Tensor forward(torch::Tensor x) { return Forward(*this, x); }
+  torch::Tensor Run(torch::Tensor x) override {
     return fc_->forward(torch::flatten(avgpool_->forward(x), 1));
   }
 
@@ -368,6 +374,14 @@ void CopyTensorsByName(const torch::OrderedDict<std::string, torch::Tensor>& fro
 
 // ---------------------------------------------------------------------------
 
+bool RecomputeMarks(const std::string& name, const std::string& unit) {
+  auto whole = [](const std::string& n) {
+    const bool half = n.rfind("layer", 0) == 0 && !n.empty() && (n.back() == 'a' || n.back() == 'b');
+    return half ? n.substr(0, n.size() - 1) : n;
+  };
+  return name == unit || name == whole(unit) || whole(name) == unit;
+}
+
 void ValidateResNetOptions(const ResNetOptions& options) {
   if (FindDepth(options.depth) == nullptr) {
     throw std::invalid_argument("ResNet depth " + std::to_string(options.depth) +
@@ -381,6 +395,12 @@ void ValidateResNetOptions(const ResNetOptions& options) {
     throw std::invalid_argument("ResNet in_channels " + std::to_string(options.in_channels) +
                                 " is invalid; it must be at least 1");
   }
+  ResNetOptions plain = options;
+  plain.recompute.clear();  // ResNetUnitNames validates what it is given
+  const std::vector<std::string> units = options.recompute.empty() ? std::vector<std::string>{} : ResNetUnitNames(plain);
+  for (const auto& r : options.recompute)
+    if (std::none_of(units.begin(), units.end(), [&](const std::string& u) { return RecomputeMarks(r, u); }))
+      throw std::invalid_argument("ResNet recompute: '" + r + "' is not a unit or block of this model");
   // Any width >= 1 works with every norm kind: group norm uses gcd(32, C)
   // groups, which always divides C.
   if (options.width < 1) {
@@ -481,6 +501,11 @@ void ResNetImpl::reset() {
   }
   units_->push_back("head", Head(channels, options_.num_classes));
   register_module("units", units_);
+  std::vector<bool> recompute;
+  for (const auto& unit : unit_names_)
+    recompute.push_back(std::any_of(options_.recompute.begin(), options_.recompute.end(),
+                                    [&](const std::string& r) { return RecomputeMarks(r, unit); }));
+  SetRecompute(recompute);
 
   // torchvision's init loop, over modules in the same (pre-)order. A first
   // half's downsample comes after the second half's modules, where the whole
@@ -535,7 +560,22 @@ std::shared_ptr<torch::nn::Module> ResNetImpl::clone(
   for (size_t i = 0; i < from_modules.size(); ++i) {
     to_modules[i].value()->train(from_modules[i].value()->is_training());
   }
+  copy->SetRecompute(Recomputed());  // as this one has them now
   return copy;
+}
+
+void ResNetImpl::SetRecompute(const std::vector<bool>& per_unit) {
+  const auto units = units_->children();
+  TORCH_CHECK(per_unit.empty() || per_unit.size() == units.size(), "recompute: ", per_unit.size(),
+              " flags for ", units.size(), " units");
+  for (size_t u = 0; u < units.size(); ++u)
+    dynamic_cast<Recomputable&>(*units[u]).set_recompute(!per_unit.empty() && per_unit[u]);
+}
+
+std::vector<bool> ResNetImpl::Recomputed() const {
+  std::vector<bool> out;
+  for (const auto& unit : units_->children()) out.push_back(dynamic_cast<const Recomputable&>(*unit).recompute());
+  return out;
 }
 
 torch::Tensor ResNetImpl::forward(torch::Tensor x) { return units_->forward(x); }
@@ -576,11 +616,19 @@ struct MacCounter {
 
 namespace {
 
-// Walks the convolutions of the depth table; returns the head's input channels.
-int64_t CountConvolutions(const ResNetOptions& options, int64_t height, int64_t width, MacCounter& count) {
+// Walks the convolutions of the depth table; returns the head's input
+// channels. `per_unit` (optional) gets the stem's and each block's (or each
+// half's) multiply-accumulates, in unit order, without the head's.
+int64_t CountConvolutions(const ResNetOptions& options, int64_t height, int64_t width, MacCounter& count,
+                          std::vector<double>* per_unit = nullptr) {
   ValidateResNetOptions(options);
   const DepthSpec& spec = *FindDepth(options.depth);
   const int64_t expansion = spec.bottleneck ? BottleneckImpl::kExpansion : BasicBlockImpl::kExpansion;
+  double mark = 0;
+  auto unit_ends = [&] {
+    if (per_unit) per_unit->push_back(count.macs - mark);
+    mark = count.macs;
+  };
   std::pair<int64_t, int64_t> hw{height, width};
   if (options.small_input) {
     hw = count.Conv(options.in_channels, options.width, 3, 1, 1, hw);
@@ -588,21 +636,26 @@ int64_t CountConvolutions(const ResNetOptions& options, int64_t height, int64_t 
     hw = count.Conv(options.in_channels, options.width, 7, 2, 3, hw);
     hw = {count.ConvSide(hw.first, 3, 2, 1), count.ConvSide(hw.second, 3, 2, 1)};  // max-pool
   }
+  unit_ends();
   int64_t channels = options.width;
   for (int stage = 0; stage < 4; ++stage) {
     const int64_t planes = options.width << stage;
     for (int block = 0; block < spec.blocks[stage]; ++block) {
       const int64_t stride = (stage > 0 && block == 0) ? 2 : 1;
       const auto in_hw = hw;
+      // A first half holds the shortcut and every convolution but the last.
+      if (stride != 1 || channels != planes * expansion) count.Conv(channels, planes * expansion, 1, stride, 0, in_hw);
       if (spec.bottleneck) {
         hw = count.Conv(channels, planes, 1, 1, 0, hw);
         hw = count.Conv(planes, planes, 3, stride, 1, hw);
+        if (options.half_blocks) unit_ends();
         hw = count.Conv(planes, planes * expansion, 1, 1, 0, hw);
       } else {
         hw = count.Conv(channels, planes, 3, stride, 1, hw);
+        if (options.half_blocks) unit_ends();
         hw = count.Conv(planes, planes, 3, 1, 1, hw);
       }
-      if (stride != 1 || channels != planes * expansion) count.Conv(channels, planes * expansion, 1, stride, 0, in_hw);
+      unit_ends();
       channels = planes * expansion;
     }
   }
@@ -610,6 +663,14 @@ int64_t CountConvolutions(const ResNetOptions& options, int64_t height, int64_t 
 }
 
 }  // namespace
+
+std::vector<double> ResNetUnitForwardMacs(const ResNetOptions& options, int64_t height, int64_t width) {
+  MacCounter count;
+  std::vector<double> per_unit;
+  const int64_t channels = CountConvolutions(options, height, width, count, &per_unit);
+  per_unit.push_back(static_cast<double>(channels) * options.num_classes);
+  return per_unit;
+}
 
 double ResNetForwardMacs(const ResNetOptions& options, int64_t height, int64_t width) {
   MacCounter count;

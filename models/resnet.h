@@ -44,7 +44,17 @@ struct ResNetOptions {
   // cuDNN's kernels on CUDA, ATen's elsewhere. The same modules, parameters
   // and buffers; only the forward's kernels differ.
   bool fuse_bn_add_relu = false;
+  // Units that recompute their forward in their backward instead of keeping
+  // their activations (--recompute, models/recompute.h), by name: a unit
+  // ("layer3.1", "layer3.1a") or a block, which marks both of its halves in a
+  // half-block model (a half's name marks its whole block in a whole-block
+  // one). Empty: none.
+  std::vector<std::string> recompute;
 };
+
+// Whether ResNetOptions::recompute's `name` marks `unit`: the unit itself,
+// its whole block (a half "layer1.0a" of "layer1.0"), or a half of it.
+bool RecomputeMarks(const std::string& name, const std::string& unit);
 
 // Throws std::invalid_argument naming the bad value and what is accepted.
 void ValidateResNetOptions(const ResNetOptions& options);
@@ -75,6 +85,10 @@ class ResNetImpl : public torch::nn::Cloneable<ResNetImpl> {
   const std::vector<std::string>& unit_names() const { return unit_names_; }
   // Parameter count of each unit, in unit order (for balancing splits).
   std::vector<int64_t> UnitParameterCounts() const;
+  // Which units recompute their forward in backward (--recompute,
+  // models/recompute.h), one flag per unit; empty: none. Clones keep them.
+  void SetRecompute(const std::vector<bool>& per_unit);
+  std::vector<bool> Recomputed() const;
 
  private:
   ResNetOptions options_;
@@ -91,6 +105,8 @@ int64_t CountParameters(const torch::nn::Module& module);
 // the same depth table the model is built from. A training step costs three
 // forward passes (backward: gradient of the input and of the weights).
 double ResNetForwardMacs(const ResNetOptions& options, int64_t height, int64_t width);
+// The same, unit by unit (ResNetUnitNames' order; they sum to the whole).
+std::vector<double> ResNetUnitForwardMacs(const ResNetOptions& options, int64_t height, int64_t width);
 
 // Lower bounds of a model's memory, from the same depth table without building
 // it (so that a run too large for its device is refused before it allocates):

@@ -154,6 +154,8 @@ std::vector<ShapeOption> ScheduleOptions(const RunConfig& config, int devices, i
   for (const ShapeOption& c : all) {
     if (NeedsGroupsOfDevices(c.schedule) && micro_batches % devices != 0) continue;
     if (micro_batches < MinMicroBatches(c.schedule, devices)) continue;
+    // A recomputed unit computes its input and weight gradients in one node: no B/W split.
+    if (config.recompute != "none" && SplitsBackward(c.schedule) && all.size() > 1) continue;
     if (split_stages > 0 && split_stages != c.virtual_stages * devices && all.size() > 1) continue;
     out.push_back(c);
   }
