@@ -85,7 +85,7 @@ std::string MeshOf(const Entry& e, const Topology& t) {
 }
 
 Row MakeRow(const RunConfig& c, const Entry& e, const Topology& t, int64_t batch, const StepPrediction& s,
-            double single_img_s) {
+            const StepPrediction& recomputed, double single_img_s) {
   const double error = ValidatedErrorPct(e.name);
   const StrategyTraits* traits = FindTraits(e.strategy);
   const bool pipeline = traits && traits->family == Family::kPipeline;
@@ -112,6 +112,11 @@ Row MakeRow(const RunConfig& c, const Entry& e, const Topology& t, int64_t batch
                                ? std::to_string(s.LargestBatch(c.device_memory_gb * 1024, pipeline_batch) /
                                                 (pipeline_batch / batch))
                                : ""},
+             {"max_batch_recompute", c.device_memory_gb > 0
+                                         ? std::to_string(recomputed.LargestBatch(c.device_memory_gb * 1024,
+                                                                                  pipeline_batch) /
+                                                          (pipeline_batch / batch))
+                                         : ""},
              {"error_pct", error >= 0 ? Num(error) : ""},
              {"extrapolated", t.world() > 16 * validated ? "1" : "0"},
              {"largest_term", s.LargestTerm()},
@@ -155,7 +160,7 @@ const std::vector<std::string>& ProjectionColumns() {
   static const std::vector<std::string> kColumns = {
       "strategy", "mesh", "schedule", "nodes", "gpus_per_node", "world", "batch_per_device", "global_batch", "step_ms",
       "compute_ms", "exposed_comm_ms", "bubble_ms", "img_s", "scaling_efficiency", "memory_mb", "max_batch",
-      "error_pct", "extrapolated", "largest_term", "intra", "inter", "profile"};
+      "max_batch_recompute", "error_pct", "extrapolated", "largest_term", "intra", "inter", "profile"};
   return kColumns;
 }
 
@@ -177,7 +182,8 @@ std::vector<Row> ProjectRows(const Profile& measured, const RunConfig& c) {
     for (const Entry& e : entries) {
       if (!given && e.by_node && nodes == 1) continue;  // on one node: the same as its one-dimensional self
       try {
-        rows.push_back(MakeRow(c, e, t, batch, PredictStep(p, QueryFor(c, e, t, batch)), single));
+        rows.push_back(MakeRow(c, e, t, batch, PredictStep(p, QueryFor(c, e, t, batch)),
+                               PredictRecomputedMemory(p, QueryFor(c, e, t, batch)), single));
       } catch (const ConfigError& err) {
         if (given) throw;  // a size the named strategy cannot run is an error
         fmt::print(stderr, "ddpbench: {} on {} x {} left out: {}\n", e.name, nodes, c.gpus_per_node, err.what());

@@ -524,4 +524,19 @@ StepPrediction PredictStep(const Profile& p, const StepQuery& q) {
   return FamilyModels().at(traits.family)(p, meshed, traits);
 }
 
+StepPrediction PredictRecomputedMemory(const Profile& profile, const StepQuery& query) {
+  Profile held = profile;
+  double transient = 0;  // per image
+  for (UnitProfile& u : held.units) {
+    transient = std::max(transient, u.activation_bytes - u.output_bytes);
+    u.activation_bytes = std::min(u.activation_bytes, u.output_bytes);
+  }
+  StepPrediction s = PredictStep(held, query);
+  const int64_t images = s.micro_batches > 0 ? query.batch / s.micro_batches : query.batch;  // one forward's
+  const double extra_mb = transient * static_cast<double>(images) / kMiB;
+  s.memory_mb += extra_mb;
+  s.activation_mb_per_image += extra_mb / static_cast<double>(std::max<int64_t>(1, query.batch));
+  return s;
+}
+
 }  // namespace ddpbench

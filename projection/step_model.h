@@ -74,6 +74,12 @@ int MinimumWorld(const std::string& strategy);
 // micro-batch count the batch or the schedule cannot take).
 StepPrediction PredictStep(const Profile& profile, const StepQuery& query);
 
+// The memory of `query` with every unit recomputed (--recompute=all): each
+// unit holds its output alone, and the largest unit's other activations are
+// re-created once at a time in its backward (for a pipeline: of one
+// micro-batch). Memory fields set as PredictStep sets them.
+StepPrediction PredictRecomputedMemory(const Profile& profile, const StepQuery& query);
+
 // The families, exposed for tests: `cost` per unit at the batch each device runs.
 StepPrediction PredictDdp(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t, double cap_mb);
 StepPrediction PredictZero(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t, double cap_mb,

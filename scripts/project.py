@@ -39,7 +39,7 @@ from ddpbench_py import rows as R  # noqa: E402
 # ddpbench --project-csv's columns, in its order.
 COLUMNS = ["strategy", "schedule", "nodes", "gpus_per_node", "world", "batch_per_device", "global_batch", "step_ms",
            "compute_ms", "exposed_comm_ms", "bubble_ms", "img_s", "scaling_efficiency", "memory_mb", "max_batch",
-           "error_pct", "extrapolated", "largest_term", "intra", "inter", "profile"]
+           "max_batch_recompute", "error_pct", "extrapolated", "largest_term", "intra", "inter", "profile"]
 # The flags this script gives ddpbench itself: not accepted after `--`.
 OWN_FLAGS = ("--project", "--project-csv", "--strategies", "--nodes", "--gpus-per-node", "--intra", "--inter",
              "--device-memory-gb", "--batch-size")
@@ -162,6 +162,7 @@ TABLE_COLUMNS = [
     ("largest", lambda r: r["largest_term"]),
     ("memory/device MB", memory),
     ("max batch/dev", lambda r: r["max_batch"]),
+    ("with recompute", lambda r: r.get("max_batch_recompute", "")),
     ("error", error),
     ("extrapolated", lambda r: "yes" if r.get("extrapolated") == "1" else ""),
 ]

@@ -364,6 +364,24 @@ TEST(StepModel, MemoryFollowsTheZeroFormulaPlusActivations) {
   EXPECT_EQ(PredictStep(p, q).LargestBatch(12.0 + act, 8), 8 + 3 * 256);  // 1/256 MiB per image
 }
 
+TEST(StepModel, RecomputedMemoryHoldsOutputsAndOneUnitsActivations) {
+  // As above, every unit recomputed: 4 outputs of 100 B per image held, and one unit's other
+  // 924 B re-created in its backward: (400 + 924) x 8 images; the states unchanged.
+  const Profile p = UniformProfile(4, 1024.0 * 1024, 8);
+  StepQuery q{"ddp", OneNode(4, TestLink(1e-5, 1e9)), 8};
+  const StepPrediction r = PredictRecomputedMemory(p, q);
+  EXPECT_NEAR(r.memory_mb, 12.0 + (400.0 + 924.0) * 8 / (1024.0 * 1024), 1e-9);
+  EXPECT_NEAR(r.states_mb, 12.0, 1e-9);
+  EXPECT_GT(r.LargestBatch(13.0, 8), PredictStep(p, q).LargestBatch(13.0, 8));
+  // A pipeline re-creates one micro-batch's: 1F1B over 2 micro-batches of 4 images on 2 stages.
+  StepQuery pipe{"pmp", OneNode(2, TestLink(0, 1e12)), 8};
+  pipe.micro_batches = 2;
+  const StepPrediction plain = PredictStep(p, pipe), redo = PredictRecomputedMemory(p, pipe);
+  EXPECT_LT(redo.memory_mb, plain.memory_mb);
+  EXPECT_NEAR(redo.memory_mb - redo.states_mb,
+              (plain.memory_mb - plain.states_mb) * 100.0 / 1024 + 924.0 * 4 / (1024.0 * 1024), 1e-9);
+}
+
 TEST(StepModel, PipelineBubbleMatchesTheClosedForms) {
   // Equal stages, no hand-off cost: GPipe and 1F1B (S-1)/(M+S-1); interleaved
   // with V chunks (S-1)/(V M + S-1) of the busiest device's span.

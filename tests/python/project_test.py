@@ -36,7 +36,7 @@ def projection_rows():
     for s, sched, nodes, world, img_s, eff, err, extr, max_batch in POINTS:
         rows.append(dict(zip(project.COLUMNS, [
             s, sched, str(nodes), "8", str(world), "32", str(32 * world), "40.00", "30.00", "6.00", "4.00", img_s,
-            eff, "2048.0", max_batch, err, extr, "compute", "nvlink4", "ib-ndr400" if nodes > 1 else "",
+            eff, "2048.0", max_batch, str(3 * int(max_batch)), err, extr, "compute", "nvlink4", "ib-ndr400" if nodes > 1 else "",
             "prof.json"])))
     return rows
 
