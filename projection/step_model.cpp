@@ -431,7 +431,10 @@ StepPrediction PredictPipeline(const Profile& p, const StepQuery& q, const Strat
   const int64_t micro = q.batch / M;
   StepPrediction out;
   const std::vector<UnitCost> cost = p.CostAt(micro, &out.scaled);
-  const std::vector<int> counts = FastestSplit(table, AsUnitTimes(cost));
+  const bool given = q.split.size() == static_cast<size_t>(S * V) &&
+                     std::accumulate(q.split.begin(), q.split.end(), 0) == static_cast<int>(cost.size()) &&
+                     std::all_of(q.split.begin(), q.split.end(), [](int c) { return c >= 1; });
+  const std::vector<int> counts = given ? q.split : FastestSplit(table, AsUnitTimes(cost));
   const PipelineSimulation plain = SimulatePipeline(table, PipelineChunkTimes(p, table, counts, cost, micro, nullptr));
   const PipelineSimulation with = SimulatePipeline(table, PipelineChunkTimes(p, table, counts, cost, micro, &mesh.group));
   if (plain.deadlock || with.deadlock)

@@ -44,6 +44,9 @@ struct StepQuery {
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   int micro_batches = 0;    // pmp; 0: 2 x stages where the batch allows it
   int virtual_stages = 0;   // pmp; 0: the schedule's own (2 for interleaved and V)
+  // mp/pmp: units per stage as the run split them; empty (or not a split of
+  // the profile's units into the table's stages): the fastest split.
+  std::vector<int> split;
   // The strategy's group (a shard group of zero1/2/3, a pipeline of pmp/mp)
   // replicated this many times (--replicate-degree; the group is world /
   // replicas consecutive devices); 0: the strategy's default (1; hsdp: one

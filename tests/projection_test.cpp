@@ -382,6 +382,22 @@ TEST(StepModel, RecomputedMemoryHoldsOutputsAndOneUnitsActivations) {
               (plain.memory_mb - plain.states_mb) * 100.0 / 1024 + 924.0 * 4 / (1024.0 * 1024), 1e-9);
 }
 
+TEST(StepModel, APipelineRunsTheSplitItIsGiven) {
+  // 4 equal units on 2 stages: the fastest split is 2,2; given 1,3 the second stage holds three
+  // units' parameters and takes three units' time; a split that does not fit is ignored.
+  const Profile p = UniformProfile(4, 1024.0 * 1024, 8);
+  StepQuery q{"pmp", OneNode(2, TestLink(0, 1e12)), 8};
+  q.micro_batches = 2;
+  const StepPrediction fastest = PredictStep(p, q);
+  q.split = {1, 3};
+  const StepPrediction given = PredictStep(p, q);
+  EXPECT_GT(given.step_ms, fastest.step_ms);
+  EXPECT_NEAR(given.states_mb, 3 * 3.0, 1e-9);  // 12 B per parameter of 3 MiB / 4 B
+  EXPECT_NEAR(fastest.states_mb, 2 * 3.0, 1e-9);
+  q.split = {1, 2};  // 3 units, not the profile's 4
+  EXPECT_NEAR(PredictStep(p, q).step_ms, fastest.step_ms, 1e-12);
+}
+
 TEST(StepModel, PipelineBubbleMatchesTheClosedForms) {
   // Equal stages, no hand-off cost: GPipe and 1F1B (S-1)/(M+S-1); interleaved
   // with V chunks (S-1)/(V M + S-1) of the busiest device's span.
