@@ -46,11 +46,45 @@ double ActivationBytesPerImage(const Profile& p) {
 
 ModelStateBytes StateBytes(const Profile& p) { return BytesPerParameter(p.optimizer, p.momentum, p.element_bytes); }
 
-// Data-parallel memory: the ZeRO formula plus every unit's activations.
-void SetDataParallelMemory(const Profile& p, int stage, int world, int64_t batch, StepPrediction* out) {
-  out->states_mb = ZeroExpectedMb(stage, p.Parameters(), world, StateBytes(p));
+// The activation side of one device's peak, in bytes: walking the backward
+// of units [first, last] from the last, unit u's backward holds the
+// activations of the units up to u (of the `images` it runs; `others` images
+// of other micro-batches in flight hold all of theirs), the gradients of u's
+// output and of its input, and, where the strategy makes .grad as the
+// backward goes (`grads_made`), the gradients of the units behind it.
+double BackwardPeakBytes(const Profile& p, size_t first, size_t last, double images, double others,
+                         bool grads_made) {
+  double all = 0;
+  for (size_t v = first; v <= last; ++v) all += p.units[v].activation_bytes;
+  double peak = all * (images + others), below = all, grads = 0;
+  for (size_t u = last + 1; u-- > first;) {
+    if (grads_made) grads += p.units[u].ParamBytes();
+    const double in = u > first ? p.units[u - 1].output_bytes : 0;
+    peak = std::max(peak, images * (below + p.units[u].output_bytes + in) + others * all + grads);
+    below -= p.units[u].activation_bytes;
+  }
+  return peak;
+}
+
+// Data-parallel memory: the ZeRO formula, and the backward's peak over the
+// whole model (BackwardPeakBytes). Where .grad is made as the backward goes
+// and is not one of the formula's states (single, dp: set to none every
+// step; zero2/3: full gradients until reduced), it is counted by the walk:
+// ddp keeps its bucket buffers (the formula's gradients) beside .grad, zero1
+// its .grad as views of its flat buffer; zero3 also gathers a unit at a time.
+void SetDataParallelMemory(const Profile& p, Family family, int stage, int world, int64_t batch,
+                           StepPrediction* out) {
+  const ModelStateBytes per = StateBytes(p);
+  out->states_mb = ZeroExpectedMb(stage, p.Parameters(), world, per);
+  const bool plain = family == Family::kSingle || family == Family::kDataInProcess;
+  const bool grads_made = stage != 1;
+  double fixed = out->states_mb;
+  if (plain) fixed -= static_cast<double>(p.Parameters()) * per.grad / kMiB;  // the walk counts them
+  if (stage == 3)
+    for (const UnitProfile& u : p.units) fixed = std::max(fixed, out->states_mb + u.ParamBytes() / kMiB);
+  const double acts = BackwardPeakBytes(p, 0, p.units.size() - 1, static_cast<double>(batch), 0, grads_made) / kMiB;
   out->activation_mb_per_image = ActivationBytesPerImage(p) / kMiB;
-  out->memory_mb = out->states_mb + out->activation_mb_per_image * static_cast<double>(batch);
+  out->memory_mb = fixed + acts;
 }
 
 // The earliest unit (model order) among a bucket's tensors: its gradients are
@@ -355,36 +389,48 @@ ChunkTimes PipelineChunkTimes(const Profile& p, const PipelineTable& table, cons
   return times;
 }
 
-// Per device: the parameter bytes of its chunks, and the largest activation
-// bytes per image of one of its chunks.
+// Per device: the parameter bytes of its chunks, and the units of its chunk
+// with the most activation bytes per image.
 struct DeviceBytes {
   std::vector<double> params, largest_chunk_activation;
+  std::vector<std::pair<size_t, size_t>> largest_chunk;  // its first and last unit
 };
 DeviceBytes BytesPerDevice(const Profile& p, const PipelineTable& table, const std::vector<int>& counts) {
-  DeviceBytes d{std::vector<double>(table.devices, 0), std::vector<double>(table.devices, 0)};
+  const auto n = static_cast<size_t>(table.devices);
+  DeviceBytes d{std::vector<double>(n, 0), std::vector<double>(n, -1), std::vector<std::pair<size_t, size_t>>(n)};
   int first = 0;
   for (size_t c = 0; c < counts.size(); ++c) {
     double pb = 0, ab = 0;
     for (int u = first; u < first + counts[c]; ++u) pb += p.units[u].ParamBytes(), ab += p.units[u].activation_bytes;
-    d.params[table.DeviceOf(c)] += pb;
-    d.largest_chunk_activation[table.DeviceOf(c)] = std::max(d.largest_chunk_activation[table.DeviceOf(c)], ab);
+    const auto dev = static_cast<size_t>(table.DeviceOf(static_cast<int>(c)));
+    d.params[dev] += pb;
+    if (ab > d.largest_chunk_activation[dev]) {
+      d.largest_chunk_activation[dev] = ab;
+      d.largest_chunk[dev] = {static_cast<size_t>(first), static_cast<size_t>(first + counts[c] - 1)};
+    }
     first += counts[c];
   }
   return d;
 }
 
-// Memory of the fullest device: its chunks' model states and, per chunk, its
-// activations times the micro-batches the schedule holds at once.
+// Memory of the fullest device: its chunks' parameters and optimizer state,
+// and the backward's peak of its largest chunk (BackwardPeakBytes: one
+// micro-batch's backward beside the others the schedule holds at once, the
+// chunk's .grad made as it goes).
 void SetPipelineMemory(const Profile& p, const DeviceBytes& bytes, const PipelineSimulation& sim, int64_t micro,
                        int64_t batch, StepPrediction* out) {
   const std::vector<double>& params = bytes.params;
-  const std::vector<double>& act = bytes.largest_chunk_activation;
+  const ModelStateBytes per = StateBytes(p);
   for (size_t d = 0; d < params.size(); ++d) {
     const auto elements = static_cast<int64_t>(params[d] / static_cast<double>(p.element_bytes));
-    const double states = ZeroExpectedMb(0, elements, 1, StateBytes(p));
-    const double acts = sim.peak_in_flight[d] * act[d] * static_cast<double>(micro) / kMiB;
-    if (states + acts > out->memory_mb) {
-      out->memory_mb = states + acts;
+    const double states = ZeroExpectedMb(0, elements, 1, per);
+    const double fixed = states - static_cast<double>(elements) * per.grad / kMiB;  // .grad: in the walk
+    const auto m = static_cast<double>(micro);
+    const double others = std::max(0.0, sim.peak_in_flight[d] - 1.0) * m;
+    const auto [first, last] = bytes.largest_chunk[d];
+    const double acts = BackwardPeakBytes(p, first, last, m, others, /*grads_made=*/true) / kMiB;
+    if (fixed + acts > out->memory_mb) {
+      out->memory_mb = fixed + acts;
       out->states_mb = states;
       out->activation_mb_per_image = acts / static_cast<double>(batch);
     }
@@ -468,7 +514,7 @@ StepPrediction PredictDataParallel(const Profile& p, const StepQuery& q, const S
   // dp keeps one optimizer on its first device; the others one per rank,
   // sharded over a shard group of world / replicas.
   const int holders = traits.family == Family::kDataInProcess ? 1 : world / q.replicas;
-  SetDataParallelMemory(p, traits.zero_stage, holders, q.batch, &out);
+  SetDataParallelMemory(p, traits.family, traits.zero_stage, holders, q.batch, &out);
   return out;
 }
 

@@ -349,37 +349,48 @@ TEST(StepModel, Zero3StartsANeighboursGatherOnceAUnitsOwnHasEnded) {
   EXPECT_NEAR(s.compute_ms, 9.0, 1e-9);
 }
 
-TEST(StepModel, MemoryFollowsTheZeroFormulaPlusActivations) {
-  // 4 units x 1 MiB float32 SGD with momentum: 12 B per parameter of 1 MiB /
-  // 4 B = 262144 parameters each: DDP 12 MiB, stage 3 on 4 ranks 3 MiB; plus
-  // 4 KiB of activations per image x 8 images = 32 KiB.
+TEST(StepModel, MemoryIsTheZeroFormulaAndTheBackwardsPeak) {
+  // 4 units x 1 MiB float32 SGD with momentum: 12 B per parameter of 1 MiB / 4 B = 262144
+  // parameters each; per image each unit keeps 1024 B and hands on 100 B; 8 images. The walk of
+  // the backward: at unit u, the activations up to u, the gradients of u's output and input, and
+  // (.grad made as it goes) the gradients of units u.. : at u = 0, 8 x (1024 + 100) B + 4 MiB of
+  // gradients = 4203296 B, the peak (the parameters outweigh the activations here).
   const Profile p = UniformProfile(4, 1024.0 * 1024, 8);
   StepQuery q{"ddp", OneNode(4, TestLink(1e-5, 1e9)), 8};
-  const double act = 4.0 * 1024 * 8 / (1024.0 * 1024);
-  EXPECT_NEAR(PredictStep(p, q).memory_mb, 12.0 + act, 1e-9);
-  q.strategy = "zero3";
-  EXPECT_NEAR(PredictStep(p, q).memory_mb, 3.0 + act, 1e-9);
-  q.strategy = "zero1";  // (4 + 4) + 4 / 4
+  const double walk = 4203296.0 / (1024.0 * 1024);
+  EXPECT_NEAR(PredictStep(p, q).memory_mb, 12.0 + walk, 1e-9);  // its bucket buffers beside .grad
+  q.strategy = "zero3";  // 3 MiB of states, one unit gathered whole (1 MiB), .grad until reduced
+  EXPECT_NEAR(PredictStep(p, q).memory_mb, 3.0 + 1.0 + walk, 1e-9);
+  q.strategy = "zero1";  // (4 + 4) + 4 / 4; .grad views of its flat buffer: at u = 3, 8 x 4296 B
   EXPECT_NEAR(PredictStep(p, q).states_mb, 9.0, 1e-9);
-  EXPECT_EQ(PredictStep(p, q).LargestBatch(12.0 + act, 8), 8 + 3 * 256);  // 1/256 MiB per image
+  EXPECT_NEAR(PredictStep(p, q).memory_mb, 9.0 + 8 * 4296.0 / (1024.0 * 1024), 1e-9);
+  EXPECT_EQ(PredictStep(p, q).LargestBatch(12.0, 8), 3 * 1024 * 1024 / 4296);
+  q.strategy = "single";  // 8 MiB of parameters and momentum; the walk counts its .grad
+  q.topology = OneNode(1, TestLink(1e-5, 1e9));
+  EXPECT_NEAR(PredictStep(p, q).memory_mb, 8.0 + walk, 1e-9);
 }
 
 TEST(StepModel, RecomputedMemoryHoldsOutputsAndOneUnitsActivations) {
-  // As above, every unit recomputed: 4 outputs of 100 B per image held, and one unit's other
-  // 924 B re-created in its backward: (400 + 924) x 8 images; the states unchanged.
-  const Profile p = UniformProfile(4, 1024.0 * 1024, 8);
+  // 4 units of 64 B of parameters (16 each: 768 B of ddp states), 1024 B kept and 100 B handed
+  // on per image, 8 images. Kept: the walk peaks at the last unit, 8 x (4096 + 200) + 64 B.
+  // Every unit recomputed: each holds its 100 B, so 8 x (400 + 200) + 64 B, and the largest
+  // unit's other 924 B re-created for the 8 images.
+  const Profile p = UniformProfile(4, 64, 8);
   StepQuery q{"ddp", OneNode(4, TestLink(1e-5, 1e9)), 8};
-  const StepPrediction r = PredictRecomputedMemory(p, q);
-  EXPECT_NEAR(r.memory_mb, 12.0 + (400.0 + 924.0) * 8 / (1024.0 * 1024), 1e-9);
-  EXPECT_NEAR(r.states_mb, 12.0, 1e-9);
-  EXPECT_GT(r.LargestBatch(13.0, 8), PredictStep(p, q).LargestBatch(13.0, 8));
-  // A pipeline re-creates one micro-batch's: 1F1B over 2 micro-batches of 4 images on 2 stages.
+  const double MiB = 1024.0 * 1024;
+  const StepPrediction plain = PredictStep(p, q), redo = PredictRecomputedMemory(p, q);
+  EXPECT_NEAR(plain.memory_mb, (768 + 8 * 4296 + 64) / MiB, 1e-12);
+  EXPECT_NEAR(redo.memory_mb, (768 + 8 * 600 + 64 + 8 * 924) / MiB, 1e-12);
+  EXPECT_NEAR(redo.states_mb, 768 / MiB, 1e-12);
+  EXPECT_GT(redo.LargestBatch(1.0, 8), plain.LargestBatch(1.0, 8));
+  // A pipeline re-creates one micro-batch's: 2 stages of 2 units, 1F1B over 2 micro-batches of
+  // 4 images. Stage 0 holds both micro-batches at once: fixed 256 B (parameters and momentum of
+  // 32 parameters); kept, the walk at its unit 1: 4 x (2048 + 200) + 4 x 2048 (the other
+  // micro-batch) + 64 B; recomputed: 4 x (200 + 200) + 4 x 200 + 64, and 4 x 924 re-created.
   StepQuery pipe{"pmp", OneNode(2, TestLink(0, 1e12)), 8};
   pipe.micro_batches = 2;
-  const StepPrediction plain = PredictStep(p, pipe), redo = PredictRecomputedMemory(p, pipe);
-  EXPECT_LT(redo.memory_mb, plain.memory_mb);
-  EXPECT_NEAR(redo.memory_mb - redo.states_mb,
-              (plain.memory_mb - plain.states_mb) * 100.0 / 1024 + 924.0 * 4 / (1024.0 * 1024), 1e-9);
+  EXPECT_NEAR(PredictStep(p, pipe).memory_mb, (256 + 4 * 2248 + 4 * 2048 + 64) / MiB, 1e-12);
+  EXPECT_NEAR(PredictRecomputedMemory(p, pipe).memory_mb, (256 + 4 * 400 + 4 * 200 + 64 + 4 * 924) / MiB, 1e-12);
 }
 
 TEST(StepModel, APipelineRunsTheSplitItIsGiven) {
