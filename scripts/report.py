@@ -284,7 +284,8 @@ def markdown(rows, failures, images=(), gate_lines=(), tables=None, projected=No
 def run_gate(args, rows, failures):
     history = R.load_history(args.against, rows)
     limits = gate.Limits(k=args.k, floor=args.noise_floor, mem_factor=args.mem_factor, acc_tol=args.acc_tol,
-                         vs_expected=args.vs_expected, expected_fails=args.expected_fails)
+                         vs_expected=args.vs_expected, memory_vs_expected=args.memory_vs_expected,
+                         expected_fails=args.expected_fails)
     lines, regressions = gate.check(rows, history, failures, limits)
     for line in lines:
         print(line)
@@ -358,8 +359,10 @@ def parse_args():
     p.add_argument("--k", type=float, default=3.0, help="gate: throughput bound median - k x spread")
     p.add_argument("--vs-expected", type=float, default=0.8,
                    help="gate: flag rows whose vs_expected is below this (0: never)")
+    p.add_argument("--memory-vs-expected", type=float, default=0.25,
+                   help="gate: flag rows whose peak memory is off its prediction by more than this fraction (0: never)")
     p.add_argument("--expected-fails", action="store_true",
-                   help="gate: a row flagged slower than expected counts as a regression")
+                   help="gate: a row flagged slower than expected, or off its predicted memory, counts as a regression")
     p.add_argument("--noise-floor", type=float, default=0.05,
                    help="gate: least spread, as a fraction of the median (a history with MAD 0)")
     p.add_argument("--mem-factor", type=float, default=1.05, help="gate: peak memory above factor x reference")

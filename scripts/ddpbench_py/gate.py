@@ -12,9 +12,11 @@ same matrix entry and workload (rows.workload). A figure regresses when
 Separately, any row of tonight (with or without history) whose vs_expected
 (measured over the throughput its own parts and link predict, app/
 expected.h) is below `vs_expected` is flagged SLOWER THAN EXPECTED with the
-predicted step's largest term; it counts as a regression only with
-`expected_fails` (the model's own error is a few to ~20 percent,
-docs/projection.md).
+predicted step's largest term; one whose peak memory is off its predicted
+memory (memory_vs_expected) by more than `memory_vs_expected` is flagged
+MEMORY OFF ITS PREDICTION; each counts as a regression only with
+`expected_fails` (the models' own errors are a few to ~20 percent,
+docs/projection.md, docs/memory.md).
 
 Each regression is one line: entry, figure, tonight, reference. A changed
 environment (git sha, library versions, device) or changed options of the
@@ -33,6 +35,7 @@ class Limits:
     mem_factor: float = 1.05
     acc_tol: float = 0.02
     vs_expected: float = 0.8
+    memory_vs_expected: float = 0.25
     expected_fails: bool = False
 
 
@@ -44,6 +47,16 @@ def expected_rule(row, limits):
     return (f"SLOWER THAN EXPECTED {R.experiment(row)}: {R.num(row, 'throughput_img_s'):.1f} img/s is "
             f"{ratio:.2f} of the {row.get('expected_img_s')} img/s its parts and link predict (below "
             f"{limits.vs_expected:g}); the prediction's largest term: {row.get('expected_term') or '-'}")
+
+
+def memory_expected_rule(row, limits):
+    """A line when the row's peak memory is off its own prediction by more than the limit, else None."""
+    ratio = R.num(row, "memory_vs_expected")
+    if ratio is None or limits.memory_vs_expected <= 0 or abs(ratio - 1) <= limits.memory_vs_expected:
+        return None
+    return (f"MEMORY OFF ITS PREDICTION {R.experiment(row)}: {R.num(row, 'peak_mem_mb'):.1f} MB is "
+            f"{ratio:.2f} of the {row.get('memory_expected_mb')} MB predicted (off by more than "
+            f"{limits.memory_vs_expected:g})")
 
 
 def against_history(row, history, key):
@@ -119,10 +132,10 @@ def check(tonight, history, failures, limits):
         by_key.setdefault(R.workload(h), []).append(h)
     lines, regressions = [], 0
     for row in tonight:
-        slow = expected_rule(row, limits)
-        if slow:
-            lines.append(slow)
-            regressions += 1 if limits.expected_fails else 0
+        for flagged in (expected_rule(row, limits), memory_expected_rule(row, limits)):
+            if flagged:
+                lines.append(flagged)
+                regressions += 1 if limits.expected_fails else 0
         past = by_key.get(R.workload(row))
         if not past:
             lines.append(f"new      {R.experiment(row)}: no earlier night of this workload")

@@ -67,6 +67,17 @@ class GateTest(unittest.TestCase):
                          ["new      ddp-2x1: no earlier night of this workload"])
         self.assertFalse(any("EXPECTED" in l for l in check(row("t", 70), [])[0]))  # no prediction: no flag
 
+    def test_row_off_its_predicted_memory_is_flagged(self):
+        off = row("t", 100, peak_mem_mb="130.0", memory_expected_mb="100.0", memory_vs_expected="1.300")
+        lines, n = check(off, [])
+        self.assertEqual(n, 0)
+        self.assertRegex(lines[0], r"^MEMORY OFF ITS PREDICTION ddp-2x1: 130.0 MB is 1.30 of the 100.0 MB predicted")
+        self.assertEqual(gate.check([off], [], [], gate.Limits(expected_fails=True))[1], 1)
+        near = row("t", 100, peak_mem_mb="110.0", memory_expected_mb="100.0", memory_vs_expected="1.100")
+        self.assertFalse(any("MEMORY OFF" in l for l in check(near, [])[0]))
+        under = row("t", 100, peak_mem_mb="70.0", memory_expected_mb="100.0", memory_vs_expected="0.700")
+        self.assertTrue(any("MEMORY OFF" in l for l in check(under, [])[0]))
+
     def test_failed_entry_is_a_regression(self):
         lines, n = check(row("t", 100), [row("n1", 100)],
                          [{"entry": "pmp-2x1", "exit_code": "2", "reason": "--chunks=0: must be at least 1"}])
