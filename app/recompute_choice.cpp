@@ -30,18 +30,6 @@ std::vector<std::string> Marked(const std::vector<bool>& flags, const std::vecto
   return out;
 }
 
-// Each unit of `model` marked by its recompute names (as the model marks them).
-std::vector<bool> MarkedUnits(const ResNetOptions& model) {
-  ResNetOptions plain = model;
-  plain.recompute.clear();
-  const std::vector<std::string> names = ResNetUnitNames(plain);
-  std::vector<bool> flags;
-  for (const auto& unit : names)
-    flags.push_back(std::any_of(model.recompute.begin(), model.recompute.end(),
-                                [&](const std::string& r) { return RecomputeMarks(r, unit); }));
-  return flags;
-}
-
 constexpr double kMiB = 1024.0 * 1024.0;
 
 // The budget one device's memory must fit, in bytes.
@@ -121,9 +109,7 @@ std::vector<std::string> ChooseRecompute(const RunConfig& config, const ResNetOp
   const int64_t size = RunImageSize(config);
   const DeviceDemand demand = EstimateDeviceDemand(model, size, size, batch, config.optimizer, config.momentum,
                                                    info.zero_stage, shard_world, 1);
-  ResNetOptions plain = model;
-  plain.recompute.clear();
-  const std::vector<std::string> names = ResNetUnitNames(plain);
+  const std::vector<std::string> names = ResNetUnitNames(model);
   // What else the device holds beside the activations: model state, the
   // batch, and 5% of the budget kept free.
   const double batch_bytes = static_cast<double>(batch * model.in_channels * size * size) * 4;
@@ -147,15 +133,14 @@ std::vector<std::string> ChooseRecompute(const RunConfig& config, const ResNetOp
 
 std::vector<std::string> RecomputeNames(const RunConfig& config, const ResNetOptions& model) {
   if (config.recompute == "none" || config.recompute == "auto") return {};  // auto: ChooseRecompute
-  ResNetOptions plain = model;
-  plain.recompute.clear();
-  const std::vector<std::string> names = ResNetUnitNames(plain);
+  const std::vector<std::string> names = ResNetUnitNames(model);
   try {
     return Marked(ParseRecompute(config.recompute, names), names);
   } catch (const ConfigError&) {
-    if (plain.half_blocks) throw;
-    plain.half_blocks = true;  // a half's name
-    const std::vector<std::string> halves = ResNetUnitNames(plain);
+    if (model.half_blocks) throw;
+    ResNetOptions halved = model;
+    halved.half_blocks = true;  // a half's name
+    const std::vector<std::string> halves = ResNetUnitNames(halved);
     try {
       return Marked(ParseRecompute(config.recompute, halves), halves);
     } catch (const ConfigError&) {
@@ -165,14 +150,12 @@ std::vector<std::string> RecomputeNames(const RunConfig& config, const ResNetOpt
 }
 
 std::string DescribeRunRecompute(const ResNetOptions& model) {
-  ResNetOptions plain = model;
-  plain.recompute.clear();
-  return DescribeRecompute(MarkedUnits(model), ResNetUnitNames(plain));
+  return DescribeRecompute(RecomputedUnits(model), ResNetUnitNames(model));
 }
 
 double HardwareFlopsPerImage(const ResNetOptions& model, int64_t height, int64_t width) {
   const std::vector<double> macs = ResNetUnitForwardMacs(model, height, width);
-  const std::vector<bool> marked = MarkedUnits(model);
+  const std::vector<bool> marked = RecomputedUnits(model);
   double total = 0, again = 0;
   for (size_t u = 0; u < macs.size(); ++u) {
     total += macs[u];

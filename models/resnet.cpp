@@ -374,6 +374,10 @@ void CopyTensorsByName(const torch::OrderedDict<std::string, torch::Tensor>& fro
 
 // ---------------------------------------------------------------------------
 
+namespace {
+
+// Whether ResNetOptions::recompute's `name` marks `unit`: the unit itself,
+// its whole block (a half "layer1.0a" of "layer1.0"), or a half of it.
 bool RecomputeMarks(const std::string& name, const std::string& unit) {
   auto whole = [](const std::string& n) {
     const bool half = n.rfind("layer", 0) == 0 && !n.empty() && (n.back() == 'a' || n.back() == 'b');
@@ -382,7 +386,9 @@ bool RecomputeMarks(const std::string& name, const std::string& unit) {
   return name == unit || name == whole(unit) || whole(name) == unit;
 }
 
-void ValidateResNetOptions(const ResNetOptions& options) {
+// Everything ValidateResNetOptions checks but the recompute names (which
+// need the unit names, and so this).
+void ValidateStructure(const ResNetOptions& options) {
   if (FindDepth(options.depth) == nullptr) {
     throw std::invalid_argument("ResNet depth " + std::to_string(options.depth) +
                                 " is not supported; accepted depths: 18, 34, 50, 101, 152");
@@ -395,12 +401,6 @@ void ValidateResNetOptions(const ResNetOptions& options) {
     throw std::invalid_argument("ResNet in_channels " + std::to_string(options.in_channels) +
                                 " is invalid; it must be at least 1");
   }
-  ResNetOptions plain = options;
-  plain.recompute.clear();  // ResNetUnitNames validates what it is given
-  const std::vector<std::string> units = options.recompute.empty() ? std::vector<std::string>{} : ResNetUnitNames(plain);
-  for (const auto& r : options.recompute)
-    if (std::none_of(units.begin(), units.end(), [&](const std::string& u) { return RecomputeMarks(r, u); }))
-      throw std::invalid_argument("ResNet recompute: '" + r + "' is not a unit or block of this model");
   // Any width >= 1 works with every norm kind: group norm uses gcd(32, C)
   // groups, which always divides C.
   if (options.width < 1) {
@@ -421,6 +421,25 @@ void ValidateResNetOptions(const ResNetOptions& options) {
                                   std::to_string(static_cast<int>(options.norm)) +
                                   " is invalid; accepted: batch, group, frozen-bn");
   }
+}
+
+}  // namespace
+
+void ValidateResNetOptions(const ResNetOptions& options) {
+  ValidateStructure(options);
+  if (options.recompute.empty()) return;
+  const std::vector<std::string> units = ResNetUnitNames(options);
+  for (const auto& r : options.recompute)
+    if (std::none_of(units.begin(), units.end(), [&](const std::string& u) { return RecomputeMarks(r, u); }))
+      throw std::invalid_argument("ResNet recompute: '" + r + "' is not a unit or block of this model");
+}
+
+std::vector<bool> RecomputedUnits(const ResNetOptions& options) {
+  std::vector<bool> marked;
+  for (const auto& unit : ResNetUnitNames(options))
+    marked.push_back(std::any_of(options.recompute.begin(), options.recompute.end(),
+                                 [&](const std::string& r) { return RecomputeMarks(r, unit); }));
+  return marked;
 }
 
 NormKind ParseNormKind(const std::string& name) {
@@ -445,7 +464,7 @@ std::string NormKindName(NormKind kind) {
 }
 
 std::vector<std::string> ResNetUnitNames(const ResNetOptions& options) {
-  ValidateResNetOptions(options);
+  ValidateStructure(options);
   const DepthSpec& spec = *FindDepth(options.depth);
   std::vector<std::string> names{"stem"};
   for (int stage = 0; stage < 4; ++stage)
@@ -501,11 +520,7 @@ void ResNetImpl::reset() {
   }
   units_->push_back("head", Head(channels, options_.num_classes));
   register_module("units", units_);
-  std::vector<bool> recompute;
-  for (const auto& unit : unit_names_)
-    recompute.push_back(std::any_of(options_.recompute.begin(), options_.recompute.end(),
-                                    [&](const std::string& r) { return RecomputeMarks(r, unit); }));
-  SetRecompute(recompute);
+  SetRecompute(RecomputedUnits(options_));
 
   // torchvision's init loop, over modules in the same (pre-)order. A first
   // half's downsample comes after the second half's modules, where the whole

@@ -52,9 +52,10 @@ struct ResNetOptions {
   std::vector<std::string> recompute;
 };
 
-// Whether ResNetOptions::recompute's `name` marks `unit`: the unit itself,
-// its whole block (a half "layer1.0a" of "layer1.0"), or a half of it.
-bool RecomputeMarks(const std::string& name, const std::string& unit);
+// Per unit of ResNetUnitNames(options), whether options.recompute marks it:
+// by its name, its whole block's (a half "layer1.0a" of "layer1.0"), or a
+// half's (a whole-block unit).
+std::vector<bool> RecomputedUnits(const ResNetOptions& options);
 
 // Throws std::invalid_argument naming the bad value and what is accepted.
 void ValidateResNetOptions(const ResNetOptions& options);
