@@ -91,23 +91,11 @@ torch::Tensor ClassificationLoss(const torch::Tensor& logits, const torch::Tenso
       logits.scalar_type() == torch::kDouble ? logits : logits.to(torch::kFloat), labels);
 }
 
-AutocastGuard::AutocastGuard(const std::string& amp, torch::Device device) {
-  if (amp == "off") return;
-  active_ = true;
-  type_ = device.type();
-  previous_enabled_ = at::autocast::is_autocast_enabled(type_);
-  previous_dtype_ = at::autocast::get_autocast_dtype(type_);
-  at::autocast::set_autocast_enabled(type_, true);
-  at::autocast::set_autocast_dtype(type_, amp == "bf16" ? at::kBFloat16 : at::kHalf);
-  at::autocast::increment_nesting();
-}
+AutocastGuard::AutocastGuard(const std::string& amp, torch::Device device)
+    : scope_(device.type(), amp == "off" ? std::nullopt
+                                         : std::optional<c10::ScalarType>(amp == "bf16" ? at::kBFloat16 : at::kHalf)) {}
 
-AutocastGuard::~AutocastGuard() {
-  if (!active_) return;
-  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  at::autocast::set_autocast_enabled(type_, previous_enabled_);
-  at::autocast::set_autocast_dtype(type_, previous_dtype_);
-}
+AutocastGuard::~AutocastGuard() = default;
 
 LossScaler::LossScaler(const std::string& amp, torch::Device device) : enabled_(amp == "fp16") {
   if (!enabled_) return;

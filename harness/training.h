@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "harness/state_map.h"
+#include "models/autocast.h"
 #include "models/resnet.h"
 
 namespace torch::optim {
@@ -53,10 +54,7 @@ class AutocastGuard {
   AutocastGuard& operator=(const AutocastGuard&) = delete;
 
  private:
-  bool active_ = false;
-  torch::DeviceType type_ = torch::kCPU;
-  bool previous_enabled_ = false;
-  at::ScalarType previous_dtype_ = at::kFloat;
+  ScopedAutocast scope_;
 };
 
 // Dynamic loss scaling for --amp=fp16, on ATen's own AMP kernels (the ones

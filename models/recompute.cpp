@@ -1,10 +1,13 @@
 // The recomputing autograd node behind --recompute (recompute.h).
 #include "models/recompute.h"
 
+#include "models/autocast.h"
+
 #include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace ddpbench {
@@ -14,41 +17,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The autocast state of one device type, captured in the forward and put
-// back around the recomputed forward (backward runs on the engine's thread,
-// where autocast is off).
-struct AutocastState {
-  at::DeviceType type = at::kCPU;
-  bool enabled = false;
-  at::ScalarType dtype = at::kFloat;
-
-  static AutocastState Of(at::DeviceType type) {
-    return {type, at::autocast::is_autocast_enabled(type), at::autocast::get_autocast_dtype(type)};
-  }
-};
-
-class AutocastRestored {
- public:
-  explicit AutocastRestored(const AutocastState& s) : now_(AutocastState::Of(s.type)), active_(s.enabled) {
-    if (!active_) return;
-    at::autocast::set_autocast_enabled(s.type, true);
-    at::autocast::set_autocast_dtype(s.type, s.dtype);
-    at::autocast::increment_nesting();
-  }
-  ~AutocastRestored() {
-    if (!active_) return;
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    at::autocast::set_autocast_enabled(now_.type, now_.enabled);
-    at::autocast::set_autocast_dtype(now_.type, now_.dtype);
-  }
-  AutocastRestored(const AutocastRestored&) = delete;
-  AutocastRestored& operator=(const AutocastRestored&) = delete;
-
- private:
-  AutocastState now_;
-  bool active_;
-};
-
 class RecomputeNode : public torch::autograd::Function<RecomputeNode> {
  public:
   // `unit` and `module` are the same unit (Recomputable* and Module*, as
@@ -57,11 +25,13 @@ class RecomputeNode : public torch::autograd::Function<RecomputeNode> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, at::TensorList params,
                                int64_t unit, int64_t module) {
     ctx->save_for_backward({x});
-    const AutocastState autocast = AutocastState::Of(x.device().type());
+    // The forward's autocast state, put back around the recomputed forward
+    // (backward runs on autograd's thread, where autocast is off).
+    const at::DeviceType type = x.device().type();
     ctx->saved_data["unit"] = unit;
     ctx->saved_data["module"] = module;
-    ctx->saved_data["autocast"] = autocast.enabled;
-    ctx->saved_data["autocast_dtype"] = static_cast<int64_t>(autocast.dtype);
+    ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(type);
+    ctx->saved_data["autocast_dtype"] = static_cast<int64_t>(at::autocast::get_autocast_dtype(type));
     // With a graph, as the recomputation will run it (the same kernels, so
     // the same bits), dropped as soon as the output is taken.
     torch::AutoGradMode grad(true);
@@ -72,8 +42,10 @@ class RecomputeNode : public torch::autograd::Function<RecomputeNode> {
     auto* unit = reinterpret_cast<Recomputable*>(ctx->saved_data["unit"].toInt());
     auto* module = reinterpret_cast<torch::nn::Module*>(ctx->saved_data["module"].toInt());
     const torch::Tensor saved = ctx->get_saved_variables().front();
-    const AutocastState autocast{saved.device().type(), ctx->saved_data["autocast"].toBool(),
-                                 static_cast<at::ScalarType>(ctx->saved_data["autocast_dtype"].toInt())};
+    const std::optional<at::ScalarType> autocast =
+        ctx->saved_data["autocast"].toBool()
+            ? std::optional<at::ScalarType>(static_cast<at::ScalarType>(ctx->saved_data["autocast_dtype"].toInt()))
+            : std::nullopt;
     const bool input_grad = saved.requires_grad();
     torch::Tensor x = saved.detach().requires_grad_(input_grad);
     std::vector<torch::Tensor> buffers;  // as the first forward left them
@@ -81,7 +53,7 @@ class RecomputeNode : public torch::autograd::Function<RecomputeNode> {
     torch::Tensor y;
     {
       torch::AutoGradMode grad(true);
-      const AutocastRestored restored(autocast);
+      const ScopedAutocast restored(saved.device().type(), autocast);
       y = unit->Run(x);
     }
     variable_list inputs;
