@@ -20,22 +20,19 @@ bool IsBlock(const std::string& name) { return name != "stem" && name != "head";
 // "layer3" of "layer3.1" or "layer3.1a".
 std::string StageOf(const std::string& name) { return name.substr(0, name.find('.')); }
 
-// The whole blocks in order: a half-block model's "layer1.0a" and "layer1.0b" are one block.
-std::vector<std::string> BlockNames(const std::vector<std::string>& names) {
-  std::vector<std::string> blocks;
-  for (const auto& n : names) {
-    if (!IsBlock(n)) continue;
-    std::string whole = n;
-    if (!whole.empty() && (whole.back() == 'a' || whole.back() == 'b')) whole.pop_back();
-    if (blocks.empty() || blocks.back() != whole) blocks.push_back(whole);
-  }
-  return blocks;
-}
-
+// A unit's whole block: "layer1.0" of "layer1.0a"; any other unit itself.
 std::string BlockOf(const std::string& unit) {
   std::string whole = unit;
   if (IsBlock(unit) && !whole.empty() && (whole.back() == 'a' || whole.back() == 'b')) whole.pop_back();
   return whole;
+}
+
+// The whole blocks in order: a half-block model's "layer1.0a" and "layer1.0b" are one block.
+std::vector<std::string> BlockNames(const std::vector<std::string>& names) {
+  std::vector<std::string> blocks;
+  for (const auto& n : names)
+    if (IsBlock(n) && (blocks.empty() || blocks.back() != BlockOf(n))) blocks.push_back(BlockOf(n));
+  return blocks;
 }
 
 // Marks the units `item` names; false when it names none.
@@ -157,8 +154,7 @@ RecomputePlan PlanRecompute(const std::vector<UnitActivation>& units, double bud
         } else {
           r[u] = true;
           left -= out[u];
-          want -= units[u].forward_ms;
-          want = time[u][static_cast<size_t>(left)];  // exact: the value the step came from
+          want = time[u][static_cast<size_t>(left)];  // the value the step came from, exactly
         }
       }
       best_time = t, best_mem = m + h;
