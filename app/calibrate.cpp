@@ -70,6 +70,52 @@ void MeasureUnitBytes(ResNet model, const RunConfig& config, torch::Device devic
   }
 }
 
+// The most each unit's backward allocates at once above what is allocated
+// when it starts, at `images` images: each unit runs on the previous one's
+// output, its parameters' .grad already allocated (so the figure is the
+// backward's own, not the gradients the model counts apart).
+std::vector<double> UnitBackwardPeaks(ResNet model, const RunConfig& config, int64_t images, torch::Device device) {
+  RunConfig at = config;
+  at.batch_size = images;
+  torch::Tensor x = RandomBatch(model, at, device).first;
+  for (auto& t : model->parameters())
+    if (t.requires_grad()) t.mutable_grad() = torch::zeros_like(t);
+  std::vector<double> peaks;
+  for (auto& module : *model->units()) {
+    torch::Tensor in = x.detach().requires_grad_(!peaks.empty());
+    torch::Tensor y = module.forward(in);
+    torch::Tensor grad = torch::ones_like(y);
+    WaitForCurrentStream(device);
+    const int64_t before = AllocatedBytesNow(device, 0);
+    ResetPeakMemory({device});
+    y.backward(grad);
+    WaitForCurrentStream(device);
+    const double peak = MeasureDeviceMemory(device, 0).peak_allocated_mb * 1024.0 * 1024.0;
+    peaks.push_back(std::max(0.0, peak - static_cast<double>(before)));
+    x = y.detach();
+  }
+  for (auto& t : model->parameters()) t.mutable_grad() = torch::Tensor();
+  return peaks;
+}
+
+// UnitProfile::backward_bytes and backward_fixed_bytes: a line through the
+// unit's backward peak at the batch and at a quarter of it (the weights' new
+// gradients do not grow with the images).
+void MeasureUnitBackwardBytes(ResNet model, const RunConfig& config, torch::Device device, Profile* p) {
+  const int64_t large = config.batch_size, small = std::max<int64_t>(1, large / 4);
+  const std::vector<double> at_large = UnitBackwardPeaks(model, config, large, device);
+  const std::vector<double> at_small = UnitBackwardPeaks(model, config, small, device);
+  for (size_t u = 0; u < p->units.size(); ++u) {
+    UnitProfile& unit = p->units[u];
+    if (large == small) {  // one image: all of it per image
+      unit.backward_bytes = at_large[u];
+      continue;
+    }
+    unit.backward_bytes = std::max(0.0, (at_large[u] - at_small[u]) / static_cast<double>(large - small));
+    unit.backward_fixed_bytes = std::max(0.0, at_large[u] - unit.backward_bytes * static_cast<double>(large));
+  }
+}
+
 // The bytes of each broadcast the data-parallel strategies make of the
 // model's buffers before a forward (DistContext::BroadcastFromRoot through
 // c10d::broadcast_coalesced: the buffers flattened into one tensor per dtype,
@@ -490,16 +536,40 @@ Link MeasureAllReduce(DistContext& dist, const std::vector<int64_t>& sizes, cons
   return link;
 }
 
-Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, torch::Device device,
-                       DistContext& dist, const std::vector<int64_t>& batches, const std::vector<int64_t>& link_sizes,
-                       const LinkEffort& effort, bool sharded_collectives, bool point_to_point) {
-  const ResNet model = BuildModel(options, config.seed, device);
+namespace {
+
+// What a profile says of the run it was measured for (model, precision,
+// optimizer, device), before anything is measured.
+Profile ProfileOfRun(const RunConfig& config, torch::Device device) {
   Profile p;
   p.model = config.model, p.width = config.width, p.image_size = RunImageSize(config);
   p.batch_size = config.batch_size;
   p.precision = config.amp == "off" ? "float32" : "amp-" + config.amp;
   p.element_bytes = 4, p.optimizer = config.optimizer, p.momentum = config.optimizer == "sgd" ? config.momentum : 0;
   p.device = device.is_cuda() ? "cuda" : "cpu";
+  return p;
+}
+
+}  // namespace
+
+Profile MeasureMemoryProfile(const RunConfig& config, const ResNetOptions& options, torch::Device device) {
+  const ResNet model = BuildModel(options, config.seed, device);
+  Profile p = ProfileOfRun(config, device);
+  for (const std::string& name : model->unit_names()) {
+    p.units.emplace_back();
+    p.units.back().name = name;
+  }
+  const AutocastGuard autocast(config.amp, device);
+  MeasureUnitBytes(model, config, device, &p);
+  MeasureUnitBackwardBytes(model, config, device, &p);
+  return p;
+}
+
+Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, torch::Device device,
+                       DistContext& dist, const std::vector<int64_t>& batches, const std::vector<int64_t>& link_sizes,
+                       const LinkEffort& effort, bool sharded_collectives, bool point_to_point) {
+  const ResNet model = BuildModel(options, config.seed, device);
+  Profile p = ProfileOfRun(config, device);
   const RunEnvironment env = DescribeEnvironment(device.is_cuda());
   p.machine = device.is_cuda()
                   ? fmt::format("{}, {}, {}", env.host, CudaDeviceName(device.index()), env.cpu_model)
@@ -521,6 +591,7 @@ Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, to
   // computation beside the collectives (MeasureUnits sets its own).
   const AutocastGuard autocast(config.amp, device);
   MeasureUnitBytes(model, config, device, &p);
+  MeasureUnitBackwardBytes(model, config, device, &p);
   p.buffer_broadcast_bytes = BufferBroadcastBytes(model);
   double units_ms = 0;
   for (double ms : times[0].total_ms) units_ms += ms;

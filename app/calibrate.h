@@ -51,6 +51,11 @@ Profile MeasureProfile(const RunConfig& config, const ResNetOptions& options, to
                        DistContext& dist, const std::vector<int64_t>& batches, const std::vector<int64_t>& link_sizes,
                        const LinkEffort& effort, bool sharded_collectives, bool point_to_point = false);
 
+// The bytes alone (each unit's parameters, activations, output and backward
+// allocations; no times, no link): what a memory prediction needs, at the
+// cost of a few forward and backward passes.
+Profile MeasureMemoryProfile(const RunConfig& config, const ResNetOptions& options, torch::Device device);
+
 // Measures and writes config.calibrate; returns the exit code.
 int RunCalibration(const RunConfig& config, const ResNetOptions& model, torch::Device device, DistContext& dist);
 

@@ -290,13 +290,22 @@ namespace {
 
 // --calibrate and --project replace training; their own flags need --project.
 void ValidateProjectionFlags(const RunConfig& c) {
-  if (!c.calibrate.empty() && !c.project.empty())
-    throw ConfigError("--calibrate and --project: give one of them (calibrate first, then project its file)");
+  if (!c.calibrate.empty() + !c.project.empty() + !c.search.empty() > 1)
+    throw ConfigError("--calibrate, --project and --search: give one of them (calibrate first, then project or "
+                      "search its file)");
+  if (c.project.empty() && c.search.empty())
+    for (const char* flag : {"--nodes", "--gpus-per-node", "--nics-per-node", "--intra", "--inter",
+                             "--device-memory-gb", "--device-img-s"})
+      if (c.given.count(flag))
+        throw ConfigError(fmt::format("{}={}: applies to --project and --search only", flag, c.given.at(flag)));
   if (c.project.empty())
-    for (const char* flag : {"--project-csv", "--strategies", "--nodes", "--gpus-per-node", "--nics-per-node",
-                             "--intra", "--inter", "--device-memory-gb", "--device-img-s"})
+    for (const char* flag : {"--project-csv", "--strategies"})
       if (c.given.count(flag))
         throw ConfigError(fmt::format("{}={}: applies to --project only", flag, c.given.at(flag)));
+  if (c.search.empty())
+    for (const char* flag : {"--search-space", "--search-csv"})
+      if (c.given.count(flag))
+        throw ConfigError(fmt::format("{}={}: applies to --search only", flag, c.given.at(flag)));
   CheckAtLeast("--gpus-per-node", c.gpus_per_node, 1);
   CheckAtLeast("--nics-per-node", c.nics_per_node, 0);
   if (!(c.device_img_s >= 0) || !std::isfinite(c.device_img_s))
@@ -451,7 +460,7 @@ void ValidateConfig(const RunConfig& c) {
   }
   ValidateAnswerFlags(c);
   ValidateProjectionFlags(c);
-  if (c.project.empty()) CheckFlagsApply(c);
+  if (c.project.empty() && c.search.empty()) CheckFlagsApply(c);
 }
 
 bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
@@ -578,6 +587,12 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--project", c.project, "predict every strategy on --nodes x --gpus-per-node devices from "
                  "this profile (--calibrate) and print the what-if table; no training");
   app.add_option("--project-csv", c.project_csv, "--project: also write the table to this CSV");
+  app.add_option("--search", c.search, "rank configurations by the model from this profile: each predicted, those "
+                 "that do not fit memory set aside, validated strategies first (docs/search.md; scripts/search.py "
+                 "measures the best)");
+  app.add_option("--search-space", c.search_space, "--search: key=values;... of strategies, batch, bucket, schedule, "
+                 "chunks, recompute, replicate (default: every strategy at the run's settings)");
+  app.add_option("--search-csv", c.search_csv, "--search: also write the ranked table to this CSV");
   app.add_option("--strategies", c.strategies, "--project: comma list (default: every strategy each size runs)");
   app.add_option("--nodes", c.nodes, "--project: comma list of node counts (default 1)");
   app.add_option("--gpus-per-node", c.gpus_per_node, "--project: devices per node (default 8)");

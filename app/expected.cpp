@@ -192,6 +192,11 @@ void CheckExpectedProfile(const RunConfig& c) {
 std::map<std::string, std::string> ExpectThisRun(const RunConfig& c, const ResNetOptions& options,
                                                  const std::vector<torch::Device>& devices, DistContext& dist,
                                                  const std::map<std::string, std::string>& extras) {
+  if (FindStrategy(c.strategy).info.family == Family::kSingle && c.expected != "off" && !c.data_only) {
+    // One device: its step is its parts, nothing to expect of the throughput; its memory is predicted.
+    const double mb = PredictOneDeviceMemoryMb(MeasureMemoryProfile(c, options, devices.front()), c.batch_size);
+    return {{"memory_expected_mb", fmt::format("{:.1f}", mb)}};
+  }
   if (!ExpectsThroughput(c, dist.world)) return {};
   if (SharesOneGpu(c, devices)) {
     if (dist.is_root()) LogWarn("expected_img_s left empty: --strategy={}'s devices are one GPU", c.strategy);

@@ -30,6 +30,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Topics() {
       {"GPU", {"--tf32", "--cuda-graphs", "--fuse"}},
       {"Projection", {"--calibrate", "--project", "--project-csv", "--strategies", "--nodes", "--gpus-per-node",
                       "--nics-per-node", "--intra", "--inter", "--device-memory-gb", "--device-img-s", "--expected"}},
+      {"Search", {"--search", "--search-space", "--search-csv"}},
   };
   return topics;
 }

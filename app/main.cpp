@@ -18,6 +18,7 @@
 #include "base/results.h"
 #include "app/runner.h"
 #include "projection/project.h"
+#include "projection/search.h"
 #include "strategies/registry.h"
 
 namespace {
@@ -88,9 +89,9 @@ int main(int argc, char** argv) {
     PrintStrategies();
     return 0;
   }
-  if (!config.project.empty()) {
+  if (!config.project.empty() || !config.search.empty()) {
     try {
-      return RunProjection(config);
+      return config.project.empty() ? RunSearch(config) : RunProjection(config);
     } catch (...) {
       return FailWithCurrentException("");
     }

@@ -134,6 +134,9 @@ struct RunConfig {
   std::string inter;               // --project: link between nodes ("" : measured, else ib-ndr400)
   double device_memory_gb = 0;     // --project: for the largest batch that fits (0: not asked)
   double device_img_s = 0;         // --project: one device's img/s to scale the profile's compute to (0: as measured)
+  std::string search;              // --search: profile JSON to rank configurations from ("" : no search)
+  std::string search_space;        // --search: key=values;... (projection/search.h)
+  std::string search_csv;          // --search: the ranked table as CSV ("" : printed only)
   std::string expected = "auto";   // auto|off|PROFILE: multi-device rows' expected_img_s (app/expected.h)
 
   // The flags given on the command line (name -> value as typed), so that a

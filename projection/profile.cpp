@@ -59,7 +59,8 @@ void WriteProfile(const Profile& p, const std::string& path) {
     nlohmann::json cost = nlohmann::json::object();
     for (const auto& [b, c] : u.cost) cost[std::to_string(b)] = {{"forward_ms", c.forward_ms}, {"backward_ms", c.backward_ms}};
     units.push_back({{"name", u.name}, {"param_bytes", u.param_bytes}, {"activation_bytes", u.activation_bytes},
-                     {"output_bytes", u.output_bytes}, {"cost", cost}});
+                     {"output_bytes", u.output_bytes}, {"backward_bytes", u.backward_bytes},
+                     {"backward_fixed_bytes", u.backward_fixed_bytes}, {"cost", cost}});
   }
   nlohmann::json j = {{"version", p.version}, {"model", p.model}, {"width", p.width}, {"image_size", p.image_size},
                       {"batch_size", p.batch_size}, {"precision", p.precision}, {"element_bytes", p.element_bytes},
@@ -144,6 +145,8 @@ UnitProfile ReadUnit(const nlohmann::json& j, const std::string& path) {
   u.param_bytes = Field<std::vector<double>>(j, "param_bytes", path);
   u.activation_bytes = Field<double>(j, "activation_bytes", path);
   u.output_bytes = Field<double>(j, "output_bytes", path);
+  u.backward_bytes = j.value("backward_bytes", 0.0);
+  u.backward_fixed_bytes = j.value("backward_fixed_bytes", 0.0);
   const auto cost = Field<nlohmann::json>(j, "cost", path);
   if (!cost.is_object() || cost.empty()) throw ConfigError(fmt::format("{}: unit {} has no times", path, u.name));
   for (const auto& [key, c] : cost.items()) {

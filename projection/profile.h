@@ -26,6 +26,13 @@ struct UnitProfile {
   std::vector<double> param_bytes;   // each trainable tensor, in model order
   double activation_bytes = 0;       // per sample: held from its forward to its backward
   double output_bytes = 0;           // per sample: what the unit hands to the next
+  // The most its backward allocates at once above what it holds when it
+  // starts (the gradients of its inner tensors and of its input, the
+  // kernels' workspace, its weights' new gradients before they are added to
+  // .grad): backward_bytes per sample plus backward_fixed_bytes; both 0 in
+  // profiles made before they were measured.
+  double backward_bytes = 0, backward_fixed_bytes = 0;
+  double BackwardBytes(double images) const { return images * backward_bytes + backward_fixed_bytes; }
   std::map<int64_t, UnitCost> cost;  // by batch size
   double ParamBytes() const;
 };

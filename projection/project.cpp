@@ -34,26 +34,6 @@ std::vector<int> ParseCounts(const std::string& flag, const std::string& text) {
   return out;
 }
 
-std::vector<std::string> SplitNames(const std::string& text) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = text.find(',', start);
-    out.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) return out;
-    start = comma + 1;
-  }
-}
-
-// The links of --intra and --inter; the profile's measured one by default.
-Topology MakeTopology(const Profile& p, const RunConfig& c, int nodes) {
-  const Link* measured = p.link ? &*p.link : nullptr;
-  Topology t;
-  t.per_node = c.gpus_per_node, t.nodes = nodes, t.nics = c.nics_per_node;
-  t.intra = ParseLink(c.intra.empty() ? (measured ? "measured" : "nvlink4") : c.intra, measured, "--intra");
-  t.inter = ParseLink(c.inter.empty() ? (measured ? "measured" : "ib-ndr400") : c.inter, measured, "--inter");
-  return t;
-}
 
 std::string Num(double v, int digits = 1) { return fmt::format("{:.{}f}", v, digits); }
 
@@ -162,6 +142,26 @@ const std::vector<std::string>& ProjectionColumns() {
       "compute_ms", "exposed_comm_ms", "bubble_ms", "img_s", "scaling_efficiency", "memory_mb", "max_batch",
       "max_batch_recompute", "error_pct", "extrapolated", "largest_term", "intra", "inter", "profile"};
   return kColumns;
+}
+
+std::vector<std::string> SplitNames(const std::string& text, char separator) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    const size_t cut = text.find(separator, start);
+    out.push_back(text.substr(start, cut == std::string::npos ? std::string::npos : cut - start));
+    if (cut == std::string::npos) return out;
+    start = cut + 1;
+  }
+}
+
+Topology MakeTopology(const Profile& p, const RunConfig& c, int nodes) {
+  const Link* measured = p.link ? &*p.link : nullptr;
+  Topology t;
+  t.per_node = c.gpus_per_node, t.nodes = nodes, t.nics = c.nics_per_node;
+  t.intra = ParseLink(c.intra.empty() ? (measured ? "measured" : "nvlink4") : c.intra, measured, "--intra");
+  t.inter = ParseLink(c.inter.empty() ? (measured ? "measured" : "ib-ndr400") : c.inter, measured, "--inter");
+  return t;
 }
 
 std::vector<Row> ProjectRows(const Profile& measured, const RunConfig& c) {

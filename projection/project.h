@@ -12,11 +12,19 @@
 #include <vector>
 
 #include "base/results.h"
+#include "projection/links.h"
 #include "projection/profile.h"
 
 namespace ddpbench {
 
 struct RunConfig;
+
+// "a,b,c" -> {"a", "b", "c"} (empty parts kept, for the caller to refuse).
+std::vector<std::string> SplitNames(const std::string& text, char separator = ',');
+
+// --nodes x --gpus-per-node with the links of --intra and --inter (the
+// profile's measured link by default, else nvlink4 and ib-ndr400).
+Topology MakeTopology(const Profile& p, const RunConfig& c, int nodes);
 
 // The CSV's columns, in order.
 const std::vector<std::string>& ProjectionColumns();

@@ -50,8 +50,9 @@ ModelStateBytes StateBytes(const Profile& p) { return BytesPerParameter(p.optimi
 // of units [first, last] from the last, unit u's backward holds the
 // activations of the units up to u (of the `images` it runs; `others` images
 // of other micro-batches in flight hold all of theirs), the gradients of u's
-// output and of its input, and, where the strategy makes .grad as the
-// backward goes (`grads_made`), the gradients of the units behind it.
+// output and what its backward allocates beyond that (at least its input's
+// gradient; UnitProfile::backward_bytes), and, where the strategy makes .grad
+// as the backward goes (`grads_made`), the gradients of the units behind it.
 double BackwardPeakBytes(const Profile& p, size_t first, size_t last, double images, double others,
                          bool grads_made) {
   double all = 0;
@@ -59,8 +60,12 @@ double BackwardPeakBytes(const Profile& p, size_t first, size_t last, double ima
   double peak = all * (images + others), below = all, grads = 0;
   for (size_t u = last + 1; u-- > first;) {
     if (grads_made) grads += p.units[u].ParamBytes();
-    const double in = u > first ? p.units[u - 1].output_bytes : 0;
-    peak = std::max(peak, images * (below + p.units[u].output_bytes + in) + others * all + grads);
+    // Where .grad is made as it goes, the weights' new gradients are that
+    // .grad (counted in `grads`), not a temporary beside it.
+    const double own = grads_made ? std::max(0.0, p.units[u].BackwardBytes(images) - p.units[u].ParamBytes())
+                                  : p.units[u].BackwardBytes(images);
+    const double in = std::max(images * (u > first ? p.units[u - 1].output_bytes : 0), own);
+    peak = std::max(peak, images * (below + p.units[u].output_bytes) + in + others * all + grads);
     below -= p.units[u].activation_bytes;
   }
   return peak;
@@ -415,8 +420,8 @@ DeviceBytes BytesPerDevice(const Profile& p, const PipelineTable& table, const s
 
 // Memory of the fullest device: its chunks' parameters and optimizer state,
 // and the backward's peak of its largest chunk (BackwardPeakBytes: one
-// micro-batch's backward beside the others the schedule holds at once, the
-// chunk's .grad made as it goes).
+// micro-batch's backward beside the others the schedule holds at once; the
+// pipelines zero .grad rather than free it, so it is a model state here).
 void SetPipelineMemory(const Profile& p, const DeviceBytes& bytes, const PipelineSimulation& sim, int64_t micro,
                        int64_t batch, StepPrediction* out) {
   const std::vector<double>& params = bytes.params;
@@ -424,11 +429,11 @@ void SetPipelineMemory(const Profile& p, const DeviceBytes& bytes, const Pipelin
   for (size_t d = 0; d < params.size(); ++d) {
     const auto elements = static_cast<int64_t>(params[d] / static_cast<double>(p.element_bytes));
     const double states = ZeroExpectedMb(0, elements, 1, per);
-    const double fixed = states - static_cast<double>(elements) * per.grad / kMiB;  // .grad: in the walk
+    const double fixed = states;  // .grad stays allocated from step to step (zeroed, not freed)
     const auto m = static_cast<double>(micro);
     const double others = std::max(0.0, sim.peak_in_flight[d] - 1.0) * m;
     const auto [first, last] = bytes.largest_chunk[d];
-    const double acts = BackwardPeakBytes(p, first, last, m, others, /*grads_made=*/true) / kMiB;
+    const double acts = BackwardPeakBytes(p, first, last, m, others, /*grads_made=*/false) / kMiB;
     if (fixed + acts > out->memory_mb) {
       out->memory_mb = fixed + acts;
       out->states_mb = states;
@@ -571,6 +576,12 @@ StepPrediction PredictStep(const Profile& p, const StepQuery& q) {
     throw ConfigError(fmt::format("--strategy={} on {} devices replicated {} times: the replicas must divide the "
                                   "devices into groups of at least {}", q.strategy, world, R, least));
   return FamilyModels().at(traits.family)(p, meshed, traits);
+}
+
+double PredictOneDeviceMemoryMb(const Profile& profile, int64_t batch) {
+  StepPrediction out;
+  SetDataParallelMemory(profile, Family::kSingle, 0, 1, batch, &out);
+  return out.memory_mb;
 }
 
 StepPrediction PredictRecomputedMemory(const Profile& profile, const StepQuery& query) {

@@ -83,6 +83,10 @@ StepPrediction PredictStep(const Profile& profile, const StepQuery& query);
 // micro-batch). Memory fields set as PredictStep sets them.
 StepPrediction PredictRecomputedMemory(const Profile& profile, const StepQuery& query);
 
+// The memory of one device running the whole model at `batch` (single): the
+// model state and the backward's peak, from the profile's bytes alone.
+double PredictOneDeviceMemoryMb(const Profile& profile, int64_t batch);
+
 // The families, exposed for tests: `cost` per unit at the batch each device runs.
 StepPrediction PredictDdp(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t, double cap_mb);
 StepPrediction PredictZero(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t, double cap_mb,

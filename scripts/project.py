@@ -53,12 +53,9 @@ def load(path):
     """The rows of a ddpbench --project-csv file; a ProjectionError names a
     file that is not one."""
     try:
-        header, body = R.read_csv(path)
+        body = R.read_table(path, COLUMNS, "projection")
     except R.RowsError as e:
         raise ProjectionError(str(e))
-    missing = [c for c in COLUMNS if c not in header]
-    if missing:
-        raise ProjectionError(f"{path}: not a ddpbench projection file (no {', '.join(missing)} column)")
     for i, row in enumerate(body):
         for key in ("world", "img_s"):
             if R.num(row, key) is None:

@@ -12,36 +12,12 @@
 #include "projection/project.h"
 #include "projection/step_model.h"
 #include "projection/timeline.h"
+#include "profile_fixtures.h"
 #include "test_util.h"
 
 namespace ddpbench {
 namespace {
 using namespace ddpbench::testing;
-
-Link TestLink(double alpha_s, double bandwidth) { return Link{"test", alpha_s, bandwidth, "", {}}; }
-
-// Units of 1 ms forward and 2 ms backward at every batch, each with one
-// tensor of `bytes`, 1 KiB of activations and 100 B of output per image.
-Profile UniformProfile(int units, double bytes, int64_t batch = 8) {
-  Profile p;
-  p.model = "resnet18", p.width = 16, p.image_size = 32, p.batch_size = batch, p.precision = "float32";
-  p.optimizer = "sgd", p.momentum = 0.9, p.machine = "test", p.command = "test", p.device = "cpu";
-  for (int u = 0; u < units; ++u) {
-    UnitProfile unit;
-    unit.name = "u" + std::to_string(u);
-    unit.param_bytes = {bytes};
-    unit.activation_bytes = 1024, unit.output_bytes = 100;
-    for (int64_t b = batch; b >= 1; b /= 2) unit.cost[b] = {1.0 * b / batch, 2.0 * b / batch};
-    p.units.push_back(unit);
-  }
-  return p;
-}
-
-Topology OneNode(int devices, const Link& link) {
-  Topology t;
-  t.per_node = devices, t.intra = link, t.inter = link;
-  return t;
-}
 
 TEST(Links, CollectivesFollowNcclTestsFormulas) {
   const Link l = TestLink(1e-5, 1e9);
@@ -389,8 +365,28 @@ TEST(StepModel, RecomputedMemoryHoldsOutputsAndOneUnitsActivations) {
   // micro-batch) + 64 B; recomputed: 4 x (200 + 200) + 4 x 200 + 64, and 4 x 924 re-created.
   StepQuery pipe{"pmp", OneNode(2, TestLink(0, 1e12)), 8};
   pipe.micro_batches = 2;
-  EXPECT_NEAR(PredictStep(p, pipe).memory_mb, (256 + 4 * 2248 + 4 * 2048 + 64) / MiB, 1e-12);
-  EXPECT_NEAR(PredictRecomputedMemory(p, pipe).memory_mb, (256 + 4 * 400 + 4 * 200 + 64 + 4 * 924) / MiB, 1e-12);
+  EXPECT_NEAR(PredictStep(p, pipe).memory_mb, (384 + 4 * 2248 + 4 * 2048) / MiB, 1e-12);
+  EXPECT_NEAR(PredictRecomputedMemory(p, pipe).memory_mb, (384 + 4 * 400 + 4 * 200 + 4 * 924) / MiB, 1e-12);
+}
+
+TEST(StepModel, AUnitsBackwardAllocationsCountWhereTheyAreLargest) {
+  // The profile above, unit 0's backward allocating 5000 B per image and 100 B besides (its
+  // weights' new gradients, 64 B of them: .grad itself where it is made as backward goes). At
+  // u = 0: 8 x (1024 + 100) B of activations and output gradient, 8 x 5000 + 100 - 64 B of its
+  // backward, and all 256 B of .grad: 49284 B, above the 34432 B at u = 3.
+  Profile p = UniformProfile(4, 64, 8);
+  p.units[0].backward_bytes = 5000, p.units[0].backward_fixed_bytes = 100;
+  StepQuery q{"ddp", OneNode(4, TestLink(1e-5, 1e9)), 8};
+  const double MiB = 1024.0 * 1024;
+  EXPECT_NEAR(PredictStep(p, q).memory_mb, (768 + 49284) / MiB, 1e-12);
+  // One device: the same walk; its states without .grad (in the walk): 512 B.
+  EXPECT_NEAR(PredictOneDeviceMemoryMb(p, 8), (512 + 49284) / MiB, 1e-12);
+  q.topology = OneNode(1, TestLink(1e-5, 1e9)), q.strategy = "single";
+  EXPECT_NEAR(PredictStep(p, q).memory_mb, PredictOneDeviceMemoryMb(p, 8), 1e-12);
+  // A pipeline keeps .grad from step to step: its stage 0 (units 0, 1; one micro-batch of 8)
+  // holds 384 B of states, and at u = 0, 8 x (1024 + 100) + 8 x 5000 + 100 B.
+  StepQuery pipe{"mp", OneNode(2, TestLink(0, 1e12)), 8};
+  EXPECT_NEAR(PredictStep(p, pipe).memory_mb, (384 + 8 * 1124 + 40100) / MiB, 1e-12);
 }
 
 TEST(StepModel, APipelineRunsTheSplitItIsGiven) {
@@ -568,9 +564,11 @@ TEST(Profile, RoundTripsAndRefusesAnotherModel) {
   p.sharded_comm = Profile::CommTerms{0.1, 0.2, 0.3, 0.4};
   p.comm_wake_ms = 0.2, p.comm_core_latency_ms = 4;
   p.buffer_broadcast_bytes = {9600, 160};
+  p.units[2].backward_bytes = 3000, p.units[2].backward_fixed_bytes = 512;
   WriteProfile(p, dir.path() + "/p.json");
   const Profile back = ReadProfile(dir.path() + "/p.json");
   EXPECT_EQ(back.buffer_broadcast_bytes, (std::vector<double>{9600, 160}));
+  EXPECT_DOUBLE_EQ(back.units[2].BackwardBytes(8), 8 * 3000.0 + 512);
   EXPECT_EQ(back.link->lanes, 2);
   // The measured points come back as the link's table.
   EXPECT_EQ(back.link->table_ranks, 2);
@@ -633,11 +631,6 @@ TEST(Profile, RoundTripsAndRefusesAnotherModel) {
   refused("bad.json", "{\"version\": 1}", "field 'model' is missing", "a profile without fields");
 }
 
-std::string Args(const std::vector<std::string>& args) {
-  std::string line;
-  for (const std::string& a : args) line += (line.empty() ? "" : " ") + ShellQuote(a);
-  return line;
-}
 
 TEST(Project, CliTableAndBadInputs) {
   TempDir dir;
@@ -681,7 +674,7 @@ TEST(Project, CliTableAndBadInputs) {
            {{prof, "--strategies=pmp-dp", "--nodes=2", "--gpus-per-node=1"}, "groups of at least 2"},
            {{prof, "--device-img-s=-3"}, "--device-img-s=-3: must be a positive number of images per second"},
            {{"--project=" + dir.path() + "/none.json"}, "cannot open the profile"},
-           {{"--nodes=2"}, "--nodes=2: applies to --project only"},
+           {{"--nodes=2"}, "--nodes=2: applies to --project and --search only"},
        }) {
     const auto r = RunDdpbench(Args(bad.args));
     if (bad.says == "accepted") {

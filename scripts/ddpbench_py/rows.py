@@ -16,6 +16,16 @@ class RowsError(Exception):
 FAILURE_COLUMNS = ["run_id", "entry", "strategy", "gpus", "nodes", "exit_code", "reason", "command"]
 
 
+def read_table(path, columns, kind):
+    """The rows of a CSV file ddpbench wrote as a `kind` table (every one of
+    `columns` in its header); a RowsError names a file that is not one."""
+    header, body = read_csv(path)
+    missing = [c for c in columns if c not in header]
+    if missing:
+        raise RowsError(f"{path}: not a ddpbench {kind} file (no {', '.join(missing)} column)")
+    return body
+
+
 def read_csv(path):
     """(header, rows) of a CSV file; a file that is not UTF-8 text or not CSV
     (a NUL byte, a runaway quote) is a RowsError naming it."""
