@@ -14,6 +14,7 @@
 
 #include "datasets/dataset.h"
 #include "app/help.h"
+#include "harness/inject.h"
 #include "strategies/registry.h"
 #include "planning/mesh.h"
 #include "planning/traits.h"
@@ -74,10 +75,11 @@ void RejectExtras(const CLI::App& app, const std::vector<std::string>& extras) {
                                 close ? fmt::format("; did you mean {}?", best) : " (see --help)"));
 }
 
-// A flag given more than once is a mistake (which value was meant?).
+// A flag given more than once is a mistake (which value was meant?), but
+// for --inject, whose faults add up.
 void RejectRepeats(const CLI::App& app) {
   for (const CLI::Option* opt : app.get_options()) {
-    if (opt->count() < 2) continue;
+    if (opt->count() < 2 || opt->get_name() == "--inject") continue;
     std::vector<std::string> values;
     for (const auto& v : opt->results()) values.push_back(ShellQuote(v));
     throw ConfigError(fmt::format("{} is given {} times ({}); give it once", opt->get_name(), opt->count(),
@@ -460,6 +462,7 @@ void ValidateConfig(const RunConfig& c) {
   }
   ValidateAnswerFlags(c);
   ValidateProjectionFlags(c);
+  ParseInjections(c.inject);  // each --inject checked here; its rank once the world is known
   if (c.project.empty() && c.search.empty()) CheckFlagsApply(c);
 }
 
@@ -554,6 +557,8 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--grad-accum", c.grad_accum, "ddp: micro-steps per optimizer step");
   app.add_option("--compression", c.compression, "ddp: gradient compression hook none|fp16|bf16");
   app.add_option("--timeout", c.timeout_s, "seconds before a stuck collective ends the run");
+  app.add_option("--inject", c.inject, "a fault on purpose (repeatable): delay:rank=R,phase=P,ms=M[,every=K], "
+                 "slow-data:rank=R,ms=M[,every=K], hang:rank=R,step=S, crash:rank=R,step=S (docs/robustness.md)");
   app.add_option("--zero-reduce", c.zero_reduce, "zero1|zero2|zero3: reduce-scatter|all-reduce");
   app.add_option("--balance", c.balance, "mp/pmp: time (measured forward+backward per unit)|params");
   app.add_option("--split", c.split, "mp/pmp: units per stage, e.g. 4,6");

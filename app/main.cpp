@@ -8,10 +8,12 @@
 #include <cstdio>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "datasets/dataset.h"
 #include "app/cli.h"
 #include "harness/dist.h"
+#include "harness/inject.h"
 #include "app/launcher.h"
 #include "base/log.h"
 #include "harness/memory.h"
@@ -103,6 +105,8 @@ int main(int argc, char** argv) {
     const StrategyEntry& entry = FindStrategy(config.strategy);
     const bool multi = RunsRankPerDevice(entry.info, config);
     LaunchEnv env = DetectLaunchEnv(ProcessEnv());
+    const std::vector<Injection> injections = ParseInjections(config.inject);
+    CheckInjectionRanks(injections, !multi ? 1 : env.world > 1 ? env.world : config.gpus);
     if (multi && env.launcher != "spawn" && env.world == 1 && (env.launcher == "none" || config.gpus > 1)) {
       PreflightCheck(config, config.gpus);
       return SpawnRanks(config, config.gpus, argc, argv);
@@ -130,6 +134,8 @@ int main(int argc, char** argv) {
     return FailWithCurrentException("");
   }
   SetLogRank(dist.rank);
+  ArmInjections(ParseInjections(config.inject), dist.rank);
+  if (!config.inject.empty() && dist.rank == 0) LogWarn("--inject: {} (faults on purpose)", fmt::join(config.inject, "; "));
   // Failures of a rank name it, and the collective it was in.
   auto where = [&] {
     std::string w = dist.world > 1 ? fmt::format("rank {}: ", dist.rank) : "";

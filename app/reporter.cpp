@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "base/config.h"
 #include "models/fused_norm.h"
@@ -60,6 +61,7 @@ void AddIdentity(const RunResult& r, Row& row) {
   if (!r.socket_ifname.empty()) row["nccl_socket_ifname"] = r.socket_ifname;
   if (!r.trace_file.empty()) row["trace"] = r.trace_file;
   if (!r.profile_file.empty()) row["profile"] = r.profile_file;
+  if (!c.inject.empty()) row["inject"] = fmt::format("{}", fmt::join(c.inject, ";"));
   row["device"] = c.device;
   row["device_name"] = r.device_name;
   row["threads_per_device"] = r.cuda ? "" : std::to_string(c.threads_per_device);

@@ -107,6 +107,7 @@ struct RunConfig {
   int64_t grad_accum = 1;
   std::string compression = "none";  // none|fp16|bf16
   double timeout_s = 300.0;          // collective timeout
+  std::vector<std::string> inject;   // --inject faults (harness/inject.h), as given
   std::string zero_reduce = "reduce-scatter";  // reduce-scatter|all-reduce
 
   // Model parallel (mp, pmp).

@@ -3,6 +3,7 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include "harness/cuda_support.h"
+#include "harness/inject.h"
 #include "harness/trace.h"
 
 namespace ddpbench {
@@ -44,6 +45,7 @@ PhaseTimer::Scope::Scope(PhaseTimer* timer, Phase phase, torch::Device device)
   } else {
     start_ = std::chrono::steady_clock::now();
   }
+  InjectInPhase(phase);  // --inject's delay, timed as the phase's own
 }
 
 PhaseTimer::Scope::Scope(Scope&& other) noexcept

@@ -20,6 +20,7 @@
 
 #include "harness/context.h"
 #include "harness/cpu_pinning.h"
+#include "harness/inject.h"
 #include "app/help.h"
 #include "app/cli.h"
 #include "harness/memory.h"
@@ -624,5 +625,54 @@ TEST(Environment, DriverVersionFromEitherKernelModuleLine) {
             "580.159.04");
   EXPECT_EQ(ParseNvidiaDriverVersion("no driver here"), "");
 }
+
+// --inject's specs (harness/inject.h): each kind parsed into its fields, and
+// every bad spec one ConfigError naming the bad part and what is accepted.
+TEST(Inject, EachKindParsesIntoItsFields) {
+  const Injection d = ParseInjection("delay:rank=1,phase=backward,ms=50,every=2");
+  EXPECT_EQ(d.kind, Injection::Kind::kDelay);
+  EXPECT_EQ(d.rank, 1);
+  EXPECT_EQ(d.phase, Phase::kBackward);
+  EXPECT_EQ(d.ms, 50);
+  EXPECT_EQ(d.every, 2);
+  const Injection s = ParseInjection("slow-data:rank=0,ms=7");
+  EXPECT_EQ(s.kind, Injection::Kind::kDelay);
+  EXPECT_EQ(s.phase, Phase::kData);
+  EXPECT_EQ(s.every, 1);
+  const Injection h = ParseInjection("hang:rank=1,step=10");
+  EXPECT_EQ(h.kind, Injection::Kind::kHang);
+  EXPECT_EQ(h.step, 10);
+  EXPECT_EQ(ParseInjection("crash:step=3,rank=2").kind, Injection::Kind::kCrash);
+  EXPECT_EQ(ParseInjection("crash:step=3,rank=2").spec, "crash:step=3,rank=2");
+}
+
+TEST(Inject, BadSpecsAreOneMessageEach) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"slow:rank=1,ms=5", "'slow' is not a kind; accepted: delay, slow-data, hang, crash"},
+      {"delay", "the kind needs its fields"},
+      {"delay:rank=1,ms=5", "phase is missing"},
+      {"delay:rank=1,phase=communication,ms=5", "phase=communication is not a phase every strategy times; accepted: "
+                                                "data, forward, backward, optimizer"},
+      {"delay:rank=1,phase=forward", "ms is missing"},
+      {"delay:rank=1,phase=forward,ms=0", "ms=0 is not a whole number >= 1"},
+      {"delay:rank=-1,phase=forward,ms=5", "rank=-1 is not a whole number >= 0"},
+      {"delay:rank=x,phase=forward,ms=5", "rank=x is not a whole number >= 0"},
+      {"hang:rank=1", "step is missing"},
+      {"hang:rank=1,step=0", "step=0 is not a whole number >= 1"},
+      {"crash:rank=1,step=3,ms=5", "'ms' is not a key of this kind"},
+      {"slow-data:rank=1,ms=5,phase=data", "'phase' is not a key of this kind"},
+      {"delay:rank=1,rank=2,phase=data,ms=5", "'rank=2' is not key=value (each key once)"},
+      {"delay:rank=1,,ms=5", "'' is not key=value"},
+  };
+  for (const auto& [spec, says] : bad) {
+    const std::string msg = testing::ConfigErrorOf([&] { ParseInjection(spec); });
+    EXPECT_NE(msg.find("--inject=" + spec + ": "), std::string::npos) << msg;
+    EXPECT_NE(msg.find(says), std::string::npos) << spec << " -> " << msg;
+  }
+  EXPECT_EQ(testing::ConfigErrorOf([] { CheckInjectionRanks({ParseInjection("hang:rank=1,step=2")}, 2); }), "");
+  EXPECT_EQ(testing::ConfigErrorOf([] { CheckInjectionRanks({ParseInjection("hang:rank=2,step=2")}, 2); }),
+            "--inject=hang:rank=2,step=2: rank=2 is outside the world of 2 ranks (0..1)");
+}
+
 }  // namespace
 }  // namespace ddpbench
