@@ -99,13 +99,14 @@ int main(int argc, char** argv) {
     }
   }
   DistContext dist;
+  std::vector<Injection> injections;
   try {
     // Ranks: join a launcher's, or start --gpus of them (multi-process
     // strategies) after checking the flags and data once, here.
     const StrategyEntry& entry = FindStrategy(config.strategy);
     const bool multi = RunsRankPerDevice(entry.info, config);
     LaunchEnv env = DetectLaunchEnv(ProcessEnv());
-    const std::vector<Injection> injections = ParseInjections(config.inject);
+    injections = ParseInjections(config.inject);
     CheckInjectionRanks(injections, !multi ? 1 : env.world > 1 ? env.world : config.gpus);
     if (multi && env.launcher != "spawn" && env.world == 1 && (env.launcher == "none" || config.gpus > 1)) {
       PreflightCheck(config, config.gpus);
@@ -134,7 +135,7 @@ int main(int argc, char** argv) {
     return FailWithCurrentException("");
   }
   SetLogRank(dist.rank);
-  ArmInjections(ParseInjections(config.inject), dist.rank);
+  ArmInjections(injections, dist.rank);
   if (!config.inject.empty() && dist.rank == 0) LogWarn("--inject: {} (faults on purpose)", fmt::join(config.inject, "; "));
   // Failures of a rank name it, and the collective it was in.
   auto where = [&] {

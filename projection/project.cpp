@@ -164,6 +164,16 @@ Topology MakeTopology(const Profile& p, const RunConfig& c, int nodes) {
   return t;
 }
 
+void CheckProfileMatchesFlags(const Profile& p, const RunConfig& c, const std::string& path) {
+  auto want = [&](const char* flag, const std::string& value, const std::string& fallback) {
+    return c.given.count(flag) ? value : fallback;
+  };
+  CheckProfileMatches(p, want("--model", c.model, p.model),
+                      std::stoll(want("--width", std::to_string(c.width), std::to_string(p.width))),
+                      std::stoll(want("--image-size", std::to_string(c.image_size), std::to_string(p.image_size))),
+                      want("--amp", PrecisionName(c.amp), p.precision), path);
+}
+
 std::vector<Row> ProjectRows(const Profile& measured, const RunConfig& c) {
   const int64_t batch = c.given.count("--batch-size") ? c.batch_size : measured.batch_size;
   const Profile p = c.device_img_s > 0 ? ScaledToDevice(measured, batch, c.device_img_s) : measured;
@@ -195,12 +205,7 @@ std::vector<Row> ProjectRows(const Profile& measured, const RunConfig& c) {
 
 int RunProjection(const RunConfig& c) {
   const Profile p = ReadProfile(c.project);
-  auto want = [&](const char* flag, const std::string& value, const std::string& fallback) {
-    return c.given.count(flag) ? value : fallback;
-  };
-  CheckProfileMatches(p, want("--model", c.model, p.model), std::stoll(want("--width", std::to_string(c.width), std::to_string(p.width))),
-                      std::stoll(want("--image-size", std::to_string(c.image_size), std::to_string(p.image_size))),
-                      want("--amp", PrecisionName(c.amp), p.precision), c.project);
+  CheckProfileMatchesFlags(p, c, c.project);
   const std::vector<Row> rows = ProjectRows(p, c);
   fmt::print("profile {}: {} width {} at {} px, batch {}, {}, measured on {} ({})\n", c.project, p.model, p.width,
              p.image_size, p.batch_size, p.precision, p.device, p.machine);

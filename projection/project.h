@@ -26,6 +26,10 @@ std::vector<std::string> SplitNames(const std::string& text, char separator = ',
 // profile's measured link by default, else nvlink4 and ib-ndr400).
 Topology MakeTopology(const Profile& p, const RunConfig& c, int nodes);
 
+// ConfigError when the profile at `path` is of another --model, --width,
+// --image-size or --amp than the flags given (flags left out take the profile's).
+void CheckProfileMatchesFlags(const Profile& p, const RunConfig& c, const std::string& path);
+
 // The CSV's columns, in order.
 const std::vector<std::string>& ProjectionColumns();
 

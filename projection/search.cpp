@@ -353,13 +353,7 @@ Topology SearchTopology(const RunConfig& c, const Profile& p) {
 
 int RunSearch(const RunConfig& c) {
   const Profile p = ReadProfile(c.search);
-  auto want = [&](const char* flag, const std::string& value, const std::string& fallback) {
-    return c.given.count(flag) ? value : fallback;
-  };
-  CheckProfileMatches(p, want("--model", c.model, p.model),
-                      std::stoll(want("--width", std::to_string(c.width), std::to_string(p.width))),
-                      std::stoll(want("--image-size", std::to_string(c.image_size), std::to_string(p.image_size))),
-                      want("--amp", PrecisionName(c.amp), p.precision), c.search);
+  CheckProfileMatchesFlags(p, c, c.search);
   if (c.device != "auto" && c.device != p.device)
     throw ConfigError(fmt::format("--search={}: the profile was measured on {} devices, the search is for --device={}; "
                                   "calibrate on {}",

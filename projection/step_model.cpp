@@ -428,14 +428,13 @@ void SetPipelineMemory(const Profile& p, const DeviceBytes& bytes, const Pipelin
   const ModelStateBytes per = StateBytes(p);
   for (size_t d = 0; d < params.size(); ++d) {
     const auto elements = static_cast<int64_t>(params[d] / static_cast<double>(p.element_bytes));
-    const double states = ZeroExpectedMb(0, elements, 1, per);
-    const double fixed = states;  // .grad stays allocated from step to step (zeroed, not freed)
+    const double states = ZeroExpectedMb(0, elements, 1, per);  // .grad too: zeroed, never freed
     const auto m = static_cast<double>(micro);
     const double others = std::max(0.0, sim.peak_in_flight[d] - 1.0) * m;
     const auto [first, last] = bytes.largest_chunk[d];
     const double acts = BackwardPeakBytes(p, first, last, m, others, /*grads_made=*/false) / kMiB;
-    if (fixed + acts > out->memory_mb) {
-      out->memory_mb = fixed + acts;
+    if (states + acts > out->memory_mb) {
+      out->memory_mb = states + acts;
       out->states_mb = states;
       out->activation_mb_per_image = acts / static_cast<double>(batch);
     }
