@@ -418,6 +418,7 @@ void ValidateConfig(const RunConfig& c) {
     throw ConfigError(fmt::format("--compression={}: gradient compression is a ddp option; {} reduces "
                                   "gradients in full precision (leave --compression at none)", c.compression, c.strategy));
   if (!(c.timeout_s > 0)) throw ConfigError(fmt::format("--timeout={}: must be > 0 seconds", c.timeout_s));
+  CheckAtLeast("--flight-recorder", c.flight_recorder, int64_t{0});
   CheckWrittenFilesApart(c);
   CheckLabel("--run-id", c.run_id);
   CheckLabel("--entry", c.entry);
@@ -557,6 +558,8 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--grad-accum", c.grad_accum, "ddp: micro-steps per optimizer step");
   app.add_option("--compression", c.compression, "ddp: gradient compression hook none|fp16|bf16");
   app.add_option("--timeout", c.timeout_s, "seconds before a stuck collective ends the run");
+  app.add_option("--flight-recorder", c.flight_recorder, "collectives each rank keeps, written as JSON when a "
+                 "collective times out or a rank dies; straggler columns read them (0: off)");
   app.add_option("--inject", c.inject, "a fault on purpose (repeatable): delay:rank=R,phase=P,ms=M[,every=K], "
                  "slow-data:rank=R,ms=M[,every=K], hang:rank=R,step=S, crash:rank=R,step=S (docs/robustness.md)");
   app.add_option("--zero-reduce", c.zero_reduce, "zero1|zero2|zero3: reduce-scatter|all-reduce");

@@ -31,7 +31,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Topics() {
       {"Projection", {"--calibrate", "--project", "--project-csv", "--strategies", "--nodes", "--gpus-per-node",
                       "--nics-per-node", "--intra", "--inter", "--device-memory-gb", "--device-img-s", "--expected"}},
       {"Search", {"--search", "--search-space", "--search-csv"}},
-      {"Faults on purpose", {"--inject"}},
+      {"Faults on purpose", {"--inject", "--flight-recorder"}},
   };
   return topics;
 }

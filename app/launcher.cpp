@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/config.h"
+#include "harness/flight_watch.h"
 #include "harness/store_socket.h"
 
 extern char** environ;
@@ -231,10 +232,13 @@ std::string Describe(int status) {
 }
 
 // Waits for every rank. The first rank that fails stops the others (SIGTERM,
-// then SIGKILL after 5 s) and its exit code is returned. After a signal the
+// then SIGKILL after 5 s) and its exit code is returned; a rank killed by a
+// signal the launcher did not send is named at once, with what it was doing
+// last (its flight progress in `store`), the others are asked for their
+// flight records first, and the code is kExitRankLost. After a signal the
 // ranks get `grace_s` to finish their step and snapshot: if they all exit
 // with kExitPreempted (or 0) that is the answer, else the signal's 128 + n.
-int WaitForRanks(std::vector<pid_t>& pids, double grace_s) {
+int WaitForRanks(std::vector<pid_t>& pids, double grace_s, const c10::intrusive_ptr<c10d::Store>& store) {
   using Clock = std::chrono::steady_clock;
   const int world = static_cast<int>(pids.size());
   int remaining = world, exit_code = 0, failed_rank = -1, preempted = 0;
@@ -270,6 +274,17 @@ int WaitForRanks(std::vector<pid_t>& pids, double grace_s) {
     failed_rank = rank;
     exit_code = code >= 0 ? code : 1;
     failure = fmt::format("rank {} (pid {}) {}", rank, pid, Describe(status));
+    if (WIFSIGNALED(status) && !g_signal) {
+      exit_code = kExitRankLost;
+      const std::string last = LastProgressOf(store, rank);
+      if (!last.empty()) failure += "; it was last " + last;
+      fmt::print(stderr, "ddpbench: error: {}\n", failure);
+      failure.clear();
+      std::vector<int> alive;
+      for (int r = 0; r < world; ++r)
+        if (pids[r] > 0) alive.push_back(r);
+      AskForRecords(store, fmt::format("the launcher: rank {} died", rank), alive, 2.0);
+    }
     if (remaining > 0) {
       failure += fmt::format("; stopped the other {} rank(s)", remaining);
       for (int r = 0; r < world; ++r)
@@ -278,6 +293,7 @@ int WaitForRanks(std::vector<pid_t>& pids, double grace_s) {
     kill_at = std::min(kill_at, Clock::now() + std::chrono::seconds(5));
   }
   if (failed_rank >= 0 && !g_signal) {
+    if (failure.rfind("; ", 0) == 0) failure = failure.substr(2);  // named at once: only what followed
     fmt::print(stderr, "ddpbench: error: {}\n", failure);
     return exit_code;
   }
@@ -358,7 +374,7 @@ int SpawnRanks(const RunConfig& config, int world, int argc, char** argv) {
     g_num_children = r + 1;
   }
 
-  const int code = WaitForRanks(pids, !config.snapshot_dir.empty() ? config.timeout_s : 5.0);
+  const int code = WaitForRanks(pids, !config.snapshot_dir.empty() ? config.timeout_s : 5.0, store);
   g_num_children = 0;
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);

@@ -2,10 +2,12 @@
 // Every failure ends here as one line on stderr and a non-zero exit code:
 // 2 bad input (flags, data), 3 parity failure, 4 results file, 5 preempted
 // by SIGTERM/SIGUSR1 after a snapshot (run it again to resume), 6 a device ran
-// out of memory, 1 anything else.
+// out of memory, 7 a collective timed out or failed, or a rank died (the
+// flight records name the rank), 1 anything else.
 #include <c10/util/Exception.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -13,6 +15,8 @@
 #include "datasets/dataset.h"
 #include "app/cli.h"
 #include "harness/dist.h"
+#include "harness/flight_recorder.h"
+#include "harness/flight_watch.h"
 #include "harness/inject.h"
 #include "app/launcher.h"
 #include "base/log.h"
@@ -66,6 +70,50 @@ int FailWithCurrentException(const std::string& where) {
   } catch (const std::exception& e) {
     return Fail(1, where + e.what());
   }
+}
+
+// Whether the exception in flight is a failure of the transport (a timeout,
+// a closed connection) rather than of the run's input or memory.
+bool IsTransportFailure() {
+  using namespace ddpbench;
+  try {
+    throw;
+  } catch (const ConfigError&) {
+  } catch (const DataError&) {
+  } catch (const std::invalid_argument&) {
+  } catch (const ResultsError&) {
+  } catch (const DeviceOutOfMemory&) {
+  } catch (const c10::OutOfMemoryError&) {
+  } catch (const c10::Error&) {
+    return true;
+  } catch (const std::exception&) {
+    return true;
+  }
+  return false;
+}
+
+std::string CurrentMessage() {
+  try {
+    throw;
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+// A collective failed on this rank: its error line, its flight record, and
+// (rank 0, or a rank that finds rank 0 silent) the line naming the rank
+// that never entered the collective; exit kExitRankLost.
+[[noreturn]] void FailInCollective(ddpbench::DistContext& dist, const std::string& where) {
+  const std::string message = CurrentMessage();
+  Fail(ddpbench::kExitRankLost, where + message);
+  const std::string cause = ddpbench::ReportCollectiveFailure(dist, message);
+  if (!cause.empty()) fmt::print(stderr, "ddpbench: error: {}\n", cause);
+  // Out at once: the flight threads may still be blocked on a store that is
+  // gone, and nothing of this run is left to write.
+  std::fflush(nullptr);
+  std::_Exit(ddpbench::kExitRankLost);
 }
 
 void PrintStrategies() {
@@ -135,6 +183,8 @@ int main(int argc, char** argv) {
     return FailWithCurrentException("");
   }
   SetLogRank(dist.rank);
+  flight::Configure(dist.rank, dist.world > 1 ? static_cast<size_t>(config.flight_recorder) : 0,
+                    flight::RecordPathFor(config.out, dist.rank));
   ArmInjections(injections, dist.rank);
   if (!config.inject.empty() && dist.rank == 0) LogWarn("--inject: {} (faults on purpose)", fmt::join(config.inject, "; "));
   // Failures of a rank name it, and the collective it was in.
@@ -146,6 +196,9 @@ int main(int argc, char** argv) {
   try {
     return RunBenchmark(config, dist);
   } catch (...) {
+    // A stage thread's collective fails on its own thread: the recorder saw it.
+    if ((FailedCollective() || flight::HasFailed()) && dist.world > 1 && IsTransportFailure())
+      FailInCollective(dist, where());
     return FailWithCurrentException(where());
   }
 }

@@ -34,6 +34,17 @@ std::vector<double> Collect(const std::vector<RankFigures>& ranks, F field) {
   return out;
 }
 
+// Who made the others wait (multi-rank runs whose collectives were
+// recorded): "none" below the noise line, else the rank, its lateness and phase.
+void AddStragglerColumns(const StragglerFigures& s, Row& row) {
+  if (!s.measured) return;
+  row["straggler_rank"] = s.rank < 0 ? "none" : std::to_string(s.rank);
+  row["straggler_ms"] = Num(s.late_ms, 2);
+  if (s.rank >= 0) row["straggler_phase"] = s.phase.empty() ? "unknown" : s.phase;
+  row["straggler_noise_ms"] = Num(s.noise_ms, 2);
+  row["rank_compute_ms"] = JoinNums(s.compute_per_rank_ms, 2);
+}
+
 // What ran, where, and how (the row's identity).
 // --fuse, and which kernels served it in this process: "bn-add-relu (cuDNN)",
 // or ATen's with the reason cuDNN passed (a data type it does not fuse).
@@ -62,6 +73,7 @@ void AddIdentity(const RunResult& r, Row& row) {
   if (!r.trace_file.empty()) row["trace"] = r.trace_file;
   if (!r.profile_file.empty()) row["profile"] = r.profile_file;
   if (!c.inject.empty()) row["inject"] = fmt::format("{}", fmt::join(c.inject, ";"));
+  AddStragglerColumns(r.straggler, row);
   row["device"] = c.device;
   row["device_name"] = r.device_name;
   row["threads_per_device"] = r.cuda ? "" : std::to_string(c.threads_per_device);

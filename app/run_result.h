@@ -14,6 +14,7 @@
 #include "harness/context.h"
 #include "harness/phase.h"
 #include "base/results.h"
+#include "harness/straggler.h"
 
 namespace ddpbench {
 
@@ -99,6 +100,7 @@ struct RunResult {
   std::optional<DataFigures> data;              // real data only
   std::map<std::string, std::string> extras;    // the strategy's own columns
   std::string trace_file;                       // --trace's file, once written
+  StragglerFigures straggler;                   // who made the others wait (harness/straggler.h)
   std::string profile_file;                     // --profile's file, once written
 
   // Global images/s of each timed section: every rank's images over the

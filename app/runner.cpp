@@ -39,6 +39,7 @@
 #include "app/step_loop.h"
 #include "app/train_goal.h"
 #include "harness/trace.h"
+#include "harness/flight_watch.h"
 #include "harness/training.h"
 #include "models/fused_norm.h"
 #include "strategies/registry.h"
@@ -554,6 +555,12 @@ void CollectFigures(const PreparedRun& run, const std::vector<LoopTimes>& sectio
   result->data = DescribeData(sections.back(), run.process_batch);
   result->extras = strategy.Extras();
   result->ranks = GatherRanks(MeasureRank(run, sections, strategy), dist);
+  // Who made the others wait: every rank's timed collectives, read on rank 0.
+  double step_sum = 0;
+  for (double ms : result->step_ms) step_sum += ms;
+  result->straggler = GatherStragglers(dist, step_sum / counted);
+  if (dist.is_root())
+    if (const std::string line = DescribeStraggler(result->straggler); !line.empty()) LogWarn("straggler: {}", line);
   // After the memory figures: the prediction's own measurements allocate.
   for (auto& [k, v] : ExpectThisRun(run.config, run.model, run.devices, dist, result->extras)) result->extras[k] = v;
 }

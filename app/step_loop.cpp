@@ -17,6 +17,7 @@
 #include "datasets/dataset.h"
 #include "harness/cuda_support.h"
 #include "harness/dist.h"
+#include "harness/flight_recorder.h"
 #include "harness/inject.h"
 #include "harness/kineto_profile.h"
 #include "harness/memory.h"
@@ -137,6 +138,7 @@ LoopTimes RunSteps(Strategy& strategy, BatchSource& train, PhaseTimer& timer, Di
   double paused_ms = 0;  // after_step's time inside the timed section
   LoaderStats loader_start = train.Stats();
   for (int64_t s = 0; s < total; ++s) {
+    flight::BeginStep(plan.first_step + s + 1, s >= plan.warmup);
     InjectAtStep(plan.first_step + s + 1);  // --inject's hang or crash, when this rank has one here
     const bool warm = s < plan.warmup;
     if (s == plan.warmup) {  // the timed section starts on idle, aligned devices
@@ -182,6 +184,7 @@ LoopTimes RunSteps(Strategy& strategy, BatchSource& train, PhaseTimer& timer, Di
       if (out.stopped) break;
     }
   }
+  flight::BeginStep(-1, false);
   losses.Read();
   SynchronizeDevices(devices);
   out.profile = kineto::Finish(plan.profile);

@@ -20,6 +20,9 @@ class ConfigError : public std::runtime_error {
 // The exit code of a run stopped by SIGTERM/SIGUSR1 after every rank wrote
 // its snapshot (run the same command to resume); see main.cpp for the others.
 constexpr int kExitPreempted = 5;
+// A collective timed out or failed, or a rank died: the flight records say which
+// rank never entered which collective (harness/flight_recorder.h).
+constexpr int kExitRankLost = 7;
 
 struct RunConfig {
   // What to run.
@@ -107,6 +110,7 @@ struct RunConfig {
   int64_t grad_accum = 1;
   std::string compression = "none";  // none|fp16|bf16
   double timeout_s = 300.0;          // collective timeout
+  int64_t flight_recorder = 2000;    // collectives each rank keeps for a hang's record (0: off; harness/flight_recorder.h)
   std::vector<std::string> inject;   // --inject faults (harness/inject.h), as given
   std::string zero_reduce = "reduce-scatter";  // reduce-scatter|all-reduce
 

@@ -17,6 +17,7 @@
 namespace ddpbench {
 
 struct RunConfig;
+class FlightWatch;
 
 struct DistContext {
   int rank = 0;
@@ -91,9 +92,12 @@ struct DistContext {
   double AllReduceMax(double value);
 
  private:
+  // The group of global `ranks` ("" names the world), this rank
+  // `group_rank` of it; its Gloo backend is recorded (flight_recorder.h).
   c10::intrusive_ptr<c10d::ProcessGroup> MakeGroup(const c10::intrusive_ptr<c10d::Store>& store, int group_rank,
-                                                   int size, const std::string& name);
+                                                   const std::vector<int>& ranks, const std::string& name);
   c10::intrusive_ptr<c10d::Store> store_;  // the world's rendezvous, prefixed; sub-groups meet under it
+  std::shared_ptr<FlightWatch> watch_;      // this rank's progress for the others (flight_watch.h)
   double timeout_s_ = 0;
   bool cuda_ = false, nccl_ = false;
 };

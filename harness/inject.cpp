@@ -9,11 +9,13 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "base/config.h"
+#include "base/log.h"
 
 namespace ddpbench {
 
@@ -28,6 +30,10 @@ const char* const kUsage =
 // loop's thread, read by the phase timers of any thread).
 std::vector<Injection> g_armed;
 std::atomic<int64_t> g_step{0};
+// The step each armed delay last slept in: once per step, however many times
+// its phase is entered (a pipeline's stage enters backward once per micro-batch).
+std::mutex g_fired_mutex;
+std::vector<int64_t> g_fired;
 
 std::map<std::string, std::string> Fields(const std::string& spec, const std::string& body) {
   std::map<std::string, std::string> out;
@@ -123,12 +129,14 @@ void ArmInjections(const std::vector<Injection>& injections, int rank) {
   g_armed.clear();
   for (const Injection& in : injections)
     if (in.rank == rank) g_armed.push_back(in);
+  g_fired.assign(g_armed.size(), -1);
 }
 
 void InjectAtStep(int64_t step) {
   g_step.store(step, std::memory_order_relaxed);
   for (const Injection& in : g_armed) {
-    if (in.step != step) continue;
+    if (in.step != step || in.kind == Injection::Kind::kDelay) continue;
+    LogWarn("--inject={}: {} now", in.spec, in.kind == Injection::Kind::kCrash ? "crashing" : "hanging");
     if (in.kind == Injection::Kind::kCrash) raise(SIGKILL);
     if (in.kind == Injection::Kind::kHang)
       while (true) std::this_thread::sleep_for(std::chrono::seconds(1));  // until the launcher ends it
@@ -138,9 +146,18 @@ void InjectAtStep(int64_t step) {
 void InjectInPhase(Phase phase) {
   if (g_armed.empty()) return;
   const int64_t step = g_step.load(std::memory_order_relaxed);
-  for (const Injection& in : g_armed)
-    if (in.kind == Injection::Kind::kDelay && in.phase == phase && step % in.every == 0)
-      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(in.ms));
+  double ms = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_fired_mutex);
+    for (size_t i = 0; i < g_armed.size(); ++i) {
+      const Injection& in = g_armed[i];
+      if (in.kind != Injection::Kind::kDelay || in.phase != phase || step % in.every != 0 || g_fired[i] == step)
+        continue;
+      g_fired[i] = step;
+      ms += in.ms;
+    }
+  }
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
 }
 
 }  // namespace ddpbench

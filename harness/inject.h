@@ -3,7 +3,8 @@
 // row that ran with one names it (`inject`).
 //   delay:rank=R,phase=P,ms=M[,every=K]  rank R sleeps M ms inside phase P
 //                                        (data, forward, backward, optimizer)
-//                                        of every K-th step
+//                                        of every K-th step (once in the
+//                                        step, however often P is entered)
 //   slow-data:rank=R,ms=M[,every=K]      the same in its data phase
 //   hang:rank=R,step=S                   rank R stops at the start of step S
 //                                        (the others wait in their collectives

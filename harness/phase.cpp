@@ -3,6 +3,7 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include "harness/cuda_support.h"
+#include "harness/flight_recorder.h"
 #include "harness/inject.h"
 #include "harness/trace.h"
 
@@ -45,17 +46,19 @@ PhaseTimer::Scope::Scope(PhaseTimer* timer, Phase phase, torch::Device device)
   } else {
     start_ = std::chrono::steady_clock::now();
   }
+  flight_start_ = flight::PhaseBegin(phase);
   InjectInPhase(phase);  // --inject's delay, timed as the phase's own
 }
 
 PhaseTimer::Scope::Scope(Scope&& other) noexcept
     : timer_(other.timer_), phase_(other.phase_), start_(other.start_),
-      events_(std::move(other.events_)), range_(std::move(other.range_)) {
+      flight_start_(other.flight_start_), events_(std::move(other.events_)), range_(std::move(other.range_)) {
   other.timer_ = nullptr;
 }
 
 PhaseTimer::Scope::~Scope() {
   if (!timer_) return;
+  flight::PhaseEnd(phase_, flight_start_);
   if (events_) {
     events_->RecordEnd();
     timer_->AddCuda(phase_, events_);

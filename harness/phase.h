@@ -56,6 +56,7 @@ class PhaseTimer {
     PhaseTimer* timer_;
     Phase phase_;
     std::chrono::steady_clock::time_point start_;
+    int64_t flight_start_ = 0;  // the flight recorder's record of the phase
     std::shared_ptr<CudaEventPair> events_;
     std::unique_ptr<NvtxRange> range_;
   };

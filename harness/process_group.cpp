@@ -17,9 +17,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <numeric>
 #include <sstream>
 
 #include "harness/dist.h"
+#include "harness/flight_watch.h"
+#include "harness/recording_backend.h"
 #include "planning/mesh.h"
 #include "base/log.h"
 #include "harness/socket_ifname.h"
@@ -87,12 +90,17 @@ void DistContext::Connect(double timeout_s, bool cuda, bool nccl) {
   timeout_s_ = timeout_s;
   cuda_ = cuda;
   nccl_ = nccl;
-  group = MakeGroup(store, rank, world, "");
+  std::vector<int> everyone(world);
+  std::iota(everyone.begin(), everyone.end(), 0);
+  group = MakeGroup(store, rank, everyone, "");
+  watch_ = std::make_shared<FlightWatch>(store, rank, world);
   LogInfo("joined {} ranks ({}, rendezvous {}:{})", world, backend, master_addr, master_port);
 }
 
 c10::intrusive_ptr<c10d::ProcessGroup> DistContext::MakeGroup(const c10::intrusive_ptr<c10d::Store>& store,
-                                                              int group_rank, int size, const std::string& name) {
+                                                              int group_rank, const std::vector<int>& ranks,
+                                                              const std::string& name) {
+  const int size = static_cast<int>(ranks.size());
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000));
   auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, group_rank, size);
   if (nccl_) {
@@ -118,6 +126,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> DistContext::MakeGroup(const c10::intrusi
                                            "failed: {}", rank, name.empty() ? "" : " " + name, size, master_addr,
                                            master_port, e.what()));
     }
+    gloo = RecordingBackend(gloo, name.empty() ? "world" : name, ranks);
     pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::GLOO, gloo);
     if (cuda_) pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::GLOO, gloo);
     pg->setDefaultBackend(c10d::ProcessGroup::GLOO);
@@ -148,10 +157,11 @@ c10::intrusive_ptr<c10d::ProcessGroup> DistContext::NewGroup(const std::string& 
   const auto at = std::find(ranks.begin(), ranks.end(), rank);
   if (at == ranks.end()) return {};
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(fmt::format("group/{}/", name), store_);
-  return MakeGroup(prefixed, static_cast<int>(at - ranks.begin()), static_cast<int>(ranks.size()), name);
+  return MakeGroup(prefixed, static_cast<int>(at - ranks.begin()), ranks, name);
 }
 
 void DistContext::Shutdown() {
+  watch_.reset();
   if (!group) return;
   Barrier();  // no rank tears its communicators down while another still uses them
   for (auto* sub : {&mesh_group, &replicate_group})

@@ -20,7 +20,9 @@
 
 #include "harness/context.h"
 #include "harness/cpu_pinning.h"
+#include "harness/flight_recorder.h"
 #include "harness/inject.h"
+#include "harness/straggler.h"
 #include "app/help.h"
 #include "app/cli.h"
 #include "harness/memory.h"
@@ -151,6 +153,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlag{"--grad-accum=0", "--grad-accum=0"},
         BadFlag{"--compression=int8", "--compression=int8: not accepted; accepted values: none|fp16|bf16"},
         BadFlag{"--timeout=0", "--timeout=0"},
+        BadFlag{"--flight-recorder=-1", "--flight-recorder=-1"},
         BadFlag{"--zero-reduce=tree", "--zero-reduce=tree"},
         BadFlag{"--balance=random", "--balance=random"},
         BadFlag{"--split=4,x", "--split=4,x: must be a comma list of unit counts"},
@@ -676,3 +679,199 @@ TEST(Inject, BadSpecsAreOneMessageEach) {
 
 }  // namespace
 }  // namespace ddpbench
+
+// --- The flight recorder and the straggler attribution -------------------
+
+namespace flight_cases {
+
+using ddpbench::Phase;
+using ddpbench::flight::Entry;
+using ddpbench::flight::PhaseSpan;
+using ddpbench::flight::Record;
+
+constexpr int64_t kMs = 1000000;
+
+// One rank's record of `steps` steps of 100 ms: a data, forward and backward
+// phase, then a collective entered at the end of backward; `extra` ms more
+// of `slow` phase each step (the entry and later phases move with it).
+Record RankRecord(int rank, int steps, Phase slow, int64_t extra) {
+  Record r;
+  r.rank = rank;
+  r.groups = {{"world", {0, 1}}};
+  uint64_t seq = 0;
+  for (int s = 1; s <= steps; ++s) {
+    int64_t t = s * 200 * kMs;  // every step starts together (the collective made them wait)
+    for (Phase p : {Phase::kData, Phase::kForward, Phase::kBackward}) {
+      const int64_t len = 30 * kMs + (p == slow ? extra * kMs : 0);
+      r.spans.push_back({p, s, t, t + len});
+      t += len;
+    }
+    Entry e;
+    e.id = ++seq;
+    e.group = 0;
+    e.seq = seq;
+    e.op = "allreduce";
+    e.step = s;
+    e.entered_ns = t;
+    e.ended_ns = t + 5 * kMs;
+    e.state = ddpbench::flight::State::kCompleted;
+    // An early collective in forward, on time for both, gives the late one a
+    // "last on time" to be measured from.
+    Entry early = e;
+    early.entered_ns = s * 200 * kMs + 30 * kMs + (slow == Phase::kData ? extra * kMs : 0);
+    early.seq = e.seq;
+    e.seq = ++seq;
+    e.id = seq;
+    r.entries.push_back(early);
+    r.entries.push_back(e);
+  }
+  return r;
+}
+
+}  // namespace flight_cases
+
+TEST(Straggler, TheLateRankItsLatenessAndItsPhaseAreNamed) {
+  using namespace flight_cases;
+  const auto s = ddpbench::AttributeStragglers(
+      {RankRecord(0, 8, Phase::kData, 0), RankRecord(1, 8, Phase::kBackward, 50)}, 2, 140.0);
+  ASSERT_TRUE(s.measured);
+  EXPECT_EQ(s.rank, 1);
+  EXPECT_NEAR(s.late_ms, 50.0, 1e-6);
+  EXPECT_EQ(s.phase, "backward");
+  EXPECT_EQ(s.steps, 8);
+  EXPECT_NEAR(s.compute_per_rank_ms[0], 140.0 - 50.0, 1e-6);  // rank 0 waited 50 ms a step
+  EXPECT_NEAR(s.compute_per_rank_ms[1], 140.0, 1e-6);
+  EXPECT_NE(ddpbench::DescribeStraggler(s).find("rank 1 was 50.0 ms late per step, from its backward phase"),
+            std::string::npos) << ddpbench::DescribeStraggler(s);
+}
+
+TEST(Straggler, AdataDelayIsNamedForDataNotForTheForwardItMadeLate) {
+  using namespace flight_cases;
+  // Rank 0 spends 40 ms more in data: it is late for the forward's first
+  // collective, which rank 1 waits in (its forward is 40 ms longer).
+  const auto s = ddpbench::AttributeStragglers(
+      {RankRecord(0, 6, Phase::kData, 40), RankRecord(1, 6, Phase::kForward, 40)}, 2, 130.0);
+  EXPECT_EQ(s.rank, 0);
+  EXPECT_NEAR(s.late_ms, 40.0, 1e-6);
+  EXPECT_EQ(s.phase, "data");
+}
+
+TEST(Straggler, EqualRanksAndLatenessBelowTheLineNameNone) {
+  using namespace flight_cases;
+  auto equal = ddpbench::AttributeStragglers(
+      {RankRecord(0, 5, Phase::kData, 0), RankRecord(1, 5, Phase::kData, 0)}, 2, 100.0);
+  EXPECT_TRUE(equal.measured);
+  EXPECT_EQ(equal.rank, -1);
+  EXPECT_DOUBLE_EQ(equal.noise_ms, 5.0);  // 5% of 100 ms above the other's 0 ms
+  EXPECT_EQ(ddpbench::DescribeStraggler(equal), "");
+  // 4 ms late on a 100 ms step: below the 5 ms line.
+  auto small = ddpbench::AttributeStragglers(
+      {RankRecord(0, 5, Phase::kData, 0), RankRecord(1, 5, Phase::kBackward, 4)}, 2, 100.0);
+  EXPECT_EQ(small.rank, -1);
+  EXPECT_EQ(small.latest_rank, 1);
+  EXPECT_NEAR(small.late_ms, 4.0, 1e-6);
+  // A rank's record alone matches nothing: not measured.
+  EXPECT_FALSE(ddpbench::AttributeStragglers({RankRecord(0, 5, Phase::kData, 0)}, 2, 100.0).measured);
+}
+
+TEST(Straggler, TheNoiseLineRisesWithTheOtherRanksOwnLateness) {
+  using namespace flight_cases;
+  // Rank 0 is 6 ms late at odd steps, rank 1 8 ms at even ones: no straggler
+  // (each rank's mean is small against the other's).
+  Record a = RankRecord(0, 8, Phase::kData, 0), b = RankRecord(1, 8, Phase::kData, 0);
+  for (auto* r : {&a, &b})
+    for (auto& e : r->entries)
+      if (e.seq % 2 == 0 && (e.step % 2 == (r->rank == 0 ? 1 : 0))) e.entered_ns += (r->rank == 0 ? 6 : 8) * kMs;
+  const auto s = ddpbench::AttributeStragglers({a, b}, 2, 100.0);
+  EXPECT_EQ(s.rank, -1);
+  EXPECT_NEAR(s.late_per_rank_ms[0], 3.0, 1e-6);
+  EXPECT_NEAR(s.late_per_rank_ms[1], 4.0, 1e-6);
+  EXPECT_NEAR(s.noise_ms, 5.0 + 3.0, 1e-6);
+}
+
+TEST(Straggler, AreceivePostedAheadCountsFromItsWait) {
+  using namespace flight_cases;
+  // A pipeline hand-off: rank 0 sends at 100 ms; rank 1 posted its receive at
+  // 0 but waited for it only at 95 ms: rank 0 is 5 ms late, not 100.
+  Record a, b;
+  a.rank = 0;
+  b.rank = 1;
+  a.groups = b.groups = {{"world", {0, 1}}};
+  for (int s = 1; s <= 4; ++s) {
+    Entry send;
+    send.id = s;
+    send.group = 0;
+    send.seq = s;
+    send.op = "send";
+    send.peer = 1;
+    send.tag = 7;
+    send.step = s;
+    send.entered_ns = s * 1000 * kMs + 100 * kMs;
+    Entry recv = send;
+    recv.op = "recv";
+    recv.peer = 0;
+    recv.entered_ns = s * 1000 * kMs;
+    recv.waited_ns = s * 1000 * kMs + 95 * kMs;
+    a.entries.push_back(send);
+    b.entries.push_back(recv);
+  }
+  const auto s = ddpbench::AttributeStragglers({a, b}, 2, 200.0);
+  ASSERT_TRUE(s.measured);
+  EXPECT_NEAR(s.late_per_rank_ms[0], 5.0, 1e-6);
+  EXPECT_EQ(s.rank, -1);  // 5 ms < 10 ms (5% of 200)
+}
+
+TEST(FlightRecorder, EntriesAreNumberedPerGroupAndChannelAndSurviveJson) {
+  namespace flight = ddpbench::flight;
+  flight::Configure(1, 3, "/tmp/unused/rank-1.json");
+  const int world = flight::RegisterGroup("world", {0, 1, 2});
+  const int pair = flight::RegisterGroup("group0", {1, 2});
+  flight::BeginStep(4, true);
+  const uint64_t a = flight::Enter(world, "allreduce", -1, 0, 400, "DDP gradient all-reduce");
+  const uint64_t b = flight::Enter(pair, "send", 1, 9, 64, nullptr);  // group rank 1 = global rank 2
+  const uint64_t c = flight::Enter(world, "broadcast", -1, 0, 8, nullptr);
+  const uint64_t d = flight::Enter(pair, "send", 1, 9, 64, nullptr);
+  flight::End(a, true);
+  flight::End(c, false);
+  flight::BeginStep(-1, false);
+  const flight::Record r = flight::Snapshot();
+  ASSERT_EQ(r.entries.size(), 3u);  // the last 3 kept
+  EXPECT_EQ(r.entries[0].id, b);
+  EXPECT_EQ(r.entries[0].peer, 2);
+  EXPECT_EQ(r.entries[0].seq, 1u);
+  EXPECT_EQ(r.entries[1].seq, 2u);  // the world's second
+  EXPECT_EQ(r.entries[1].state, flight::State::kFailed);
+  EXPECT_EQ(r.entries[2].id, d);
+  EXPECT_EQ(r.entries[2].seq, 2u);  // the channel's second
+  EXPECT_TRUE(flight::HasFailed());
+  EXPECT_EQ(flight::TimedRecord().entries.size(), 4u);  // every timed entry
+  EXPECT_EQ(flight::TimedRecord().entries[0].state, flight::State::kCompleted);
+
+  const flight::Record back = flight::FromJson(flight::ToJson(r, "a test"));
+  ASSERT_EQ(back.entries.size(), 3u);
+  EXPECT_EQ(back.rank, 1);
+  EXPECT_EQ(back.groups[1].ranks, (std::vector<int>{1, 2}));
+  EXPECT_EQ(back.entries[1].op, "broadcast");
+  EXPECT_EQ(back.entries[1].state, flight::State::kFailed);
+  EXPECT_EQ(back.entries[0].tag, 9);
+  EXPECT_EQ(back.entries[0].step, 4);
+  EXPECT_THROW(flight::FromJson("{\"format\": \"something else\"}"), std::runtime_error);
+  EXPECT_THROW(flight::FromJson("{\"format\": \"ddpbench flight record\", \"rank\": 0}"), std::runtime_error);
+
+  const flight::Progress p = flight::ParseProgress(flight::ProgressLine());
+  ASSERT_TRUE(p.ok);
+  EXPECT_EQ(p.step, -1);
+  EXPECT_EQ(p.entered.at("world"), 2u);
+  EXPECT_EQ(p.op, "send");
+  EXPECT_NE(p.Describe().find("newest collective #2 of group0 (send, entered)"), std::string::npos) << p.Describe();
+  EXPECT_FALSE(flight::ParseProgress("not json").ok);
+  flight::Configure(0, 0, "");  // off again for the other tests
+  EXPECT_EQ(flight::Enter(world, "allreduce", -1, 0, 1, nullptr), 0u);
+}
+
+TEST(FlightRecorder, RecordsGoBesideTheResultsFile) {
+  EXPECT_EQ(ddpbench::flight::RecordPathFor("out/r.csv", 3), "out/r.flight/rank-3.json");
+  EXPECT_EQ(ddpbench::flight::RecordPathFor("results", 0), "results.flight/rank-0.json");
+  EXPECT_EQ(ddpbench::flight::RecordPathFor("a.b/results", 0), "a.b/results.flight/rank-0.json");
+  EXPECT_EQ(ddpbench::flight::RecordPathFor("", 1), "ddpbench-flight/rank-1.json");
+}

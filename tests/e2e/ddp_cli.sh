@@ -3,8 +3,8 @@
 # parity with single on 2 ranks (also with gradient accumulation), the row's
 # distributed columns and scaling efficiency; bad inputs give one message and
 # no row; a rank killed with SIGKILL, and a rank stuck in a collective (past
-# --timeout), end the whole run non-zero within 30 s, naming the rank, with no
-# row written.
+# --timeout), end the whole run with exit 7 within 30 s, naming the rank (the
+# stuck one: with the collective it never entered), with no row written.
 set -euo pipefail
 BIN="$1"; SRC="$2"
 TMP="$(mktemp -d)"; trap 'pkill -KILL -P $$ 2>/dev/null || true; rm -rf "$TMP"' EXIT
@@ -85,7 +85,7 @@ wait_parent() {  # seconds-limit -> sets RC, ELAPSED
 start_long_run
 kill -KILL "$(rank_pid "$PARENT" 1)"
 wait_parent 30
-[[ $RC -ne 0 ]] || fail "killed rank: exit 0"
+[[ $RC -eq 7 ]] || fail "killed rank: exit $RC, want 7"
 grep -q "ddpbench: error: rank 1 (pid [0-9]*) was killed by signal 9" "$TMP/run.log" || fail "no message naming rank 1: $(tail -5 "$TMP/run.log")"
 unchanged "SIGKILL"
 echo "SIGKILL of rank 1: run ended with exit $RC after ${ELAPSED}s"
@@ -99,7 +99,10 @@ wait_parent 30
 # DDP one in a step, or the barrier that starts the timed steps.
 STUCK_MESSAGE="ddpbench: error: rank 0: \(DDP .*\|barrier\)"
 grep -q "$STUCK_MESSAGE" "$TMP/run.log" || fail "no message naming rank 0's collective: $(tail -5 "$TMP/run.log")"
-grep -q "ddpbench: error: rank 0 (pid [0-9]*) exited with code 1" "$TMP/run.log" || fail "parent did not name rank 0: $(tail -5 "$TMP/run.log")"
+grep -q "ddpbench: error: rank 0 (pid [0-9]*) exited with code 7" "$TMP/run.log" || fail "parent did not name rank 0: $(tail -5 "$TMP/run.log")"
+# The flight records name the stopped rank and the collective it never entered.
+grep -q "ddpbench: error: rank 1 never entered collective #[0-9]* of world" "$TMP/run.log" ||
+  fail "no line naming rank 1 and the collective: $(tail -5 "$TMP/run.log")"
 unchanged "stuck rank"
 echo "stuck rank 1 (SIGSTOP): run ended with exit $RC after ${ELAPSED}s: $(grep "$STUCK_MESSAGE" "$TMP/run.log" | head -1 | cut -c1-160)"
 echo "ddp_cli: all checks passed"
