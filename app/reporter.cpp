@@ -41,6 +41,7 @@ void AddStragglerColumns(const StragglerFigures& s, Row& row) {
   row["straggler_rank"] = s.rank < 0 ? "none" : std::to_string(s.rank);
   row["straggler_ms"] = Num(s.late_ms, 2);
   if (s.rank >= 0) row["straggler_phase"] = s.phase.empty() ? "unknown" : s.phase;
+  if (s.rank < 0 && !s.phase.empty()) row["straggler_phase"] = s.phase;  // communication: a slow link
   row["straggler_noise_ms"] = Num(s.noise_ms, 2);
   row["rank_compute_ms"] = JoinNums(s.compute_per_rank_ms, 2);
 }

@@ -32,6 +32,7 @@ struct Arrival {
   int rank = 0;
   int64_t ns = 0;
   int64_t step = 0;
+  int64_t end_ns = -1;  // when it ended on this rank (-1: not seen)
 };
 
 // A matched entry from one rank's side: its lateness against the others.
@@ -74,7 +75,7 @@ std::map<Key, std::vector<Arrival>> Match(const std::vector<flight::Record>& rec
       const Key k = KeyOf(r, e);
       // A receive posted ahead is needed when the rank waits for it.
       const int64_t ready = e.op == "recv" && e.waited_ns >= 0 ? e.waited_ns : e.entered_ns;
-      keys[k].push_back({r.rank, ready, e.step});
+      keys[k].push_back({r.rank, ready, e.step, e.ended_ns});
       expected[k] = Expected(r, e);
     }
   for (auto it = keys.begin(); it != keys.end();)
@@ -124,16 +125,55 @@ const Arrival* Of(const std::vector<Arrival>& arrivals, int rank) {
   return nullptr;
 }
 
+// Where a rank turned late: the indices of its items late (at least half its
+// step's lateness, in a step above the line) right after one on time.
+std::vector<size_t> TurnsLate(const std::vector<Item>& items, double noise_ms) {
+  std::vector<size_t> out;
+  const auto steps = PerStep(items);
+  for (size_t i = 1; i < items.size(); ++i) {
+    const double step_late = steps.at(items[i].step).first;
+    if (step_late >= noise_ms && items[i].late_ms >= step_late / 2 && items[i - 1].late_ms < step_late / 2)
+      out.push_back(i);
+  }
+  return out;
+}
+
+// Why a late rank was late, when not from its own work: it waited, just
+// before, for another rank (a replica waiting in its shard group is late for
+// the replicate all-reduce): that rank (>= 0); or its previous collective
+// ended later on it than on the others (a slow link): kByLink; else -1.
+constexpr int kByLink = -2;
+int Inherited(const std::vector<Item>& items, int rank, double noise_ms) {
+  std::map<int, int> votes;
+  const auto turns = TurnsLate(items, noise_ms);
+  for (size_t i : turns) {
+    const Item& prev = items[i - 1];
+    const double late = items[i].late_ms;
+    const Arrival* mine = Of(*prev.all, rank);
+    std::vector<double> ends;
+    for (const Arrival& a : *prev.all)
+      if (a.rank != rank && a.end_ns >= 0) ends.push_back(static_cast<double>(a.end_ns));
+    if (prev.wait_ms >= late / 2) {
+      const auto last = std::max_element(prev.all->begin(), prev.all->end(),
+                                         [](const Arrival& a, const Arrival& b) { return a.ns < b.ns; });
+      ++votes[last->rank];
+    } else if (mine && mine->end_ns >= 0 && !ends.empty() &&
+               (static_cast<double>(mine->end_ns) - Median(ends)) / 1e6 >= late / 2) {
+      ++votes[kByLink];
+    }
+  }
+  for (const auto& [who, n] : votes)
+    if (2 * static_cast<size_t>(n) > turns.size()) return who;
+  return -1;
+}
+
 // The phase the late rank spent longer in than the others, summed over the
 // steps it was late in: between the last collective it entered before its
 // first late one, and that late one.
 std::string LatePhase(const std::map<int, const flight::Record*>& by_rank, const std::vector<Item>& items,
                       int rank, double noise_ms) {
   std::map<Phase, double> excess;
-  const auto steps = PerStep(items);
-  for (size_t i = 1; i < items.size(); ++i) {
-    const double step_late = steps.at(items[i].step).first;
-    if (step_late < noise_ms || items[i].late_ms < step_late / 2 || items[i - 1].late_ms >= step_late / 2) continue;
+  for (size_t i : TurnsLate(items, noise_ms)) {
     const Item& prev = items[i - 1];
     const Item& late = items[i];
     for (Phase p : kPhases) {
@@ -191,7 +231,19 @@ StragglerFigures AttributeStragglers(const std::vector<flight::Record>& records,
     if (r != s.latest_rank) others.push_back(s.late_per_rank_ms[r]);
   s.noise_ms += others.empty() ? 0 : Median(others);
   if (s.late_ms < s.noise_ms) return s;
-  s.rank = s.latest_rank;
+  // Follow the blame: a rank late only because it waited for another one.
+  int rank = s.latest_rank;
+  for (int hop = 0; hop < world; ++hop) {
+    const int why = Inherited(items.at(rank), rank, s.noise_ms);
+    if (why == kByLink) {
+      s.phase = "communication";  // no rank's own work: its collectives ended later on it
+      return s;
+    }
+    if (why < 0 || why == rank || !items.count(why)) break;
+    rank = why;
+  }
+  s.rank = rank;
+  s.late_ms = s.late_per_rank_ms[rank];
   std::map<int, const flight::Record*> by_rank;
   for (const auto& r : records) by_rank[r.rank] = &r;
   s.phase = LatePhase(by_rank, items.at(s.rank), s.rank, s.noise_ms);
@@ -199,6 +251,9 @@ StragglerFigures AttributeStragglers(const std::vector<flight::Record>& records,
 }
 
 std::string DescribeStraggler(const StragglerFigures& s) {
+  if (s.measured && s.rank < 0 && s.phase == "communication")
+    return fmt::format("no rank was slow: rank {} was {:.1f} ms late per step because its collectives ended later "
+                       "on it (a slow link or transport), not from its own work", s.latest_rank, s.late_ms);
   if (!s.measured || s.rank < 0) return "";
   std::string compute;
   for (size_t r = 0; r < s.compute_per_rank_ms.size(); ++r)

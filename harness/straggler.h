@@ -16,6 +16,11 @@
 //     the last collective it was on time for and the first it was late for
 //     (so a rank slow in its data phase, late for the next forward's first
 //     collective, is named for data, not forward);
+//   - a rank late only because it waited, just before, for another rank (a
+//     replica waiting in its shard group is late for the replicate
+//     all-reduce) passes the blame to that rank; one late because its
+//     previous collective ended later on it than on the others (one side of
+//     a link slow) is no straggler: the phase says "communication";
 //   - each rank's compute per step is the step net of its longest wait for a
 //     late rank.
 #pragma once
@@ -32,7 +37,8 @@ struct StragglerFigures {
   int rank = -1;              // the straggler; -1 when none is above the noise
   double late_ms = 0;         // the latest rank's mean lateness per step (named or not)
   int latest_rank = -1;       // that rank, named or not
-  std::string phase;          // data|forward|backward|optimizer ("" when not named)
+  std::string phase;          // data|forward|backward|optimizer ("" when not named);
+                              // "communication" with rank -1: late from a slow link, not a rank
   double noise_ms = 0;        // the line a straggler must cross (the others' lateness + 5% of the step)
   int64_t steps = 0;          // timed steps read
   std::vector<double> late_per_rank_ms;     // each rank's mean lateness per step

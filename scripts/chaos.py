@@ -10,8 +10,9 @@ as tests/e2e/two_hosts_netns.sh makes them). It prints one line each:
 
 and exits 1 if any scenario's cause was not named as expected, the run went
 past its timeout, or a snapshot was lost or mixed. `--quick` runs a short
-loopback subset (ctest runs it); the namespace scenarios need root and
-iproute2 and are skipped (and said so) without them.
+loopback subset (ctest runs it, beside other tests on a loaded machine: it
+checks who and what was named, not how many ms or seconds); the namespace
+scenarios need root and iproute2 and are skipped (and said so) without them.
 
     scripts/chaos.py --binary build/ddpbench [--quick] [--csv results.csv] [--only NAME,...]
 """
@@ -34,6 +35,7 @@ SMALL = ["--device=cpu", "--small-input", "--width=8", "--image-size=16", "--bat
          "--progress=off", "--no-eval", "--expected=off"]
 TIMEOUT_S = 5      # --timeout of the hang and link scenarios
 CRASH_NAME_S = 2   # a crash is named within this (the launcher sees the death at once)
+TIMING = True      # check the figures (ms within 20%, seconds within bounds); off under --quick
 
 
 @dataclass
@@ -56,7 +58,7 @@ def scenarios():
     pp_dp = ["--strategy=pmp", "--stage-ranks", "--replicate-degree=2"]
     d = lambda r, p, ms=50: f"delay:rank={r},phase={p},ms={ms}"
     out = [
-        Scenario("ddp-none", ddp, "none", {}, quick=True),
+        Scenario("ddp-none", ddp, "none", {}),
         Scenario("ddp-delay-backward", ddp, "delay", {"rank": 1, "phase": "backward", "ms": 50}, [d(1, "backward")], quick=True),
         Scenario("ddp-slow-data", ddp, "delay", {"rank": 0, "phase": "data", "ms": 50}, ["slow-data:rank=0,ms=50"]),
         Scenario("ddp-hang", ddp, "hang", {"rank": 1}, ["hang:rank=1,step=10"], quick=True),
@@ -243,7 +245,8 @@ def check_delay(sc, rcs, run0, out_csv):
     if sc.fault == "none" or sc.fault == "slow-side":
         return Outcome(named + f" (noise {row.get('straggler_noise_ms')} ms)", run0.elapsed, rank == "none")
     want = sc.expect
-    ok = rank == str(want["rank"]) and phase == want["phase"] and abs(float(ms or 0) - want["ms"]) <= 0.2 * want["ms"]
+    ok = rank == str(want["rank"]) and phase == want["phase"]
+    ok = ok and (not TIMING or abs(float(ms or 0) - want["ms"]) <= 0.2 * want["ms"])
     return Outcome(named, run0.elapsed, ok)
 
 
@@ -267,7 +270,7 @@ def check_stopped(sc, rcs, runs, out_csv, limit_s):
     named = re.sub(r"^ddpbench: error: ", "", line)[:110]
     ok = all(rc is not None for rc in rcs) and 7 in rcs and row_of(out_csv) is None
     bound = CRASH_NAME_S if sc.fault == "crash" else TIMEOUT_S + 10
-    ok = ok and seconds <= bound
+    ok = ok and (not TIMING or seconds <= bound)
     why = "" if ok else f"exit {rcs}, {seconds:.1f} s (bound {bound} s)"
     if sc.fault == "hang":
         bad = records_ok(out_csv, sc.world)
@@ -363,6 +366,8 @@ def main():
     ap.add_argument("--only", default="", help="comma list of scenario names")
     ap.add_argument("--csv", default="", help="also write the lines as CSV here")
     args = ap.parse_args()
+    global TIMING
+    TIMING = not args.quick
     if not os.access(args.binary, os.X_OK):
         sys.exit(f"chaos.py: --binary={args.binary}: not an executable file")
     chosen = [s for s in scenarios() if (not args.quick or s.quick)]

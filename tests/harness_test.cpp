@@ -719,6 +719,7 @@ Record RankRecord(int rank, int steps, Phase slow, int64_t extra) {
     // "last on time" to be measured from.
     Entry early = e;
     early.entered_ns = s * 200 * kMs + 30 * kMs + (slow == Phase::kData ? extra * kMs : 0);
+    early.ended_ns = early.entered_ns + kMs;
     early.seq = e.seq;
     e.seq = ++seq;
     e.id = seq;
@@ -819,6 +820,76 @@ TEST(Straggler, AreceivePostedAheadCountsFromItsWait) {
   ASSERT_TRUE(s.measured);
   EXPECT_NEAR(s.late_per_rank_ms[0], 5.0, 1e-6);
   EXPECT_EQ(s.rank, -1);  // 5 ms < 10 ms (5% of 200)
+}
+
+namespace flight_cases {
+
+// One collective of `group` entered at `at_ms` (ended `end_ms`) in step `step`.
+Entry At(int group, uint64_t seq, int64_t step, int64_t at_ms, int64_t end_ms) {
+  Entry e;
+  e.id = seq;
+  e.group = group;
+  e.seq = seq;
+  e.op = "allreduce";
+  e.step = step;
+  e.entered_ns = at_ms * kMs;
+  e.ended_ns = end_ms * kMs;
+  e.state = ddpbench::flight::State::kCompleted;
+  return e;
+}
+
+}  // namespace flight_cases
+
+TEST(Straggler, AreplicaLateOnlyForWaitingPassesTheBlameOn) {
+  using namespace flight_cases;
+  // HSDP on 4 ranks: shard groups {0,1} {2,3}, replicate groups {0,2} {1,3}.
+  // Rank 3 spends 100 ms more in backward: rank 2 waits for it in their
+  // reduce-scatter and is then as late as rank 3 for the replicate all-reduce.
+  std::vector<Record> recs(4);
+  for (int r = 0; r < 4; ++r) {
+    recs[r].rank = r;
+    recs[r].groups = {{r < 2 ? "group0" : "group1", r < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}},
+                      {r % 2 ? "replicate1" : "replicate0", r % 2 ? std::vector<int>{1, 3} : std::vector<int>{0, 2}}};
+  }
+  for (int64_t s = 1; s <= 6; ++s) {
+    const int64_t t = s * 1000;
+    for (int r = 0; r < 4; ++r) {
+      const int64_t rs = r == 3 ? t + 200 : t + 100;  // rank 3 reaches the reduce-scatter 100 ms late
+      const int64_t shard_done = r < 2 ? t + 100 : t + 200;
+      recs[r].entries.push_back(At(0, 2 * s - 1, s, t + 30, t + 31));  // an early gather, on time
+      recs[r].entries.push_back(At(0, 2 * s, s, rs, shard_done));
+      recs[r].entries.push_back(At(1, s, s, shard_done + 10, t + 220));
+      recs[r].spans.push_back({Phase::kForward, s, t * kMs, (t + 30) * kMs});
+      recs[r].spans.push_back({Phase::kBackward, s, (t + 30) * kMs, (r == 3 ? t + 200 : t + 100) * kMs});
+    }
+  }
+  const auto s = ddpbench::AttributeStragglers(recs, 4, 250.0);
+  EXPECT_EQ(s.rank, 3);
+  EXPECT_NEAR(s.late_ms, 100.0, 1e-6);
+  EXPECT_EQ(s.phase, "backward");
+}
+
+TEST(Straggler, LateFromAslowLinkIsNoRanksFault) {
+  using namespace flight_cases;
+  // Both enter X together; it ends 200 ms later on rank 0 (its incoming side
+  // is slow), so rank 0 enters Y 200 ms after rank 1.
+  Record a, b;
+  a.rank = 0;
+  b.rank = 1;
+  a.groups = b.groups = {{"world", {0, 1}}};
+  for (int64_t s = 1; s <= 5; ++s) {
+    const int64_t t = s * 1000;
+    a.entries.push_back(At(0, 2 * s - 1, s, t, t + 210));
+    b.entries.push_back(At(0, 2 * s - 1, s, t, t + 10));
+    a.entries.push_back(At(0, 2 * s, s, t + 220, t + 230));
+    b.entries.push_back(At(0, 2 * s, s, t + 20, t + 230));
+  }
+  const auto s = ddpbench::AttributeStragglers({a, b}, 2, 250.0);
+  EXPECT_EQ(s.rank, -1);
+  EXPECT_EQ(s.latest_rank, 0);
+  EXPECT_NEAR(s.late_ms, 200.0, 1e-6);
+  EXPECT_EQ(s.phase, "communication");
+  EXPECT_NE(ddpbench::DescribeStraggler(s).find("a slow link"), std::string::npos);
 }
 
 TEST(FlightRecorder, EntriesAreNumberedPerGroupAndChannelAndSurviveJson) {
