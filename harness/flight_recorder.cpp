@@ -271,17 +271,18 @@ Record TimedRecord() {
 }
 
 std::string ProgressLine() {
-  const Record r = Snapshot();
+  // Ten times a second: only the newest entry and the groups' counts are
+  // read under the lock, never the whole ring.
   nlohmann::json entered = nlohmann::json::object();
-  {
-    Recorder& g = Global();
-    std::lock_guard<std::mutex> lock(g.mutex);
-    for (size_t i = 0; i < g.groups.size(); ++i) entered[g.groups[i].name] = g.group_seq[i];
-  }
-  nlohmann::json j = {{"step", r.step}, {"phase", PhaseName(r.phase)}, {"at_ns", NowNs()}, {"entered", entered}};
-  if (!r.entries.empty()) {
-    const Entry& e = r.entries.back();
-    j.update({{"group", r.groups.at(e.group).name}, {"seq", e.seq}, {"op", e.op}, {"label", e.label},
+  nlohmann::json j = {{"step", g_step.load()}, {"phase", PhaseName(static_cast<Phase>(g_phase.load()))},
+                      {"at_ns", NowNs()}};
+  Recorder& g = Global();
+  std::lock_guard<std::mutex> lock(g.mutex);
+  for (size_t i = 0; i < g.groups.size(); ++i) entered[g.groups[i].name] = g.group_seq[i];
+  j["entered"] = std::move(entered);
+  if (!g.ring.empty()) {
+    const Entry& e = g.ring.back();
+    j.update({{"group", g.groups.at(e.group).name}, {"seq", e.seq}, {"op", e.op}, {"label", e.label},
               {"state", StateName(e.state)}});
   }
   return j.dump();

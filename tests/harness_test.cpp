@@ -729,6 +729,15 @@ Record RankRecord(int rank, int steps, Phase slow, int64_t extra) {
   return r;
 }
 
+// Ranks 0 and 1 of a 2-rank world, no entries yet.
+std::pair<Record, Record> TwoRanks() {
+  Record a, b;
+  a.rank = 0;
+  b.rank = 1;
+  a.groups = b.groups = {{"world", {0, 1}}};
+  return {a, b};
+}
+
 }  // namespace flight_cases
 
 TEST(Straggler, TheLateRankItsLatenessAndItsPhaseAreNamed) {
@@ -794,10 +803,7 @@ TEST(Straggler, AreceivePostedAheadCountsFromItsWait) {
   using namespace flight_cases;
   // A pipeline hand-off: rank 0 sends at 100 ms; rank 1 posted its receive at
   // 0 but waited for it only at 95 ms: rank 0 is 5 ms late, not 100.
-  Record a, b;
-  a.rank = 0;
-  b.rank = 1;
-  a.groups = b.groups = {{"world", {0, 1}}};
+  auto [a, b] = TwoRanks();
   for (int s = 1; s <= 4; ++s) {
     Entry send;
     send.id = s;
@@ -873,10 +879,7 @@ TEST(Straggler, LateFromAslowLinkIsNoRanksFault) {
   using namespace flight_cases;
   // Both enter X together; it ends 200 ms later on rank 0 (its incoming side
   // is slow), so rank 0 enters Y 200 ms after rank 1.
-  Record a, b;
-  a.rank = 0;
-  b.rank = 1;
-  a.groups = b.groups = {{"world", {0, 1}}};
+  auto [a, b] = TwoRanks();
   for (int64_t s = 1; s <= 5; ++s) {
     const int64_t t = s * 1000;
     a.entries.push_back(At(0, 2 * s - 1, s, t, t + 210));
