@@ -244,7 +244,7 @@ int WaitForRanks(std::vector<pid_t>& pids, double grace_s, const c10::intrusive_
   int remaining = world, exit_code = 0, failed_rank = -1, preempted = 0;
   std::string failure;
   Clock::time_point kill_at = Clock::time_point::max();
-  bool signalled = false;
+  bool signalled = false, named_at_once = false;
   while (remaining > 0) {
     int status = 0;
     const pid_t pid = ::waitpid(-1, &status, failed_rank >= 0 || g_signal ? WNOHANG : 0);
@@ -279,6 +279,7 @@ int WaitForRanks(std::vector<pid_t>& pids, double grace_s, const c10::intrusive_
       const std::string last = LastProgressOf(store, rank);
       if (!last.empty()) failure += "; it was last " + last;
       fmt::print(stderr, "ddpbench: error: {}\n", failure);
+      named_at_once = true;
       failure.clear();
       std::vector<int> alive;
       for (int r = 0; r < world; ++r)
@@ -293,8 +294,8 @@ int WaitForRanks(std::vector<pid_t>& pids, double grace_s, const c10::intrusive_
     kill_at = std::min(kill_at, Clock::now() + std::chrono::seconds(5));
   }
   if (failed_rank >= 0 && !g_signal) {
-    if (failure.rfind("; ", 0) == 0) failure = failure.substr(2);  // named at once: only what followed
-    fmt::print(stderr, "ddpbench: error: {}\n", failure);
+    if (!named_at_once) fmt::print(stderr, "ddpbench: error: {}\n", failure);
+    else if (!failure.empty()) fmt::print(stderr, "ddpbench: error: {}\n", failure.substr(2));  // "; stopped ..."
     return exit_code;
   }
   if (g_signal && preempted == world) {

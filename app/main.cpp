@@ -47,9 +47,26 @@ int Fail(int code, const std::string& message) {
   return code;
 }
 
+// A collective failed on this rank: its error line, its flight record, and
+// (from the first rank to get there) the line naming the rank that never
+// entered the collective; exit kExitRankLost.
+[[noreturn]] void FailInCollective(ddpbench::DistContext& dist, const std::string& where,
+                                   const std::string& message) {
+  Fail(ddpbench::kExitRankLost, where + message);
+  const std::string cause = ddpbench::ReportCollectiveFailure(dist, message);
+  if (!cause.empty()) fmt::print(stderr, "ddpbench: error: {}\n", cause);
+  // Out at once: the flight threads may still be blocked on a store that is
+  // gone, and nothing of this run is left to write.
+  std::fflush(nullptr);
+  std::_Exit(ddpbench::kExitRankLost);
+}
+
 // The exception in flight as one error line and the documented exit code;
-// `where` (rank, collective) prefixes failures that are not bad input.
-int FailWithCurrentException(const std::string& where) {
+// `where` (rank, collective) prefixes failures that are not bad input. With
+// `collective` (a collective failed on this rank), a failure of the transport
+// (a timeout, a closed connection: not input, results or memory) goes to
+// FailInCollective.
+int FailWithCurrentException(const std::string& where, ddpbench::DistContext* collective = nullptr) {
   using namespace ddpbench;
   try {
     throw;
@@ -66,54 +83,12 @@ int FailWithCurrentException(const std::string& where) {
   } catch (const c10::OutOfMemoryError& e) {  // CUDA's caching allocator
     return Fail(kExitOutOfMemory, where + FirstSentence(e.what_without_backtrace()) + kOutOfMemoryAdvice);
   } catch (const c10::Error& e) {
+    if (collective) FailInCollective(*collective, where, e.what_without_backtrace());
     return Fail(1, where + e.what_without_backtrace());
   } catch (const std::exception& e) {
+    if (collective) FailInCollective(*collective, where, e.what());
     return Fail(1, where + e.what());
   }
-}
-
-// Whether the exception in flight is a failure of the transport (a timeout,
-// a closed connection) rather than of the run's input or memory.
-bool IsTransportFailure() {
-  using namespace ddpbench;
-  try {
-    throw;
-  } catch (const ConfigError&) {
-  } catch (const DataError&) {
-  } catch (const std::invalid_argument&) {
-  } catch (const ResultsError&) {
-  } catch (const DeviceOutOfMemory&) {
-  } catch (const c10::OutOfMemoryError&) {
-  } catch (const c10::Error&) {
-    return true;
-  } catch (const std::exception&) {
-    return true;
-  }
-  return false;
-}
-
-std::string CurrentMessage() {
-  try {
-    throw;
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-}
-
-// A collective failed on this rank: its error line, its flight record, and
-// (rank 0, or a rank that finds rank 0 silent) the line naming the rank
-// that never entered the collective; exit kExitRankLost.
-[[noreturn]] void FailInCollective(ddpbench::DistContext& dist, const std::string& where) {
-  const std::string message = CurrentMessage();
-  Fail(ddpbench::kExitRankLost, where + message);
-  const std::string cause = ddpbench::ReportCollectiveFailure(dist, message);
-  if (!cause.empty()) fmt::print(stderr, "ddpbench: error: {}\n", cause);
-  // Out at once: the flight threads may still be blocked on a store that is
-  // gone, and nothing of this run is left to write.
-  std::fflush(nullptr);
-  std::_Exit(ddpbench::kExitRankLost);
 }
 
 void PrintStrategies() {
@@ -197,8 +172,7 @@ int main(int argc, char** argv) {
     return RunBenchmark(config, dist);
   } catch (...) {
     // A stage thread's collective fails on its own thread: the recorder saw it.
-    if ((FailedCollective() || flight::HasFailed()) && dist.world > 1 && IsTransportFailure())
-      FailInCollective(dist, where());
-    return FailWithCurrentException(where());
+    const bool collective = (FailedCollective() || flight::HasFailed()) && dist.world > 1;
+    return FailWithCurrentException(where(), collective ? &dist : nullptr);
   }
 }

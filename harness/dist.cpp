@@ -73,6 +73,23 @@ double Reduce(DistContext& d, double value, c10d::ReduceOp::RedOpType op) {
 }
 }  // namespace
 
+std::vector<std::string> DistContext::GatherTextToRoot(const std::string& key, const std::string& mine,
+                                                       const char* label) {
+  if (world == 1 || !group) return {mine};
+  CollectiveLabel collective(label);
+  auto store = group->getStore();
+  if (!is_root()) {
+    store->set(key + "/" + std::to_string(rank), std::vector<uint8_t>(mine.begin(), mine.end()));
+    return {};
+  }
+  std::vector<std::string> all{mine};
+  for (int r = 1; r < world; ++r) {
+    const std::vector<uint8_t> bytes = store->get(key + "/" + std::to_string(r));
+    all.emplace_back(bytes.begin(), bytes.end());
+  }
+  return all;
+}
+
 double DistContext::AllReduceSum(double value) { return Reduce(*this, value, c10d::ReduceOp::SUM); }
 double DistContext::AllReduceMax(double value) { return Reduce(*this, value, c10d::ReduceOp::MAX); }
 

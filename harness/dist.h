@@ -90,6 +90,10 @@ struct DistContext {
   // The same from rank `root` (tensors on `device`).
   void BroadcastFrom(int root, const std::vector<at::Tensor>& tensors, const char* label);
   double AllReduceMax(double value);
+  // Every rank's `mine` on rank 0, in rank order, through the rendezvous
+  // store under `key`/RANK (no size limit of a collective, no device copy);
+  // other ranks get {}. World 1: {mine}. `label` names it in errors.
+  std::vector<std::string> GatherTextToRoot(const std::string& key, const std::string& mine, const char* label);
 
  private:
   // The group of global `ranks` ("" names the world), this rank

@@ -203,27 +203,29 @@ uint64_t Enter(int group, const char* op, int peer, int tag, int64_t bytes, cons
   return e.id;
 }
 
-void End(uint64_t id, bool ok) {
+namespace {
+// Applies `update` to entry `id` wherever it is kept (the ring, the timed steps).
+template <typename F>
+void Update(uint64_t id, F&& update) {
   if (id == 0) return;
   Recorder& g = Global();
-  const int64_t now = NowNs();
   std::lock_guard<std::mutex> lock(g.mutex);
   if (!g.ring.empty() && id >= g.ring.front().id && id - g.ring.front().id < g.ring.size())
-    Finish(g.ring[id - g.ring.front().id], now, ok);
-  if (Entry* e = Find(g.timed_entries, id)) Finish(*e, now, ok);
+    update(g.ring[id - g.ring.front().id]);
+  if (Entry* e = Find(g.timed_entries, id)) update(*e);
+}
+}  // namespace
+
+void End(uint64_t id, bool ok) {
+  const int64_t now = NowNs();
+  Update(id, [&](Entry& e) { Finish(e, now, ok); });
 }
 
 void Waited(uint64_t id) {
-  if (id == 0) return;
-  Recorder& g = Global();
   const int64_t now = NowNs();
-  std::lock_guard<std::mutex> lock(g.mutex);
-  auto mark = [&](Entry& e) {
+  Update(id, [&](Entry& e) {
     if (e.waited_ns < 0) e.waited_ns = now;
-  };
-  if (!g.ring.empty() && id >= g.ring.front().id && id - g.ring.front().id < g.ring.size())
-    mark(g.ring[id - g.ring.front().id]);
-  if (Entry* e = Find(g.timed_entries, id)) mark(*e);
+  });
 }
 
 bool HasFailed() {

@@ -7,8 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
+#include <future>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -221,14 +220,9 @@ std::string ReportCollectiveFailure(DistContext& dist, const std::string& error)
   if (!path.empty()) LogWarn("flight record -> {}", path);
   // The exchange runs on its own thread with a deadline: a store on a host
   // that can no longer be reached blocks each call for the store's timeout.
-  struct Exchange {
-    std::mutex mutex;
-    std::condition_variable done;
-    bool finished = false;
-    std::string line;
-  };
-  auto ex = std::make_shared<Exchange>();
-  std::thread([ex, store = dist.group->getStore(), rank = dist.rank, world = dist.world, error, path] {
+  auto named_line = std::make_shared<std::promise<std::string>>();
+  std::future<std::string> named_future = named_line->get_future();
+  std::thread([named_line, store = dist.group->getStore(), rank = dist.rank, world = dist.world, error, path] {
     std::string line;
     try {
       store->set(kFlightDumpKey, Bytes(fmt::format("rank {}: {}", rank, error)));
@@ -240,17 +234,12 @@ std::string ReportCollectiveFailure(DistContext& dist, const std::string& error)
       if (!named.first.empty() && store->compareSet(kFlightNamedKey, {}, me) == me) line = std::move(named.first);
     } catch (const std::exception&) {
     }
-    std::lock_guard<std::mutex> lock(ex->mutex);
-    ex->finished = true;
-    ex->line = std::move(line);
-    ex->done.notify_all();
+    named_line->set_value(std::move(line));
   }).detach();
-  std::unique_lock<std::mutex> lock(ex->mutex);
-  if (ex->done.wait_for(lock, std::chrono::duration<double>(kRecordWaitS + 2), [&] { return ex->finished; }))
-    return ex->line;
-  const flight::Entry* stuck = nullptr;
+  if (named_future.wait_for(std::chrono::duration<double>(kRecordWaitS + 2)) == std::future_status::ready)
+    return named_future.get();
   const flight::Record mine = flight::Snapshot();
-  stuck = Stuck(mine);
+  const flight::Entry* stuck = Stuck(mine);
   return fmt::format("rank {} could not reach the rendezvous store within {:.0f} s (its host down or "
                      "unreachable?){}", dist.rank, kRecordWaitS + 2,
                      stuck ? fmt::format("; it waited in collective #{} of {} ({})", stuck->seq,
@@ -260,7 +249,6 @@ std::string ReportCollectiveFailure(DistContext& dist, const std::string& error)
 
 StragglerFigures GatherStragglers(DistContext& dist, double step_ms) {
   if (!flight::Enabled() || dist.world == 1 || !dist.group) return {};
-  CollectiveLabel label("straggler records gather");
   flight::Record mine = flight::TimedRecord();
   int64_t last = 0;
   for (const auto& e : mine.entries) last = std::max(last, e.step);
@@ -269,13 +257,11 @@ StragglerFigures GatherStragglers(DistContext& dist, double step_ms) {
                      mine.entries.end());
   mine.spans.erase(std::remove_if(mine.spans.begin(), mine.spans.end(), [&](auto& s) { return old(s.step); }),
                    mine.spans.end());
-  auto store = dist.group->getStore();
-  if (!dist.is_root()) {
-    store->set(fmt::format("flight/timed/{}", dist.rank), Bytes(flight::ToJson(mine, "timed steps")));
-    return {};
-  }
-  std::vector<flight::Record> all{std::move(mine)};
-  for (int r = 1; r < dist.world; ++r) all.push_back(flight::FromJson(Text(store->get(fmt::format("flight/timed/{}", r)))));
+  const std::vector<std::string> texts =
+      dist.GatherTextToRoot("flight/timed", flight::ToJson(mine, "timed steps"), "straggler records gather");
+  if (!dist.is_root()) return {};
+  std::vector<flight::Record> all;
+  for (const std::string& text : texts) all.push_back(flight::FromJson(text));
   return AttributeStragglers(all, dist.world, step_ms);
 }
 

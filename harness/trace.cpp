@@ -1,6 +1,5 @@
 #include "harness/trace.h"
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -125,24 +124,6 @@ std::vector<std::vector<Event>> Lanes(std::vector<Event> events) {
   return lanes;
 }
 
-// Every rank's serialised events on rank 0, through the rendezvous store
-// (one value per rank; no size limit of a collective, no GPU copy).
-std::vector<std::string> GatherToRoot(const std::string& mine, DistContext& dist) {
-  if (dist.world == 1 || !dist.group) return {mine};
-  CollectiveLabel label("trace gather");
-  auto store = dist.group->getStore();
-  if (!dist.is_root()) {
-    store->set(fmt::format("trace/{}", dist.rank), std::vector<uint8_t>(mine.begin(), mine.end()));
-    return {};
-  }
-  std::vector<std::string> all{mine};
-  for (int r = 1; r < dist.world; ++r) {
-    const std::vector<uint8_t> bytes = store->get(fmt::format("trace/{}", r));
-    all.emplace_back(bytes.begin(), bytes.end());
-  }
-  return all;
-}
-
 }  // namespace
 
 void Start() {
@@ -241,7 +222,7 @@ std::string Finish(const std::string& path, DistContext& dist, const std::string
   // the double the figures are gathered as, and never after a rank's start).
   const std::vector<double> starts = dist.AllGather({static_cast<double>(system_start_ns / 1000)});
   const auto origin = static_cast<int64_t>(*std::min_element(starts.begin(), starts.end())) * 1000;
-  const std::vector<std::string> ranks = GatherToRoot(SerializeRank(dist.rank, origin), dist);
+  const std::vector<std::string> ranks = dist.GatherTextToRoot("trace", SerializeRank(dist.rank, origin), "trace gather");
   if (!dist.is_root()) return "";
   std::string text = "{\"traceEvents\":[";
   for (size_t r = 0; r < ranks.size(); ++r) text += (r ? "," : "") + ranks[r];
