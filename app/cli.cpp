@@ -384,11 +384,11 @@ void ValidateConfig(const RunConfig& c) {
     throw ConfigError(fmt::format("--cuda-graphs with --optimizer-impl={}: only the fused kernels keep their step "
                                   "count on the device, where a replayed graph can advance it; use "
                                   "--optimizer-impl=fused (the default on CUDA)", c.optimizer_impl));
-  CheckMember("--fuse", c.fuse, {"off", "bn-add-relu"});
+  CheckMember("--fuse", c.fuse, {"off", "bn-add-relu", "conv-bn"});
   if (c.fuse != "off" && c.norm != "batch")
     throw ConfigError(fmt::format("--fuse={} with --norm={}: only BatchNorm is fused; use --norm=batch or "
                                   "leave --fuse out", c.fuse, c.norm));
-  if (c.fuse != "off" && c.device == "cpu")
+  if (c.fuse == "bn-add-relu" && c.device == "cpu")
     throw ConfigError(fmt::format("--fuse={}: the fusion runs in cuDNN, which needs --device=cuda (or auto on a "
                                   "machine with a GPU); leave the flag out on CPU", c.fuse));
   if (c.cuda_graphs && c.device == "cpu")
@@ -516,7 +516,7 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--optimizer-impl", c.optimizer_impl,
                  "auto (CUDA: fused, CPU: per-param)|fused|foreach|per-param optimizer kernels");
   app.add_flag("--cuda-graphs", c.cuda_graphs, "CUDA: capture the whole training step once, then replay it");
-  app.add_option("--fuse", c.fuse, "off|bn-add-relu (CUDA: BatchNorm, residual add and ReLU in one cuDNN kernel)");
+  app.add_option("--fuse", c.fuse, "off|bn-add-relu (CUDA: BatchNorm, residual add and ReLU in one cuDNN kernel)|conv-bn (BatchNorm from each conv's output sums, folded into a scale-shift-ReLU)");
   app.add_option("--cpu-malloc", c.cpu_malloc,
                  "reuse (freed host memory stays mapped: no page faults per step)|system (glibc's defaults)");
   app.add_option("--cpu-device-memory-mb", c.cpu_device_memory_mb,

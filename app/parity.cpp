@@ -42,6 +42,8 @@ ParityResult RunParityCheck(const StrategyEntry& entry, const RunContext& ctx, c
   const bool norm_differs = entry.info.batch_norm_differs || ctx.dist->data_world() > 1;
   if (norm_differs && model.norm == NormKind::kBatch) model.norm = NormKind::kGroup;
   config.norm = NormKindName(model.norm);
+  if (model.norm != NormKind::kBatch) model.fuse = NormFuse::kOff;  // only BatchNorm fuses
+  config.fuse = NormFuseName(model.fuse);
 
   ParityResult result;
   result.steps = config.verify_steps;
@@ -50,7 +52,8 @@ ParityResult RunParityCheck(const StrategyEntry& entry, const RunContext& ctx, c
   // within a few steps and jump to 1e-4..1e-3 (PyTorch itself does the same).
   // In float64 the rounding is ~1e-16, so any visible difference is maths.
   model.dtype = torch::kDouble;
-  result.model = base.model + " norm=" + config.norm + " amp=off dtype=float64";
+  result.model = base.model + " norm=" + config.norm + (model.fuse == NormFuse::kOff ? "" : " fuse=" + config.fuse) +
+                 " amp=off dtype=float64";
 
   DataSpec data = spec;
   data.augment = base.augment;
@@ -78,6 +81,8 @@ ParityResult RunParityCheck(const StrategyEntry& entry, const RunContext& ctx, c
     ref_config.cuda_graphs = false;  // the reference is the eager step
     RunContext ref = run;
     if (const ResNetOptions* built = strategy->BuiltModel()) ref.model.half_blocks = built->half_blocks;
+    ref.model.fuse = NormFuse::kOff;  // the reference is torchvision's maths: a fusion is checked against it
+    ref_config.fuse = "off";
     ref.config = &ref_config;
     ref.dist = &solo;
     ref.devices = {ctx.devices.front()};

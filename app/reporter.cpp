@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "base/config.h"
+#include "models/conv_bn.h"
 #include "models/fused_norm.h"
 #include "planning/traits.h"
 
@@ -51,6 +52,9 @@ void AddStragglerColumns(const StragglerFigures& s, Row& row) {
 // or ATen's with the reason cuDNN passed (a data type it does not fuse).
 std::string FuseColumn(const std::string& fuse) {
   if (fuse == "off") return fuse;
+  if (fuse == "conv-bn")
+    return fmt::format("conv-bn (ATen stages, {} calls; this build has no cuDNN graph engines for them)",
+                       ConvBnCalls());
   const FusedNormUse use = FusedNormUsage();
   if (use.aten_calls == 0) return fuse + " (cuDNN)";
   if (use.cudnn_calls == 0) return fmt::format("{} (ATen: {})", fuse, use.why_aten);

@@ -135,10 +135,10 @@ RunSettings ResolveSettings(RunConfig& config, const std::vector<torch::Device>&
   const bool cuda = config.device == "cuda";
   if (config.cuda_graphs && !cuda)
     throw ConfigError("--cuda-graphs: CUDA graphs need a CUDA device; leave the flag out on CPU");
-  if (config.fuse != "off" && !cuda)
+  if (config.fuse == "bn-add-relu" && !cuda)
     throw ConfigError(fmt::format("--fuse={}: the fusion runs in cuDNN, which needs a CUDA device; leave the flag "
                                   "out on CPU", config.fuse));
-  if (config.fuse != "off" && !FusedNormHasCudnn())
+  if (config.fuse == "bn-add-relu" && !FusedNormHasCudnn())
     throw ConfigError(fmt::format("--fuse={}: this ddpbench was built without cuDNN's headers (CMake found none "
                                   "beside the torch wheel); rebuild with them or leave the flag out", config.fuse));
   RunSettings s;
@@ -255,7 +255,7 @@ PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, c
   run.settings = ResolveSettings(config, run.devices);
   model.channels_last = spec.channels_last = run.settings.memory_format == "channels_last";
   model.half_blocks = config.units == "half-blocks";
-  model.fuse_bn_add_relu = config.fuse == "bn-add-relu";
+  model.fuse = ParseNormFuse(config.fuse);
   model.recompute = RecomputeNames(config, model);
   ValidateResNetOptions(model);
   if (entry.info.family == Family::kPipeline && config.stage_ranks) CheckStagesFitUnits(config, entry.info, model);

@@ -8,6 +8,7 @@
 // AnyModule so one block type serves BatchNorm, GroupNorm and frozen BatchNorm.
 #include "models/resnet.h"
 
+#include "models/conv_bn.h"
 #include "models/fused_norm.h"
 #include "models/recompute.h"
 
@@ -90,22 +91,19 @@ torch::Tensor Relu(torch::Tensor x) {
   return x;
 }
 
-// The blocks' norm epilogues: relu(norm(x)) and relu(norm(x) + z), as one
-// fused node when `fuse` (BatchNorm only, fused_norm.h), else as torchvision
-// writes them (the reference, and every other norm).
-torch::Tensor NormRelu(torch::nn::AnyModule& norm, const torch::Tensor& x, bool fuse) {
-  if (fuse) {
-    if (auto bn = std::dynamic_pointer_cast<torch::nn::BatchNorm2dImpl>(norm.ptr()))
-      return BatchNormAddRelu(*bn, x, torch::Tensor());
-  }
-  return Relu(norm.forward(x));
-}
-
-torch::Tensor NormAddRelu(torch::nn::AnyModule& norm, const torch::Tensor& x, const torch::Tensor& z, bool fuse) {
-  if (fuse) {
-    if (auto bn = std::dynamic_pointer_cast<torch::nn::BatchNorm2dImpl>(norm.ptr())) return BatchNormAddRelu(*bn, x, z);
-  }
-  return Relu(norm.forward(x).add_(z));
+// The units' conv -> norm (-> + z) -> ReLU patterns: under kConvBn through
+// the convolution + BatchNorm-statistics stages (conv_bn.h), under
+// kBnAddRelu the convolution and then one fused norm epilogue
+// (fused_norm.h), else as torchvision writes them (the reference, and every
+// other norm). `z` is the residual, or undefined.
+torch::Tensor ConvNormRelu(torch::nn::Conv2d& conv, torch::nn::AnyModule& norm, const torch::Tensor& x,
+                           const torch::Tensor& z, NormFuse fuse) {
+  auto bn = std::dynamic_pointer_cast<torch::nn::BatchNorm2dImpl>(norm.ptr());
+  if (bn && fuse == NormFuse::kConvBn) return ConvBnAct(*conv, *bn, x, z, /*relu=*/true);
+  torch::Tensor y = conv->forward(x);
+  if (bn && fuse == NormFuse::kBnAddRelu) return BatchNormAddRelu(*bn, y, z);
+  y = norm.forward(y);
+  return Relu(z.defined() ? y.add_(z) : y);
 }
 
 torch::nn::Conv2d Conv(int64_t in, int64_t out, int64_t kernel, int64_t stride,
@@ -126,12 +124,23 @@ torch::nn::Sequential MakeDownsample(int64_t in, int64_t out, int64_t stride, No
   return downsample;
 }
 
+// The shortcut's conv + norm; under kConvBn its BatchNorm folds to a scale
+// and shift like every other (no ReLU).
+torch::Tensor RunDownsample(torch::nn::Sequential& downsample, const torch::Tensor& x, NormFuse fuse) {
+  if (fuse == NormFuse::kConvBn) {
+    auto* conv = downsample[0]->as<torch::nn::Conv2dImpl>();
+    auto* bn = downsample[1]->as<torch::nn::BatchNorm2dImpl>();
+    if (conv && bn) return ConvBnAct(*conv, *bn, x, torch::Tensor(), /*relu=*/false);
+  }
+  return downsample->forward(x);
+}
+
 // ---------------------------------------------------------------------------
 // Units.
 
 class StemImpl : public torch::nn::Cloneable<StemImpl>, public Recomputable {
  public:
-  StemImpl(int64_t in_channels, int64_t width, bool small_input, NormKind norm, bool fuse = false)
+  StemImpl(int64_t in_channels, int64_t width, bool small_input, NormKind norm, NormFuse fuse = NormFuse::kOff)
       : in_channels_(in_channels), width_(width), small_input_(small_input), norm_(norm), fuse_(fuse) {
     reset();
   }
@@ -150,7 +159,7 @@ class StemImpl : public torch::nn::Cloneable<StemImpl>, public Recomputable {
 
   torch::Tensor forward(torch::Tensor x) { return Forward(*this, x); }
   torch::Tensor Run(torch::Tensor x) override {
-    x = NormRelu(bn1_, conv1_->forward(x), fuse_);
+    x = ConvNormRelu(conv1_, bn1_, x, torch::Tensor(), fuse_);
     return maxpool_ ? maxpool_->forward(x) : x;
   }
 
@@ -158,7 +167,7 @@ class StemImpl : public torch::nn::Cloneable<StemImpl>, public Recomputable {
   int64_t in_channels_, width_;
   bool small_input_;
   NormKind norm_;
-  bool fuse_;
+  NormFuse fuse_;
   torch::nn::Conv2d conv1_{nullptr};
   torch::nn::AnyModule bn1_;
   torch::nn::MaxPool2d maxpool_{nullptr};
@@ -173,7 +182,7 @@ class BasicBlockImpl : public torch::nn::Cloneable<BasicBlockImpl>, public Recom
   static constexpr int64_t kExpansion = 1;
 
   BasicBlockImpl(int64_t in_channels, int64_t planes, int64_t stride, NormKind norm,
-                 BlockPart part = BlockPart::kWhole, bool fuse = false)
+                 BlockPart part = BlockPart::kWhole, NormFuse fuse = NormFuse::kOff)
       : in_channels_(in_channels), planes_(planes), stride_(stride), norm_(norm), part_(part), fuse_(fuse) {
     reset();
   }
@@ -204,20 +213,19 @@ class BasicBlockImpl : public torch::nn::Cloneable<BasicBlockImpl>, public Recom
   torch::Tensor forward(torch::Tensor x) { return Forward(*this, x); }
   torch::Tensor Run(torch::Tensor x) override {
     if (part_ == BlockPart::kSecond) {
-      return NormAddRelu(bn2_, conv2_->forward(x.narrow(1, 0, planes_)),
-                         x.narrow(1, planes_, planes_ * kExpansion), fuse_);
+      return ConvNormRelu(conv2_, bn2_, x.narrow(1, 0, planes_), x.narrow(1, planes_, planes_ * kExpansion), fuse_);
     }
-    torch::Tensor identity = downsample_ ? downsample_->forward(x) : x;
-    torch::Tensor out = NormRelu(bn1_, conv1_->forward(x), fuse_);
+    torch::Tensor identity = downsample_ ? RunDownsample(downsample_, x, fuse_) : x;
+    torch::Tensor out = ConvNormRelu(conv1_, bn1_, x, torch::Tensor(), fuse_);
     if (part_ == BlockPart::kFirst) return torch::cat({out, identity}, 1);
-    return NormAddRelu(bn2_, conv2_->forward(out), identity, fuse_);
+    return ConvNormRelu(conv2_, bn2_, out, identity, fuse_);
   }
 
  private:
   int64_t in_channels_, planes_, stride_;
   NormKind norm_;
   BlockPart part_;
-  bool fuse_;
+  NormFuse fuse_;
   torch::nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
   torch::nn::AnyModule bn1_, bn2_;
   torch::nn::Sequential downsample_{nullptr};
@@ -230,7 +238,7 @@ class BottleneckImpl : public torch::nn::Cloneable<BottleneckImpl>, public Recom
   static constexpr int64_t kExpansion = 4;
 
   BottleneckImpl(int64_t in_channels, int64_t planes, int64_t stride, NormKind norm,
-                 BlockPart part = BlockPart::kWhole, bool fuse = false)
+                 BlockPart part = BlockPart::kWhole, NormFuse fuse = NormFuse::kOff)
       : in_channels_(in_channels), planes_(planes), stride_(stride), norm_(norm), part_(part), fuse_(fuse) {
     reset();
   }
@@ -263,21 +271,20 @@ class BottleneckImpl : public torch::nn::Cloneable<BottleneckImpl>, public Recom
   torch::Tensor forward(torch::Tensor x) { return Forward(*this, x); }
   torch::Tensor Run(torch::Tensor x) override {
     if (part_ == BlockPart::kSecond) {
-      return NormAddRelu(bn3_, conv3_->forward(x.narrow(1, 0, planes_)),
-                         x.narrow(1, planes_, planes_ * kExpansion), fuse_);
+      return ConvNormRelu(conv3_, bn3_, x.narrow(1, 0, planes_), x.narrow(1, planes_, planes_ * kExpansion), fuse_);
     }
-    torch::Tensor identity = downsample_ ? downsample_->forward(x) : x;
-    torch::Tensor out = NormRelu(bn1_, conv1_->forward(x), fuse_);
-    out = NormRelu(bn2_, conv2_->forward(out), fuse_);
+    torch::Tensor identity = downsample_ ? RunDownsample(downsample_, x, fuse_) : x;
+    torch::Tensor out = ConvNormRelu(conv1_, bn1_, x, torch::Tensor(), fuse_);
+    out = ConvNormRelu(conv2_, bn2_, out, torch::Tensor(), fuse_);
     if (part_ == BlockPart::kFirst) return torch::cat({out, identity}, 1);
-    return NormAddRelu(bn3_, conv3_->forward(out), identity, fuse_);
+    return ConvNormRelu(conv3_, bn3_, out, identity, fuse_);
   }
 
  private:
   int64_t in_channels_, planes_, stride_;
   NormKind norm_;
   BlockPart part_;
-  bool fuse_;
+  NormFuse fuse_;
   torch::nn::Conv2d conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr};
   torch::nn::AnyModule bn1_, bn2_, bn3_;
   torch::nn::Sequential downsample_{nullptr};
@@ -408,8 +415,8 @@ void ValidateStructure(const ResNetOptions& options) {
                                 " is invalid; it must be at least 1 (any positive width works, "
                                 "group norm uses gcd(32, channels) groups)");
   }
-  if (options.fuse_bn_add_relu && options.norm != NormKind::kBatch)
-    throw std::invalid_argument("fused BatchNorm+add+ReLU with norm " + NormKindName(options.norm) +
+  if (options.fuse != NormFuse::kOff && options.norm != NormKind::kBatch)
+    throw std::invalid_argument("fused BatchNorm (" + NormFuseName(options.fuse) + ") with norm " + NormKindName(options.norm) +
                                 ": the fusion is of BatchNorm; use norm batch or leave fusion off");
   switch (options.norm) {
     case NormKind::kBatch:
@@ -448,6 +455,24 @@ NormKind ParseNormKind(const std::string& name) {
   if (name == "frozen-bn") return NormKind::kFrozenBatch;
   throw std::invalid_argument("unknown norm kind '" + name +
                               "'; accepted: batch, group, frozen-bn");
+}
+
+std::string NormFuseName(NormFuse fuse) {
+  switch (fuse) {
+    case NormFuse::kOff:
+      return "off";
+    case NormFuse::kBnAddRelu:
+      return "bn-add-relu";
+    case NormFuse::kConvBn:
+      return "conv-bn";
+  }
+  return "unknown";
+}
+
+NormFuse ParseNormFuse(const std::string& name) {
+  for (NormFuse f : {NormFuse::kOff, NormFuse::kBnAddRelu, NormFuse::kConvBn})
+    if (NormFuseName(f) == name) return f;
+  throw std::invalid_argument("fuse value '" + name + "' is invalid; accepted: off, bn-add-relu, conv-bn");
 }
 
 std::string NormKindName(NormKind kind) {
@@ -495,7 +520,7 @@ void ResNetImpl::reset() {
   unit_names_ = ResNetUnitNames(options_);
 
   units_->push_back("stem", Stem(options_.in_channels, options_.width, options_.small_input,
-                                 options_.norm, options_.fuse_bn_add_relu));
+                                 options_.norm, options_.fuse));
   int64_t channels = options_.width;
   for (int stage = 0; stage < 4; ++stage) {
     const int64_t planes = options_.width << stage;
@@ -504,9 +529,9 @@ void ResNetImpl::reset() {
       const std::string child = "layer" + std::to_string(stage + 1) + "_" + std::to_string(block);
       auto add = [&](const std::string& suffix, BlockPart part) {
         if (spec.bottleneck) {
-          units_->push_back(child + suffix, Bottleneck(channels, planes, stride, options_.norm, part, options_.fuse_bn_add_relu));
+          units_->push_back(child + suffix, Bottleneck(channels, planes, stride, options_.norm, part, options_.fuse));
         } else {
-          units_->push_back(child + suffix, BasicBlock(channels, planes, stride, options_.norm, part, options_.fuse_bn_add_relu));
+          units_->push_back(child + suffix, BasicBlock(channels, planes, stride, options_.norm, part, options_.fuse));
         }
       };
       if (options_.half_blocks) {

@@ -21,6 +21,13 @@ enum class NormKind {
   kFrozenBatch,  // BatchNorm2d with fixed running statistics (always eval)
 };
 
+// How the units' BatchNorms run (--fuse). Only BatchNorm fuses.
+enum class NormFuse {
+  kOff,        // conv, BatchNorm2d, add, ReLU: torchvision's modules
+  kBnAddRelu,  // BatchNorm (+ the residual add) + ReLU as one node (fused_norm.h)
+  kConvBn,     // each conv's output statistics feed a scale-shift-ReLU (conv_bn.h)
+};
+
 struct ResNetOptions {
   int depth = 18;               // 18, 34, 50, 101 or 152
   int64_t num_classes = 1000;
@@ -40,10 +47,9 @@ struct ResNetOptions {
   // same weights from the same seed, the same maths (the concatenation and
   // its slices are exact); only parameter names and order differ.
   bool half_blocks = false;
-  // BatchNorm (+ the residual add) + ReLU as one fused node (fused_norm.h):
-  // cuDNN's kernels on CUDA, ATen's elsewhere. The same modules, parameters
-  // and buffers; only the forward's kernels differ.
-  bool fuse_bn_add_relu = false;
+  // How BatchNorm runs (NormFuse). The same modules, parameters and buffers
+  // whichever; only the forward's kernels differ.
+  NormFuse fuse = NormFuse::kOff;
   // Units that recompute their forward in their backward instead of keeping
   // their activations (--recompute, models/recompute.h), by name: a unit
   // ("layer3.1", "layer3.1a") or a block, which marks both of its halves in a
@@ -64,6 +70,10 @@ void ValidateResNetOptions(const ResNetOptions& options);
 std::vector<std::string> ResNetUnitNames(const ResNetOptions& options);
 NormKind ParseNormKind(const std::string& name);  // batch|group|frozen-bn
 std::string NormKindName(NormKind kind);
+// "off", "bn-add-relu", "conv-bn" (the --fuse values) and back; the parse
+// throws std::invalid_argument naming the value and what is accepted.
+std::string NormFuseName(NormFuse fuse);
+NormFuse ParseNormFuse(const std::string& name);
 
 class ResNetImpl : public torch::nn::Cloneable<ResNetImpl> {
  public:

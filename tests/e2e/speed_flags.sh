@@ -13,7 +13,10 @@ COMMON=(--device=cpu --model=resnet18 --small-input --width=8 --image-size=16 --
 "$BIN" --strategy=single "${COMMON[@]}" --steps=3 --out="$TMP/r.csv"
 "$BIN" --strategy=single "${COMMON[@]}" --steps=3 --memory-format=channels_last --optimizer-impl=foreach \
   --optimizer=adam --out="$TMP/r.csv"
-"$BIN" --strategy=single "${COMMON[@]}" --steps=3 --optimizer-impl=fused --cpu-malloc=system --out="$TMP/r.csv"
+# --fuse=conv-bn runs its unfused stages on CPU; --verify checks them in
+# float64 against torchvision's maths (the reference is never fused).
+"$BIN" --strategy=single "${COMMON[@]}" --steps=3 --optimizer-impl=fused --cpu-malloc=system --fuse=conv-bn \
+  --verify --verify-steps=2 --out="$TMP/r.csv"
 "$PY" - "$TMP/r.csv" <<'PYEOF'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
@@ -22,6 +25,9 @@ default, cl, fused = rows
 assert default["memory_format"] == "contiguous" and default["optimizer_impl"] == "per-param", default
 assert cl["memory_format"] == "channels_last" and cl["optimizer_impl"] == "foreach", cl
 assert fused["optimizer_impl"] == "fused", fused
+assert default["fuse"] == "off" and fused["fuse"].startswith("conv-bn (ATen stages"), fused["fuse"]
+assert fused["parity_ok"] == "true" and "fuse=conv-bn" in fused["parity_model"], fused
+assert float(fused["parity_max_abs_diff"]) < 1e-12, fused["parity_max_abs_diff"]
 assert default["cpu_malloc"] == cl["cpu_malloc"] == "reuse" and fused["cpu_malloc"] == "system", rows
 for r in rows:
     # ResNet-18 at width 8 (1/8 of 64), 16 px, small stem: a few MFLOPs per image, x3 for training.
@@ -54,8 +60,9 @@ bad_input single "--optimizer-impl=turbo: not accepted" --optimizer-impl=turbo
 bad_input single "--cuda-graphs: CUDA graphs need" --cuda-graphs
 bad_input single "--cuda-graphs with --amp=fp16: the loss scaler decides on the host" --cuda-graphs --amp=fp16
 bad_input single "--cuda-graphs with --optimizer-impl=foreach: only the fused kernels" --cuda-graphs --optimizer-impl=foreach
-bad_input single "--fuse=magic: not accepted; accepted values: off|bn-add-relu" --fuse=magic
+bad_input single "--fuse=magic: not accepted; accepted values: off|bn-add-relu|conv-bn" --fuse=magic
 bad_input single "--fuse=bn-add-relu: the fusion runs in cuDNN, which needs --device=cuda" --fuse=bn-add-relu
 bad_input single "--fuse=bn-add-relu with --norm=group: only BatchNorm is fused" --fuse=bn-add-relu --norm=group
+bad_input single "--fuse=conv-bn with --norm=frozen-bn: only BatchNorm is fused" --fuse=conv-bn --norm=frozen-bn
 bad_input single "--cpu-malloc=jemalloc: not accepted; accepted values: reuse|system" --cpu-malloc=jemalloc
 echo "speed_flags: all checks passed"
