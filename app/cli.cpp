@@ -106,18 +106,22 @@ void CheckWrittenFilesApart(const RunConfig& c) {
   struct File {
     const char* flag;
     const std::string& path;
-    const char* what;  // the file's name in the message; for the written ones, what writes it
+    const char* what;     // the file's name in the message; for the written ones, what writes it
+    const char* example;  // a file name the message suggests instead
   };
-  const std::vector<File> taken = {{"--out", c.out, "--out results"}, {"--baseline", c.baseline, "--baseline results"},
-                                   {"--trace", c.trace, "trace"}, {"--profile", c.profile, "profile"}};
+  const std::vector<File> taken = {{"--out", c.out, "--out results", ""},
+                                   {"--baseline", c.baseline, "--baseline results", ""},
+                                   {"--trace", c.trace, "trace", "trace.json"},
+                                   {"--profile", c.profile, "profile", "profile.json"},
+                                   {"--memory-snapshot", c.memory_snapshot, "memory snapshot", "memory.pickle"}};
   for (size_t w = 2; w < taken.size(); ++w) {
     const File& file = taken[w];
     if (file.path.empty()) continue;
     for (size_t o = 0; o < w; ++o)
       if (taken[o].path == file.path)
         throw ConfigError(fmt::format("{}={}: is also the {} file, which the {} would overwrite; give another file "
-                                      "(e.g. {}.json)", file.flag, file.path, o < 2 ? taken[o].what : taken[o].flag,
-                                      file.what, file.what));
+                                      "(e.g. {})", file.flag, file.path, o < 2 ? taken[o].what : taken[o].flag,
+                                      file.what, file.example));
   }
 }
 
@@ -391,6 +395,10 @@ void ValidateConfig(const RunConfig& c) {
   if (c.fuse == "bn-add-relu" && c.device == "cpu")
     throw ConfigError(fmt::format("--fuse={}: the fusion runs in cuDNN, which needs --device=cuda (or auto on a "
                                   "machine with a GPU); leave the flag out on CPU", c.fuse));
+  if (!c.memory_snapshot.empty() && c.device == "cpu")
+    throw ConfigError(fmt::format("--memory-snapshot={}: the snapshot is the CUDA caching allocator's history, which "
+                                  "needs --device=cuda; on CPU the row's peak_mem columns are the tracking "
+                                  "allocator's measure", c.memory_snapshot));
   if (c.cuda_graphs && c.device == "cpu")
     throw ConfigError("--cuda-graphs: CUDA graphs need --device=cuda (or auto on a machine with a GPU); "
                       "leave the flag out on CPU");
@@ -530,6 +538,9 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--out", c.out, "CSV file to append the result row to");
   app.add_option("--baseline", c.baseline, "CSV holding the single-device row for scaling efficiency (default: --out)");
   app.add_option("--trace", c.trace, "Chrome trace (Perfetto) of every rank's phases, micro-batches and collectives");
+  app.add_option("--memory-snapshot", c.memory_snapshot,
+                 "CUDA: write the caching allocator's history (segments, device traces) as PyTorch's memory "
+                 "snapshot pickle, which pytorch.org/memory_viz reads; rank R > 0 writes FILE.rankR");
   app.add_option("--profile", c.profile,
                  "PyTorch profiler (Kineto) trace of rank 0's timed steps: operators, and on CUDA every kernel");
   app.add_option("--run-id", c.run_id, "label copied to the row's run_id column (one nightly job)");

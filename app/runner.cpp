@@ -135,6 +135,9 @@ RunSettings ResolveSettings(RunConfig& config, const std::vector<torch::Device>&
   const bool cuda = config.device == "cuda";
   if (config.cuda_graphs && !cuda)
     throw ConfigError("--cuda-graphs: CUDA graphs need a CUDA device; leave the flag out on CPU");
+  if (!config.memory_snapshot.empty() && !cuda)
+    throw ConfigError(fmt::format("--memory-snapshot={}: the snapshot is the CUDA caching allocator's history and this "
+                                  "run is on CPU; leave the flag out", config.memory_snapshot));
   if (config.fuse == "bn-add-relu" && !cuda)
     throw ConfigError(fmt::format("--fuse={}: the fusion runs in cuDNN, which needs a CUDA device; leave the flag "
                                   "out on CPU", config.fuse));
@@ -587,6 +590,13 @@ GoalFigures DescribeGoal(const TrainingGoal& goal, const LoopState& start) {
 
 }  // namespace
 
+// --memory-snapshot: rank 0 writes FILE, rank R > 0 FILE.rankR (its own GPU).
+void WriteMemorySnapshot(const RunConfig& config, const DistContext& dist) {
+  const std::string path = dist.rank == 0 ? config.memory_snapshot : fmt::format("{}.rank{}", config.memory_snapshot, dist.rank);
+  CudaWriteMemorySnapshot(path);
+  if (dist.is_root()) LogInfo("memory snapshot: {} (PyTorch's pickle: segments, device_traces)", path);
+}
+
 void PreflightCheck(const RunConfig& config, int world) {
   DistContext dist;
   dist.world = dist.local_world = world;
@@ -627,6 +637,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   if (!config.snapshot_dir.empty())
     store = std::make_unique<SnapshotStore>(config.snapshot_dir, RunIdentity(config, dist.world), config.snapshot_keep);
   const auto snapshot = FindSnapshot(store.get(), dist, &run.config);
+  if (!config.memory_snapshot.empty()) CudaRecordMemoryHistory();  // from the model's first allocation
   auto strategy = config.data_only ? MakeDataOnlyStrategy() : entry.make();
   strategy->Setup(ctx);
   const LoopState start = ResumeOrStart(config, dist, *strategy, snapshot);
@@ -666,6 +677,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   }
   if (run.info.real && config.eval && !config.data_only) EvaluateTestSet(run, *strategy, dist, &result);
   CollectFigures(run, sections, *strategy, dist, &result);
+  if (!config.memory_snapshot.empty()) WriteMemorySnapshot(config, dist);
   if (dist.is_root() && result.data && !config.data_only) ReportDataBound(*result.data, config);
   result.trace_file = trace::Finish(config.trace, dist, config.command);
   if (!sections.empty()) result.profile_file = sections.front().profile;

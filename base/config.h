@@ -82,6 +82,7 @@ struct RunConfig {
   std::string baseline;            // CSV with the single-device row for scaling
   std::string trace;               // Chrome trace JSON to write ("" : none; harness/trace.h)
   std::string profile;             // PyTorch profiler trace of the timed steps ("" : none; harness/kineto_profile.h)
+  std::string memory_snapshot;     // CUDA caching allocator's history, PyTorch's snapshot pickle ("" : none)
   std::string progress = "auto";   // auto|on|off
   std::string run_id;              // the nightly job's id, copied to every row ("" : none)
   std::string entry;               // the nightly matrix entry that made the row

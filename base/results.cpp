@@ -358,6 +358,7 @@ std::vector<PathOption> PathOptions(const RunConfig& c) {
       {"--snapshot-dir", c.snapshot_dir, PathKind::kWriteDir},
       {"--trace", c.trace, PathKind::kWriteFile},
       {"--profile", c.profile, PathKind::kWriteFile},
+      {"--memory-snapshot", c.memory_snapshot, PathKind::kWriteFile},
   };
 }
 

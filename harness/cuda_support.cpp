@@ -9,12 +9,32 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
+#include <torch/csrc/cuda/memory_snapshot.h>
 #include <torch/csrc/cuda/nccl.h>
 #endif
 
 #include <fmt/format.h>
 
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+
 namespace ddpbench {
+namespace {
+
+// Written beside itself and renamed into place: a reader never sees half.
+[[maybe_unused]] void WriteWhole(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out.flush()) throw std::runtime_error(fmt::format("{}: cannot be written", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw std::runtime_error(fmt::format("{}: cannot be renamed to {}", tmp, path));
+}
+
+}  // namespace
 
 bool CudaAvailable() { return torch::cuda::is_available(); }
 int CudaDeviceCount() { return CudaAvailable() ? static_cast<int>(torch::cuda::device_count()) : 0; }
@@ -75,6 +95,15 @@ at::Tensor CopyToDeviceOnSideStream(const at::Tensor& host, int device) {
   return out;
 }
 
+void CudaRecordMemoryHistory() {
+  // Every action, with its C++ stack (no Python here), and no cap on entries:
+  // a benchmark run is a few steps.
+  torch::cuda::_record_memory_history("all", "all", "cpp");
+}
+void CudaWriteMemorySnapshot(const std::string& path) {
+  WriteWhole(path, torch::cuda::_memory_snapshot_pickled());
+}
+
 struct CudaMark::Impl {
   at::cuda::CUDAEvent event{cudaEventDefault};
   int device;
@@ -96,6 +125,10 @@ double CudaTotalBytes(int) { return 0; }
 void CudaResetPeak(int) {}
 void CudaSynchronize(int) {}
 at::Tensor CopyToDeviceOnSideStream(const at::Tensor& host, int) { return host; }
+void CudaRecordMemoryHistory() { throw std::runtime_error("--memory-snapshot: this LibTorch has no CUDA"); }
+void CudaWriteMemorySnapshot(const std::string&) {
+  throw std::runtime_error("--memory-snapshot: this LibTorch has no CUDA");
+}
 struct CudaMark::Impl {};
 CudaMark::CudaMark(int) {}
 CudaMark::~CudaMark() = default;

@@ -28,6 +28,12 @@ CudaMemoryPeaks CudaPeaks(int device);
 double CudaTotalBytes(int device);  // the device's memory (0 without CUDA)
 void CudaResetPeak(int device);
 void CudaSynchronize(int device);
+// The caching allocator's history: recording on from the call (every
+// allocation, free and segment event with its C++ stack), and the snapshot
+// written to `path` as PyTorch's pickle (what torch.cuda.memory._snapshot()
+// returns: segments, device_traces). Without CUDA both throw.
+void CudaRecordMemoryHistory();
+void CudaWriteMemorySnapshot(const std::string& path);
 
 // A pinned host tensor copied to CUDA `device` (-1: the current one) on a side stream of the pool;
 // the device's current stream waits for the copy through an event (the host

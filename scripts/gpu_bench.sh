@@ -29,6 +29,13 @@
 #   profile  --profile of ResNet-50 bf16 b256: eager, fused, fused + graphs,
 #            each broken down by scripts/profile_breakdown.py
 #                                                         -> gpu-profile-breakdown.csv
+#   memory   memory_vs_expected against the caching allocator's peak: single,
+#            ddp/zero1/zero2/zero3 at world 1, recompute none, all and auto
+#            (ResNet-50 bf16 batch 64), and one --memory-snapshot that
+#            Python's pickle must load with segments and device_traces
+#                                                         -> gpu-memory.csv, memory-snapshot.pickle
+#   conv-bn  --fuse=conv-bn: float64 --verify, then interleaved rounds against
+#            eager and bn-add-relu (ResNet-50 bf16 b256) -> gpu-conv-bn.csv
 #   scripts/gpu_bench.sh [OUT_DIR [PART...]]   (env: ROUNDS=3, AMPS=bf16,
 #   MODELS="resnet50 resnet18", BIN, PY=python3); compare's rounds continue the numbering
 #   already in gpu-compare.csv
@@ -41,8 +48,8 @@ PARTS=("${@:-parity compare matrix}"); PARTS=(${PARTS[*]})
 ROUNDS="${ROUNDS:-3}"; AMPS="${AMPS:-bf16}"; MODELS="${MODELS:-resnet50 resnet18}"
 BIN="${BIN:-$ROOT/build-gpu/ddpbench}"; PY="${PY:-python3}"
 for p in "${PARTS[@]}"; do
-  case "$p" in parity|compare|compare-ddp|matrix|expected|fuse|fuse-parity|graphs-parity|ddp-graphs|profile) ;;
-    *) echo "gpu_bench.sh: part '$p': want parity, compare, compare-ddp, matrix, expected, fuse, fuse-parity, graphs-parity, ddp-graphs or profile" >&2; exit 2 ;;
+  case "$p" in parity|compare|compare-ddp|matrix|expected|fuse|fuse-parity|graphs-parity|ddp-graphs|profile|memory|conv-bn) ;;
+    *) echo "gpu_bench.sh: part '$p': want parity, compare, compare-ddp, matrix, expected, fuse, fuse-parity, graphs-parity, ddp-graphs, profile, memory or conv-bn" >&2; exit 2 ;;
   esac
 done
 [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_bench.sh: ROUNDS=$ROUNDS: want a whole number >= 1" >&2; exit 2; }
@@ -275,7 +282,41 @@ profile() {
   rm -f "$OUT_DIR/breakdown.tmp"
 }
 
+# The memory model against the caching allocator: each row's
+# memory_vs_expected is its measured peak over memory_expected_mb.
+memory() {
+  local c=(--model=resnet50 --image-size=224 --batch-size=64 --amp=bf16 --steps=4 --warmup=2 --no-eval
+           --out="$OUT_DIR/gpu-memory.csv") s r
+  for s in single "ddp --gpus=1" "zero1 --gpus=1" "zero2 --gpus=1" "zero3 --gpus=1"; do
+    for r in none all auto; do
+      # shellcheck disable=SC2086
+      run --strategy=$s --recompute=$r "${c[@]}"
+    done
+  done
+  run --strategy=single "${c[@]}" --memory-snapshot="$OUT_DIR/memory-snapshot.pickle"
+  "$PY" - "$OUT_DIR/memory-snapshot.pickle" "$OUT_DIR/gpu-memory.csv" <<'PYEOF' || echo "FAILED: memory snapshot check"
+import csv, pickle, sys
+snap = pickle.load(open(sys.argv[1], "rb"))
+print("snapshot:", len(snap["segments"]), "segments,", sum(len(t) for t in snap["device_traces"]), "trace entries")
+for r in csv.DictReader(open(sys.argv[2])):
+    print(r["strategy"], r["recompute"], "memory_vs_expected", r.get("memory_vs_expected", ""))
+PYEOF
+}
+
+conv_bn() {
+  run --strategy=single --fuse=conv-bn --verify --model=resnet18 --image-size=32 --batch-size=16 --steps=4 --warmup=1 \
+    --out="$OUT_DIR/gpu-conv-bn-parity.csv"
+  local CSV="$OUT_DIR/gpu-conv-bn.csv" r first b=(--model=resnet50 --batch-size=256)
+  first="$(next_round "$CSV")"
+  for r in $(seq "$first" $(( first + ROUNDS - 1 ))); do
+    CSV="$CSV" compare_one "$r" "eager-resnet50-b256" --strategy=single "${b[@]}" "${W[@]}"
+    CSV="$CSV" compare_one "$r" "bn-add-relu-resnet50-b256" --strategy=single --fuse=bn-add-relu "${b[@]}" "${W[@]}"
+    CSV="$CSV" compare_one "$r" "conv-bn-resnet50-b256" --strategy=single --fuse=conv-bn "${b[@]}" "${W[@]}"
+  done
+  ratios "$CSV" conv-bn-resnet50-b256/eager-resnet50-b256 conv-bn-resnet50-b256/bn-add-relu-resnet50-b256
+}
+
 for p in "${PARTS[@]}"; do
   case "$p" in compare-ddp) compare ddp ;; fuse-parity) fuse_parity ;; graphs-parity) graphs_parity ;;
-    ddp-graphs) ddp_graphs ;; *) "$p" ;; esac
+    ddp-graphs) ddp_graphs ;; conv-bn) conv_bn ;; *) "$p" ;; esac
 done

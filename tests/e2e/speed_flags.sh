@@ -64,5 +64,6 @@ bad_input single "--fuse=magic: not accepted; accepted values: off|bn-add-relu|c
 bad_input single "--fuse=bn-add-relu: the fusion runs in cuDNN, which needs --device=cuda" --fuse=bn-add-relu
 bad_input single "--fuse=bn-add-relu with --norm=group: only BatchNorm is fused" --fuse=bn-add-relu --norm=group
 bad_input single "--fuse=conv-bn with --norm=frozen-bn: only BatchNorm is fused" --fuse=conv-bn --norm=frozen-bn
+bad_input single "--memory-snapshot=$TMP/m.pickle: the snapshot is the CUDA caching allocator's history, which needs --device=cuda" --memory-snapshot="$TMP/m.pickle"
 bad_input single "--cpu-malloc=jemalloc: not accepted; accepted values: reuse|system" --cpu-malloc=jemalloc
 echo "speed_flags: all checks passed"
