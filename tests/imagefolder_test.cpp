@@ -117,6 +117,37 @@ TEST(ImageTransformTest, RandomResizedCropStaysInsideAndInTheLimits) {
   }
 }
 
+// The scale (crop area / image area) and log aspect ratio of 10,000 crops of
+// a 375 x 500 image (keys 0..9999), each as 10 equal bins over torchvision's
+// limits (values rounded just outside go to the end bins), the crops that
+// fell back to the central box last: the lines of
+// tests/data/crop_histograms.txt, which tests/python/crop_statistics_test.py
+// compares with torchvision's RandomResizedCrop.get_params.
+std::vector<std::string> CropHistograms() {
+  constexpr int kBins = 10;
+  std::vector<int> scale(kBins), ratio(kBins);
+  int fallback = 0;
+  auto bin = [](double x, double lo, double hi) { return std::clamp(static_cast<int>((x - lo) / (hi - lo) * kBins), 0, kBins - 1); };
+  for (uint64_t key = 0; key < 10000; ++key) {
+    const CropBox b = RandomResizedCropBox(375, 500, key);
+    ++scale[bin(static_cast<double>(b.height * b.width) / (375 * 500), 0.08, 1.0)];
+    ++ratio[bin(std::log(static_cast<double>(b.width) / b.height), std::log(3.0 / 4), std::log(4.0 / 3))];
+    fallback += b == CropBox{0, 0, 375, 500};
+  }
+  auto line = [](const char* name, const std::vector<int>& counts) {
+    std::string s = name;
+    for (int c : counts) s += " " + std::to_string(c);
+    return s;
+  };
+  return {line("scale", scale), line("log_ratio", ratio), "fallback " + std::to_string(fallback)};
+}
+
+TEST(ImageTransformTest, CropStatisticsAreTheCommittedOnes) {
+  EXPECT_EQ(CropHistograms(), DataLines("crop_histograms.txt"))
+      << "RandomResizedCropBox's draws changed: check them against torchvision with "
+         "tests/python/crop_statistics_test.py after writing the new lines to tests/data/crop_histograms.txt";
+}
+
 TEST(ImageTransformTest, EvalCropIsResizeThenCentreCrop) {
   // 500 x 375 -> Resize(256) = 341 x 256 -> CenterCrop(224) at (16, 58) -> full-size box.
   EXPECT_EQ(EvalCropBox(375, 500, 224), (CropBox{23, 85, 328, 328}));
