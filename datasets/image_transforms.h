@@ -7,11 +7,13 @@
 // [3, size, size]; NormaliseImageNetOnHost turns a batch of them into floats.
 #pragma once
 
+#include "datasets/dataset.h"
 #include "datasets/image_decode.h"
 
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace ddpbench {
@@ -37,8 +39,13 @@ torch::Tensor CropResize(const RgbImage& image, CropBox box, int64_t size, bool 
 // One training (random crop + flip) or evaluation (resize + centre crop)
 // sample from a file's bytes: the crop chosen from the header, then only its
 // region decoded, at the coarsest DCT scale the crop allows.
-torch::Tensor TrainSample(const std::string& path, const std::string& bytes, int64_t size, uint64_t key);
-torch::Tensor EvalSample(const std::string& path, const std::string& bytes, int64_t size);
+// `mark`, when given, is called as the header, decode and resize stages end
+// (a loader's per-stage clock).
+using StageMark = std::function<void(LoadStage)>;
+torch::Tensor TrainSample(const std::string& path, const std::string& bytes, int64_t size, uint64_t key,
+                          const StageMark& mark = nullptr);
+torch::Tensor EvalSample(const std::string& path, const std::string& bytes, int64_t size,
+                         const StageMark& mark = nullptr);
 
 // ImageNet's normalisation, (x / 255 - mean) / std per channel.
 extern const std::vector<double> kImageNetMean, kImageNetStd;
@@ -46,7 +53,9 @@ extern const std::vector<double> kImageNetMean, kImageNetStd;
 // a table of each channel's 256 values, the table computed by the tensor
 // operations images.to(float).div_(255).sub_(mean).div_(std), so the result
 // is theirs bit for bit, without their four passes over a float batch;
-// channels-last strides when `channels_last`.
-torch::Tensor NormaliseImageNetOnHost(const torch::Tensor& images, bool channels_last);
+// channels-last strides when `channels_last`. Written into `out` when given
+// (a float tensor of the batch's sizes and that memory format, e.g. from a
+// BatchPool), else into a new tensor.
+torch::Tensor NormaliseImageNetOnHost(const torch::Tensor& images, bool channels_last, torch::Tensor out = {});
 
 }  // namespace ddpbench

@@ -4,6 +4,7 @@
 // torchvision by tests/python/imagefolder_order_test.py); each bad layout has
 // its message; crop and flip geometry against hand-computed cases; samples
 // are a pure function of (seed, epoch, index), also after a resume.
+#include "datasets/batch_pool.h"
 #include "datasets/dataset.h"
 #include "datasets/image_transforms.h"
 #include "datasets/internal.h"
@@ -190,6 +191,26 @@ TEST(ImageTransformTest, SamplesArePureFunctionsOfTheKey) {
   EXPECT_TRUE(torch::equal(EvalSample("a.jpg", bytes, 16), EvalSample("a.jpg", bytes, 16)));
 }
 
+// A freed batch's memory is the next batch's of the same size; other sizes
+// get their own, and no more than `keep` buffers wait.
+TEST(BatchPoolTest, FreedBatchesAreReused) {
+  auto pool = detail::BatchPool::Make(1);
+  torch::Tensor a = pool->EmptyFloat({2, 3, 4, 5}, /*channels_last=*/true);
+  EXPECT_TRUE(a.is_contiguous(at::MemoryFormat::ChannelsLast));
+  EXPECT_EQ(a.sizes(), (std::vector<int64_t>{2, 3, 4, 5}));
+  void* first = a.data_ptr();
+  a = torch::Tensor();
+  EXPECT_EQ(pool->Free(), 1u);
+  torch::Tensor b = pool->EmptyFloat({2, 3, 4, 5}, false);
+  EXPECT_EQ(b.data_ptr(), first);
+  EXPECT_TRUE(b.is_contiguous());
+  torch::Tensor c = pool->EmptyFloat({1, 3, 4, 5}, false);
+  EXPECT_NE(c.data_ptr(), first);
+  b = torch::Tensor();
+  c = torch::Tensor();
+  EXPECT_EQ(pool->Free(), 1u);  // kept one, freed the other
+}
+
 // --- sources -----------------------------------------------------------------
 
 // An ImageFolder of the fixture images in 2 classes, 6 images each (train) and 2 (val).
@@ -230,7 +251,16 @@ TEST(ImageFolderSourceTest, DescribesAndFeedsNormalisedBatches) {
   auto test = MakeTestSource(spec, 0, 1);
   ASSERT_NE(test, nullptr);
   EXPECT_EQ(test->Next().labels.size(0), 2);
-  EXPECT_EQ(source->Stats().workers, 2);
+  const LoaderStats stats = source->Stats();
+  EXPECT_EQ(stats.workers, 2);
+  // Every stage of the workers' time is clocked, and together they are the time they were busy.
+  double staged = 0;
+  for (int i = 0; i < kLoadStages; ++i) {
+    EXPECT_GT(stats.stage_s[i], 0) << kLoadStageNames[i];
+    staged += stats.stage_s[i];
+  }
+  EXPECT_LE(staged, stats.busy_s);
+  EXPECT_GE(staged, 0.9 * stats.busy_s);
 }
 
 // On a CPU device the workers normalise through a table of each channel's
