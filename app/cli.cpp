@@ -342,6 +342,14 @@ void CheckBatchNormImages(const RunConfig& c) {
 
 
 
+std::string GpuDecodeRefusal(const std::string& device) {
+  if (device == "cpu")
+    return "--decode=gpu with --device=cpu: GPU decode runs on a CUDA device's JPEG decoder (nvJPEG), which a "
+           "CPU run has none of; accepted: --decode=cpu (the default) or --device=cuda";
+  return "--decode=gpu: this build has no nvJPEG decode path yet; JPEGs are decoded by the CPU pool "
+         "(--data-workers); accepted: --decode=cpu";
+}
+
 void ValidateConfig(const RunConfig& c) {
   const StrategyTraits& traits = TraitsOf(c);  // names the registered strategies if unknown
   CheckAtLeast("--gpus", c.gpus, 1);
@@ -360,6 +368,11 @@ void ValidateConfig(const RunConfig& c) {
   if (c.data_only && (c.verify || !c.snapshot_dir.empty() || c.TrainsToAnswer()))
     throw ConfigError("--data-only times the data source without a model: it takes none of --verify, "
                       "--snapshot-dir, --epochs, --time-budget, --target-accuracy");
+  CheckMember("--decode", c.decode, {"cpu", "gpu"});
+  if (c.decode == "gpu" && c.dataset != "imagefolder")
+    throw ConfigError(fmt::format("--decode=gpu: only --dataset=imagefolder decodes images (got --dataset={}); "
+                                  "leave it out", c.dataset));
+  if (c.decode == "gpu" && c.device == "cpu") throw ConfigError(GpuDecodeRefusal(c.device));
   if ((c.data_workers > 0 || c.skip_bad_images) && c.dataset != "imagefolder")
     throw ConfigError(fmt::format("--data-workers/--skip-bad-images: only --dataset=imagefolder decodes images "
                                   "(got --dataset={}); leave them out", c.dataset));
@@ -503,6 +516,8 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
                  "(default 0: the cores the devices' threads leave, at least 1)");
   app.add_flag("--skip-bad-images", c.skip_bad_images, "imagefolder: count and skip an undecodable image "
                "(the row says how many) instead of stopping with exit 2");
+  app.add_option("--decode", c.decode, "imagefolder: where JPEGs are decoded, cpu (the --data-workers pool, "
+                 "default) or gpu (nvJPEG on a CUDA device; not in this build: refused)");
   app.add_flag("--data-only", c.data_only, "time the training data source alone over --steps batches "
                "(no model): loader_img_s for --data-workers");
   app.add_option("--num-classes", c.num_classes, "synthetic data: number of classes (default 1000)");

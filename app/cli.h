@@ -17,6 +17,10 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config);
 // Range and combination checks shared by the CLI and the tests.
 void ValidateConfig(const RunConfig& config);
 
+// Why --decode=gpu cannot run on the (resolved) `device`: the CPU has no
+// JPEG engine, and this build has no nvJPEG path yet. A ConfigError's message.
+std::string GpuDecodeRefusal(const std::string& device);
+
 // The strategies that read a strategy-specific flag (each strategy's traits
 // row lists the flags it reads); empty for a flag every strategy takes.
 std::vector<std::string> FlagStrategies(const std::string& flag);

@@ -135,6 +135,13 @@ void AddSpeed(const RunResult& r, Row& row) {
   if (r.data) {
     row["data_wait_ms"] = Num(r.data->wait_ms);
     row["data_bound_frac"] = Num(r.data->bound_frac, 4);
+    if (!r.data->bound_stage.empty()) {
+      std::string stages;
+      for (int i = 0; i < kLoadStages; ++i)
+        stages += fmt::format("{}{}:{:.4f}", i ? "/" : "", kLoadStageNames[i], r.data->stage_ms[i]);
+      row["data_stage_ms"] = stages;
+      row["data_bound_stage"] = r.data->bound_stage;
+    }
     if (r.data->loader_img_s > 0) row["loader_img_s"] = Num(r.data->loader_img_s, 1);
     row["data_workers"] = std::to_string(r.data->workers);
     if (r.config->skip_bad_images) row["bad_images_skipped"] = std::to_string(r.data->bad_images);

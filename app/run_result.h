@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "datasets/load_stages.h"
 #include "harness/context.h"
 #include "harness/phase.h"
 #include "base/results.h"
@@ -44,6 +45,10 @@ struct DataFigures {
   double loader_img_s = 0;    // what the builders sustain: images / busy time x threads
   double consumed_img_s = 0;  // what the loop took when not waiting: images / (wall - wait)
   int64_t bad_images = 0;     // undecodable images skipped (--skip-bad-images)
+  // Image loaders: busy ms per image in each LoadStage (summed over the
+  // threads), and the stage with the most: the one that bounds the loader.
+  StageSeconds stage_ms{};
+  std::string bound_stage;
 };
 
 // How the step ran: resolved settings that are not plain flags.

@@ -24,6 +24,7 @@
 #include "harness/cpu_pinning.h"
 #include "harness/cuda_support.h"
 #include "app/calibrate.h"
+#include "app/cli.h"
 #include "app/data_only.h"
 #include "app/expected.h"
 #include "harness/dist.h"
@@ -220,6 +221,7 @@ PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, c
                       "checked for CPU devices over Gloo; accepted: --device=cpu, or leave --stage-ranks out");
   if (config.device == "cuda" && !CudaAvailable())
     throw ConfigError("--device=cuda: no CUDA device is available here; accepted: --device=cpu or auto");
+  if (config.decode == "gpu") throw ConfigError(GpuDecodeRefusal(config.device));  // --device=auto resolved
   CheckExpectedProfile(config);
   run.devices = ResolveDevices(config, entry.info, dist, &run.oversubscribed);
 
@@ -531,7 +533,26 @@ std::optional<DataFigures> DescribeData(const LoopTimes& t, int64_t process_batc
   const double working_s = t.wall_ms / 1000 - s.wait_s;
   if (working_s > 0) d.consumed_img_s = static_cast<double>(s.taken * process_batch) / working_s;
   d.bad_images = s.bad_images;
+  double most = 0;
+  for (int i = 0; i < kLoadStages && s.images > 0; ++i) {
+    d.stage_ms[i] = s.stage_s[i] * 1000 / static_cast<double>(s.images);
+    if (d.stage_ms[i] > most) {
+      most = d.stage_ms[i];
+      d.bound_stage = kLoadStageNames[i];
+    }
+  }
   return d;
+}
+
+// --data-only: where the loader's time goes, one line.
+void ReportLoaderStages(const DataFigures& d) {
+  if (d.bound_stage.empty()) return;
+  double total = 0;
+  for (double ms : d.stage_ms) total += ms;
+  std::string parts;
+  for (int i = 0; i < kLoadStages; ++i)
+    parts += fmt::format("{}{} {:.3f} ({:.0f}%)", i ? ", " : "", kLoadStageNames[i], d.stage_ms[i], 100 * d.stage_ms[i] / total);
+  LogInfo("loader stages, ms per image on one worker: {}; {} bounds it", parts, d.bound_stage);
 }
 
 // One line when the loop waited for data more than a tenth of its time: how
@@ -679,6 +700,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   CollectFigures(run, sections, *strategy, dist, &result);
   if (!config.memory_snapshot.empty()) WriteMemorySnapshot(config, dist);
   if (dist.is_root() && result.data && !config.data_only) ReportDataBound(*result.data, config);
+  if (dist.is_root() && result.data && config.data_only) ReportLoaderStages(*result.data);
   result.trace_file = trace::Finish(config.trace, dist, config.command);
   if (!sections.empty()) result.profile_file = sections.front().profile;
   dist.Shutdown();

@@ -50,6 +50,7 @@ struct RunConfig {
   int prefetch = 2;
   int data_workers = 0;            // imagefolder: decode threads per rank; 0: the cores the devices leave
   bool skip_bad_images = false;    // imagefolder: count and skip undecodable images instead of stopping
+  std::string decode = "cpu";      // imagefolder: where JPEGs are decoded (cpu|gpu)
   bool data_only = false;          // time the training data source alone, no model
   int64_t num_classes = 0;         // synthetic only; 0: 1000
 

@@ -28,7 +28,7 @@ const std::vector<std::string>& ResultColumns() {
       "warmup", "epochs", "amp", "optimizer", "lr", "memory_format", "optimizer_impl", "cpu_malloc", "tf32",
       "cudnn_benchmark", "cuda_graphs", "fuse", "throughput_img_s", "repeats", "throughput_mad_img_s",
       "throughput_min_img_s", "throughput_max_img_s",
-      "throughput_per_rank_img_s", "step_ms_p50", "step_ms_p90", "model_tflops_per_img", "hardware_tflops_per_img", "mfu", "data_ms", "data_wait_ms", "data_bound_frac", "loader_img_s", "data_workers", "bad_images_skipped", "forward_ms",
+      "throughput_per_rank_img_s", "step_ms_p50", "step_ms_p90", "model_tflops_per_img", "hardware_tflops_per_img", "mfu", "data_ms", "data_wait_ms", "data_bound_frac", "data_bound_stage", "data_stage_ms", "loader_img_s", "data_workers", "bad_images_skipped", "forward_ms",
       "backward_ms", "optimizer_ms", "communication_ms", "peak_mem_mb", "mem_per_device_mb",
       "mem_reserved_per_device_mb", "peak_rss_mb", "recompute", "optimizer_state_mb", "param_mb", "grad_mb", "zero_expected_mb", "memory_expected_mb", "memory_vs_expected", "accuracy", "eval_images",
       "final_loss", "test_loss", "val_fraction", "val_accuracy", "best_val_loss", "epochs_completed", "steps_per_epoch", "mean_epoch_s",

@@ -5,6 +5,8 @@
 // check relies on this).
 #pragma once
 
+#include "datasets/load_stages.h"
+
 #include <torch/types.h>
 
 #include <cstdint>
@@ -84,10 +86,13 @@ struct LoaderStats {
   int64_t bad_images = 0;    // undecodable images skipped (--skip-bad-images)
   int64_t taken = 0;         // batches the consumer took
   double wait_s = 0;         // seconds the consumer waited for them
+  StageSeconds stage_s{};    // image loaders: busy seconds per LoadStage, summed over the threads
   // The figures between two readings of the same source.
   LoaderStats Since(const LoaderStats& before) const {
+    StageSeconds stages{};
+    for (int i = 0; i < kLoadStages; ++i) stages[i] = stage_s[i] - before.stage_s[i];
     return {workers, images - before.images, busy_s - before.busy_s, bad_images - before.bad_images,
-            taken - before.taken, wait_s - before.wait_s};
+            taken - before.taken, wait_s - before.wait_s, stages};
   }
 };
 

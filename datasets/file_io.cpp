@@ -6,6 +6,9 @@
 
 #include <zlib.h>
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -34,24 +37,29 @@ std::string ReadFileBytes(const std::string& path) {
                     (errno ? std::strerror(errno) : std::string("out of memory")));
   }
   GzCloser closer{f};
-  gzbuffer(f, 1 << 20);
+  // The file's size sizes the buffers: a plain file (an image of 100 KB) is
+  // then read in one call into a buffer of its size, never one of kChunk
+  // (whose zero-filling cost more than the read).
+  constexpr unsigned kChunk = 4u << 20;
+  struct stat st {};
+  const auto size_hint = ::stat(path.c_str(), &st) == 0 ? static_cast<unsigned>(std::min<off_t>(st.st_size, kChunk)) : kChunk;
+  gzbuffer(f, std::clamp(size_hint, 8u << 10, 1u << 20));
 
   std::string data;
-  constexpr unsigned kChunk = 4u << 20;
-  while (true) {
+  for (unsigned want = size_hint + 1;; want = kChunk) {
     const size_t old = data.size();
-    data.resize(old + kChunk);
-    const int n = gzread(f, data.data() + old, kChunk);
+    data.resize(old + want);
+    const int n = gzread(f, data.data() + old, want);
     if (n < 0) {
       int err = 0;
       const char* msg = gzerror(f, &err);
       throw DataError(path + ": corrupt gzip data: " + (msg ? msg : "read error"));
     }
     data.resize(old + static_cast<size_t>(n));
-    if (n == 0) break;
-    if (old == 0 && EndsWith(path, ".gz") && gzdirect(f)) {
+    if (old == 0 && n > 0 && EndsWith(path, ".gz") && gzdirect(f)) {
       throw DataError(path + ": not a gzip file (the name ends in .gz but the gzip header is missing)");
     }
+    if (static_cast<unsigned>(n) < want) break;  // gzread returns less than asked only at the end
   }
   // A stream cut short ends reads without a -1 from gzread: zlib reports it
   // through gzerror (Z_BUF_ERROR, "unexpected end of file") or gzclose_r.

@@ -12,6 +12,7 @@
 #include <jerror.h>
 #include <png.h>
 
+#include <algorithm>
 #include <csetjmp>
 #include <cstring>
 #include <memory>
@@ -99,11 +100,83 @@ int CheckedDenom(int scale_denom) {
   return scale_denom;
 }
 
+// Whether an FF D9 (end of image) marker follows `from`, the first scan's
+// data: inside entropy-coded data a 0xFF byte is always followed by 0x00 or
+// a restart marker, so a file cut short in or after its image data has none
+// (an embedded thumbnail's comes before `from`). Searched from the end, so a
+// whole file answers at once.
+bool HasEndMarker(const std::string& bytes, size_t from) {
+  for (size_t i = bytes.size(); i >= from + 2; --i) {
+    if (static_cast<uint8_t>(bytes[i - 2]) == 0xFF && static_cast<uint8_t>(bytes[i - 1]) == 0xD9) return true;
+  }
+  return false;
+}
+
+// The started decompressor's rows and (iMCU-aligned) columns that hold the
+// request's box and margin (every pixel when box.height is 0) into out. Returns whether it stopped
+// before the last row. May longjmp: only trivially destructible locals.
+bool ReadRegion(JpegDecoder* d, const DecodeRequest& request, RgbImage* out) {
+  const CropBox& box = request.box;
+  jpeg_decompress_struct& info = d->info;
+  const int64_t whole_h = info.output_height, whole_w = info.output_width;
+  Span rows{0, whole_h}, cols{0, whole_w};
+  if (box.height > 0) {
+    rows = ScaledSpan(box.top, box.height, d->denom, whole_h, request.margin);
+    cols = ScaledSpan(box.left, box.width, d->denom, whole_w, request.margin);
+  }
+  auto x = static_cast<JDIMENSION>(cols.begin), w = static_cast<JDIMENSION>(cols.end - cols.begin);
+  if (w < whole_w) jpeg_crop_scanline(&info, &x, &w);  // x moves left to an iMCU boundary
+  out->top = rows.begin;
+  out->left = x;
+  out->height = rows.end - rows.begin;
+  out->width = info.output_width;
+  const bool cmyk = info.out_color_space == JCS_CMYK;
+  out->pixels.resize(static_cast<size_t>(out->height * out->width * 3));
+  if (cmyk) d->row.resize(static_cast<size_t>(out->width * 4));
+  if (rows.begin > 0) jpeg_skip_scanlines(&info, static_cast<JDIMENSION>(rows.begin));
+  const auto stride = static_cast<size_t>(out->width * 3);
+  while (info.output_scanline < rows.end) {
+    uint8_t* dest = out->pixels.data() + static_cast<size_t>(info.output_scanline - rows.begin) * stride;
+    JSAMPROW target = cmyk ? d->row.data() : dest;
+    jpeg_read_scanlines(&info, &target, 1);
+    if (cmyk) CmykRowToRgb(d->row.data(), dest, out->width, info.saw_Adobe_marker);
+  }
+  if (rows.end < whole_h) return true;  // the rest is never decoded (the decoder is destroyed, not finished)
+  jpeg_finish_decompress(&info);
+  return false;
+}
+
+// Sets the DCT scale from the request's, raised while the output is above
+// max_pixels. Returns "" or why the image is refused.
+std::string ChooseScale(JpegDecoder* d, int requested_denom, int64_t max_pixels, const RgbImage& full) {
+  d->denom = CheckedDenom(requested_denom);
+  d->info.scale_num = 1;
+  for (;;) {
+    d->info.scale_denom = static_cast<unsigned>(d->denom);
+    jpeg_calc_output_dimensions(&d->info);
+    if (static_cast<int64_t>(d->info.output_width) * d->info.output_height <= max_pixels || d->denom == 8) break;
+    d->denom *= 2;
+  }
+  if (static_cast<int64_t>(d->info.output_width) * d->info.output_height > max_pixels) {
+    return std::to_string(full.width) + " x " + std::to_string(full.height) + " pixels: above the limit of " +
+           std::to_string(max_pixels) + " decoded pixels even at 1/8 scale";
+  }
+  // A progressive JPEG keeps every DCT coefficient of the full-size image
+  // (2 bytes each) whatever the output scale: refuse before allocating that.
+  const int64_t coefficient_bytes = full.width * full.height * d->info.num_components * 2;
+  if (d->info.progressive_mode && coefficient_bytes > kMaxProgressiveBytes) {
+    return "progressive JPEG of " + std::to_string(full.width) + " x " + std::to_string(full.height) + " pixels: " +
+           "decoding it needs " + std::to_string(coefficient_bytes >> 20) + " MiB, above the limit of " +
+           std::to_string(kMaxProgressiveBytes >> 20) + " MiB";
+  }
+  return "";
+}
+
 // Returns "" on success, else what is wrong (libjpeg's words or the limit).
-// scale_for: null reads the header only; else it picks the DCT scale's
-// denominator from the full size (then raised while above max_pixels).
+// request_for: null reads the header only; else it picks the DCT scale and
+// the box from the full size.
 std::string DecodeJpegInto(JpegDecoder* d, const std::string& bytes, int64_t max_pixels, RgbImage* out,
-                           const ScaleChooser* scale_for) {
+                           const RequestFor* request_for) {
   d->info.err = jpeg_std_error(&d->errors.pub);
   d->errors.pub.error_exit = JpegFail;
   d->errors.pub.emit_message = JpegMessage;
@@ -115,6 +188,7 @@ std::string DecodeJpegInto(JpegDecoder* d, const std::string& bytes, int64_t max
   d->created = true;
   jpeg_mem_src(&d->info, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(&d->info, TRUE);
+  const auto scan_start = static_cast<size_t>(d->info.src->next_input_byte - reinterpret_cast<const JOCTET*>(bytes.data()));
   out->height = d->info.image_height;
   out->width = d->info.image_width;
   // Huffman coding spends at least one bit per 8 x 8 block: a file too small
@@ -124,43 +198,18 @@ std::string DecodeJpegInto(JpegDecoder* d, const std::string& bytes, int64_t max
     return "corrupt JPEG: " + std::to_string(bytes.size()) + " bytes cannot hold the " + std::to_string(out->width) +
            " x " + std::to_string(out->height) + " pixels its header claims";
   }
-  if (scale_for == nullptr) return "";
-  d->denom = CheckedDenom((*scale_for)(out->height, out->width));
+  if (request_for == nullptr) return "";
+  const DecodeRequest request = (*request_for)(out->height, out->width);
   const bool cmyk = d->info.jpeg_color_space == JCS_CMYK || d->info.jpeg_color_space == JCS_YCCK;
   d->info.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
-  d->info.scale_num = 1;
-  for (;;) {
-    d->info.scale_denom = static_cast<unsigned>(d->denom);
-    jpeg_calc_output_dimensions(&d->info);
-    if (static_cast<int64_t>(d->info.output_width) * d->info.output_height <= max_pixels || d->denom == 8) break;
-    d->denom *= 2;
-  }
-  const int64_t w = d->info.output_width, h = d->info.output_height;
-  if (w * h > max_pixels) {
-    return std::to_string(out->width) + " x " + std::to_string(out->height) + " pixels: above the limit of " +
-           std::to_string(max_pixels) + " decoded pixels even at 1/8 scale";
-  }
-  // A progressive JPEG keeps every DCT coefficient of the full-size image
-  // (2 bytes each) whatever the output scale: refuse before allocating that.
-  const int64_t coefficient_bytes = out->width * out->height * d->info.num_components * 2;
-  if (d->info.progressive_mode && coefficient_bytes > kMaxProgressiveBytes) {
-    return "progressive JPEG of " + std::to_string(out->width) + " x " + std::to_string(out->height) + " pixels: " +
-           "decoding it needs " + std::to_string(coefficient_bytes >> 20) + " MiB, above the limit of " +
-           std::to_string(kMaxProgressiveBytes >> 20) + " MiB";
+  {  // scoped: no string may live across the jump back from a libjpeg error below
+    const std::string refused = ChooseScale(d, request.scale_denom, max_pixels, *out);
+    if (!refused.empty()) return refused;
   }
   out->scale_denom = d->denom;
-  out->height = h;
-  out->width = w;
-  out->pixels.resize(static_cast<size_t>(w * h * 3));
-  if (cmyk) d->row.resize(static_cast<size_t>(w * 4));
   jpeg_start_decompress(&d->info);
-  while (d->info.output_scanline < d->info.output_height) {
-    uint8_t* dest = out->pixels.data() + static_cast<size_t>(d->info.output_scanline) * static_cast<size_t>(w * 3);
-    JSAMPROW target = cmyk ? d->row.data() : dest;
-    jpeg_read_scanlines(&d->info, &target, 1);
-    if (cmyk) CmykRowToRgb(d->row.data(), dest, w, d->info.saw_Adobe_marker);
-  }
-  jpeg_finish_decompress(&d->info);
+  if (ReadRegion(d, request, out) && !HasEndMarker(bytes, scan_start))
+    return "truncated JPEG (no end-of-image marker after the image data)";
   return "";
 }
 
@@ -217,23 +266,32 @@ ImageHeader ReadImageHeader(const std::string& path, const std::string& bytes) {
 
 RgbImage DecodeImage(const std::string& path, const std::string& bytes, int scale_denom, int64_t max_pixels) {
   CheckedDenom(scale_denom);
-  return DecodeImageFor(path, bytes, [scale_denom](int64_t, int64_t) { return scale_denom; }, max_pixels);
+  return DecodeImageFor(path, bytes, [scale_denom](int64_t, int64_t) { return DecodeRequest{scale_denom, {}}; },
+                        max_pixels);
 }
 
-RgbImage DecodeImageFor(const std::string& path, const std::string& bytes, const ScaleChooser& scale_for,
+RgbImage DecodeImageFor(const std::string& path, const std::string& bytes, const RequestFor& request_for,
                         int64_t max_pixels) {
   RgbImage out;
   if (FormatOf(path, bytes) == ImageFormat::kPng) {
     const ImageHeader header = PngHeader(path, bytes);
-    CheckedDenom(scale_for(header.height, header.width));  // chosen (the caller's crop), but a PNG decodes whole
+    CheckedDenom(request_for(header.height, header.width).scale_denom);  // chosen, but a PNG decodes whole
     DecodePng(path, bytes, max_pixels, &out);
     return out;
   }
   auto decoder = std::make_unique<JpegDecoder>();
-  const std::string why = DecodeJpegInto(decoder.get(), bytes, max_pixels, &out, &scale_for);
+  const std::string why = DecodeJpegInto(decoder.get(), bytes, max_pixels, &out, &request_for);
   if (!why.empty()) Fail(path, why);
   return out;
 }
+
+Span ScaledSpan(int64_t start, int64_t length, int denom, int64_t size, int64_t margin) {
+  const int64_t first = std::min(start / denom, size - 1), last = (start + length + denom - 1) / denom;
+  const int64_t begin = std::max<int64_t>(0, first - margin);
+  return {begin, std::clamp(last + margin, first + 1, size)};
+}
+
+int64_t ImcuAlignedStart(int64_t begin, int64_t imcu) { return begin / imcu * imcu; }
 
 int ScaleDenomFor(double crop_h, double crop_w, int64_t out_h, int64_t out_w) {
   for (int d : {8, 4, 2}) {

@@ -70,16 +70,16 @@ CropBox EvalCropBox(int64_t height, int64_t width, int64_t size) {
 }
 
 torch::Tensor CropResize(const RgbImage& image, CropBox box, int64_t size, bool flip) {
-  // The box in the decoded image's pixels (1/scale_denom of full size).
-  const double d = image.scale_denom;
-  const int64_t top = std::min<int64_t>(static_cast<int64_t>(std::floor(box.top / d)), image.height - 1);
-  const int64_t left = std::min<int64_t>(static_cast<int64_t>(std::floor(box.left / d)), image.width - 1);
-  const int64_t bottom = std::clamp<int64_t>(static_cast<int64_t>(std::ceil((box.top + box.height) / d)), top + 1, image.height);
-  const int64_t right = std::clamp<int64_t>(static_cast<int64_t>(std::ceil((box.left + box.width) / d)), left + 1, image.width);
+  // The box in the decoded pixels (1/scale_denom of full size, from image.top, image.left).
+  const Span rows = ScaledSpan(box.top, box.height, image.scale_denom, image.top + image.height);
+  const Span cols = ScaledSpan(box.left, box.width, image.scale_denom, image.left + image.width);
   const torch::Tensor hwc = torch::from_blob(const_cast<uint8_t*>(image.pixels.data()), {image.height, image.width, 3},
                                              torch::kUInt8);
   // [1, 3, h, w] with channels-last strides: a view of the crop, no copy yet.
-  torch::Tensor crop = hwc.narrow(0, top, bottom - top).narrow(1, left, right - left).permute({2, 0, 1}).unsqueeze(0);
+  torch::Tensor crop = hwc.narrow(0, rows.begin - image.top, rows.end - rows.begin)
+                           .narrow(1, cols.begin - image.left, cols.end - cols.begin)
+                           .permute({2, 0, 1})
+                           .unsqueeze(0);
   crop = crop.contiguous(at::MemoryFormat::ChannelsLast);
   namespace F = torch::nn::functional;
   torch::Tensor out = F::interpolate(crop, F::InterpolateFuncOptions()
@@ -93,33 +93,44 @@ torch::Tensor CropResize(const RgbImage& image, CropBox box, int64_t size, bool 
 
 namespace {
 
-// The crop chosen from the header by `crop_of(height, width)`, decoded at the
-// coarsest DCT scale it allows, resized (and flipped).
+// The crop chosen from the header by `crop_of(height, width)`, its region
+// decoded at the coarsest DCT scale it allows, resized (and flipped).
 template <typename CropOf>
-torch::Tensor Sample(const std::string& path, const std::string& bytes, int64_t size, bool flip, CropOf crop_of) {
+torch::Tensor Sample(const std::string& path, const std::string& bytes, int64_t size, bool flip, CropOf crop_of,
+                     const StageMark& mark) {
+  auto end = [&](LoadStage stage) {
+    if (mark) mark(stage);
+  };
   CropBox box;
   const RgbImage image = DecodeImageFor(path, bytes, [&](int64_t height, int64_t width) {
+    end(LoadStage::kHeader);
     box = crop_of(height, width);
-    return ScaleDenomFor(static_cast<double>(box.height), static_cast<double>(box.width), size, size);
+    return DecodeRequest{ScaleDenomFor(static_cast<double>(box.height), static_cast<double>(box.width), size, size), box};
   });
-  return CropResize(image, box, size, flip);
+  end(LoadStage::kDecode);
+  torch::Tensor out = CropResize(image, box, size, flip);
+  end(LoadStage::kResize);
+  return out;
 }
 
 }  // namespace
 
-torch::Tensor TrainSample(const std::string& path, const std::string& bytes, int64_t size, uint64_t key) {
-  return Sample(path, bytes, size, FlipOf(key),
-                [key](int64_t height, int64_t width) { return RandomResizedCropBox(height, width, key); });
+torch::Tensor TrainSample(const std::string& path, const std::string& bytes, int64_t size, uint64_t key,
+                          const StageMark& mark) {
+  return Sample(
+      path, bytes, size, FlipOf(key),
+      [key](int64_t height, int64_t width) { return RandomResizedCropBox(height, width, key); }, mark);
 }
 
-torch::Tensor EvalSample(const std::string& path, const std::string& bytes, int64_t size) {
-  return Sample(path, bytes, size, /*flip=*/false,
-                [size](int64_t height, int64_t width) { return EvalCropBox(height, width, size); });
+torch::Tensor EvalSample(const std::string& path, const std::string& bytes, int64_t size, const StageMark& mark) {
+  return Sample(
+      path, bytes, size, /*flip=*/false,
+      [size](int64_t height, int64_t width) { return EvalCropBox(height, width, size); }, mark);
 }
 
 const std::vector<double> kImageNetMean = {0.485, 0.456, 0.406}, kImageNetStd = {0.229, 0.224, 0.225};
 
-torch::Tensor NormaliseImageNetOnHost(const torch::Tensor& images, bool channels_last) {
+torch::Tensor NormaliseImageNetOnHost(const torch::Tensor& images, bool channels_last, torch::Tensor out) {
   static const torch::Tensor table =  // [3, 256]
       torch::arange(256, torch::kFloat)
           .view({1, 1, 1, 256})
@@ -132,7 +143,9 @@ torch::Tensor NormaliseImageNetOnHost(const torch::Tensor& images, bool channels
               "NormaliseImageNetOnHost: wants a uint8 [N, 3, H, W] host batch, got ", images.sizes());
   const int64_t n = images.size(0), hw = images.size(2) * images.size(3);
   const auto format = channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
-  torch::Tensor out = torch::empty(images.sizes(), torch::TensorOptions().dtype(torch::kFloat).memory_format(format));
+  if (!out.defined()) out = torch::empty(images.sizes(), torch::TensorOptions().dtype(torch::kFloat).memory_format(format));
+  TORCH_CHECK(out.sizes() == images.sizes() && out.scalar_type() == torch::kFloat && out.is_contiguous(format),
+              "NormaliseImageNetOnHost: `out` is not a float tensor of ", images.sizes(), " in the batch's memory format");
   const torch::Tensor src_tensor = images.contiguous();
   const uint8_t* src = src_tensor.data_ptr<uint8_t>();
   const float* values = table.data_ptr<float>();

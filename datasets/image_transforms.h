@@ -7,26 +7,21 @@
 // [3, size, size]; NormaliseImageNetOnHost turns a batch of them into floats.
 #pragma once
 
+#include "datasets/dataset.h"
 #include "datasets/image_decode.h"
 
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace ddpbench {
 
-// A crop of the full-size image: rows [top, top + height), columns [left, left + width).
-struct CropBox {
-  int64_t top = 0, left = 0, height = 0, width = 0;
-  bool operator==(const CropBox& o) const {
-    return top == o.top && left == o.left && height == o.height && width == o.width;
-  }
-};
-
 // torchvision's RandomResizedCrop.get_params on an image of height x width
 // (ten tries of a random area and log-uniform aspect ratio, then the central
-// fallback), with its uniform draws taken from `key`.
+// fallback), with its uniform draws taken from `key`. The one crop sampler:
+// drawn from the header's size before decoding, whichever decoder runs.
 CropBox RandomResizedCropBox(int64_t height, int64_t width, uint64_t key);
 // Whether the training crop drawn from `key` is flipped.
 bool FlipOf(uint64_t key);
@@ -35,16 +30,22 @@ bool FlipOf(uint64_t key);
 // a height x width image, as a box of the full-size image.
 CropBox EvalCropBox(int64_t height, int64_t width, int64_t size);
 
-// The box of `image` (decoded at 1/image.scale_denom of full_h x full_w)
-// resized to size x size by antialiased bilinear interpolation (what
+// The box (full-size pixels) of `image` (decoded at 1/image.scale_denom,
+// whole or the region around the box) resized to size x size by antialiased bilinear interpolation (what
 // torchvision's tensor and PIL paths do), mirrored when `flip`: uint8
 // [3, size, size] (a view of the resized channels-last image).
 torch::Tensor CropResize(const RgbImage& image, CropBox box, int64_t size, bool flip);
 
 // One training (random crop + flip) or evaluation (resize + centre crop)
-// sample from a file's bytes, decoded at the coarsest DCT scale the crop allows.
-torch::Tensor TrainSample(const std::string& path, const std::string& bytes, int64_t size, uint64_t key);
-torch::Tensor EvalSample(const std::string& path, const std::string& bytes, int64_t size);
+// sample from a file's bytes: the crop chosen from the header, then only its
+// region decoded, at the coarsest DCT scale the crop allows.
+// `mark`, when given, is called as the header, decode and resize stages end
+// (a loader's per-stage clock).
+using StageMark = std::function<void(LoadStage)>;
+torch::Tensor TrainSample(const std::string& path, const std::string& bytes, int64_t size, uint64_t key,
+                          const StageMark& mark = nullptr);
+torch::Tensor EvalSample(const std::string& path, const std::string& bytes, int64_t size,
+                         const StageMark& mark = nullptr);
 
 // ImageNet's normalisation, (x / 255 - mean) / std per channel.
 extern const std::vector<double> kImageNetMean, kImageNetStd;
@@ -52,7 +53,9 @@ extern const std::vector<double> kImageNetMean, kImageNetStd;
 // a table of each channel's 256 values, the table computed by the tensor
 // operations images.to(float).div_(255).sub_(mean).div_(std), so the result
 // is theirs bit for bit, without their four passes over a float batch;
-// channels-last strides when `channels_last`.
-torch::Tensor NormaliseImageNetOnHost(const torch::Tensor& images, bool channels_last);
+// channels-last strides when `channels_last`. Written into `out` when given
+// (a float tensor of the batch's sizes and that memory format, e.g. from a
+// BatchPool), else into a new tensor.
+torch::Tensor NormaliseImageNetOnHost(const torch::Tensor& images, bool channels_last, torch::Tensor out = {});
 
 }  // namespace ddpbench

@@ -8,8 +8,11 @@
 // (a quarter of the bytes over the bus) and are normalised on the device;
 // for a CPU device each worker normalises its own batch in one pass through
 // a table of the 256 values per channel, so that the training thread is
-// not the one doing it for every worker. Every sample is a pure function of
-// (seed, epoch, index).
+// not the one doing it for every worker, into memory reused batch after
+// batch (datasets/batch_pool.h). Every sample is a pure function of
+// (seed, epoch, index). Each worker's time is clocked per stage (read,
+// header, decode, resize, normalise, collate) for the row's figures.
+#include "datasets/batch_pool.h"
 #include "datasets/image_transforms.h"
 #include "datasets/internal.h"
 
@@ -19,7 +22,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <chrono>
 #include <cctype>
 #include <iterator>
 #include <map>
@@ -142,6 +147,23 @@ Folders ScanRoot(const DataSpec& spec) {
   return f;
 }
 
+// One thread's clock over a batch: each Mark(stage) adds the time since the
+// previous mark to that stage's total.
+class StageClock {
+ public:
+  using Totals = std::array<std::atomic<int64_t>, kLoadStages>;  // nanoseconds
+  explicit StageClock(Totals* totals) : totals_(totals), last_(std::chrono::steady_clock::now()) {}
+  void Mark(LoadStage stage) {
+    const auto now = std::chrono::steady_clock::now();
+    (*totals_)[static_cast<int>(stage)] += std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_).count();
+    last_ = now;
+  }
+
+ private:
+  Totals* totals_;
+  std::chrono::steady_clock::time_point last_;
+};
+
 // Decodes and transforms the samples of one folder index into uint8 batches.
 class ImageFolderMaker final : public BatchMaker {
  public:
@@ -153,22 +175,30 @@ class ImageFolderMaker final : public BatchMaker {
         pin_(spec.device.is_cuda()),
         in_worker_(!spec.device.is_cuda()),
         channels_last_(spec.channels_last),
+        workers_(spec.data_workers),
         mean_(torch::tensor(kImageNetMean, torch::kFloat).view({1, 3, 1, 1}).to(spec.device)),
         std_(torch::tensor(kImageNetStd, torch::kFloat).view({1, 3, 1, 1}).to(spec.device)) {}
 
   Batch Make(const std::vector<int64_t>& rows, int64_t epoch, bool train) const override {
+    StageClock clock(&stage_ns_);
     const auto n = static_cast<int64_t>(rows.size());
     torch::Tensor images = torch::empty({n, 3, size_, size_}, torch::kUInt8);
     torch::Tensor labels = torch::empty({n}, torch::kLong);
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t row = Sample(rows[static_cast<size_t>(i)], epoch, train, images[i]);
+      const int64_t row = Sample(rows[static_cast<size_t>(i)], epoch, train, images[i], &clock);
       labels[i] = index_->labels[static_cast<size_t>(row)];
+      clock.Mark(LoadStage::kCollate);
     }
-    if (in_worker_) return {Normalise(images), labels};
+    if (in_worker_) {
+      Batch batch{Normalise(images), labels};
+      clock.Mark(LoadStage::kNormalise);
+      return batch;
+    }
     if (pin_) {
       images = images.pin_memory();
       labels = labels.pin_memory();
     }
+    clock.Mark(LoadStage::kCollate);
     return {images, labels};
   }
 
@@ -179,27 +209,37 @@ class ImageFolderMaker final : public BatchMaker {
   }
 
   int64_t BadImages() const override { return bad_.load(); }
+  StageSeconds StageTotals() const override {
+    StageSeconds s{};
+    for (int i = 0; i < kLoadStages; ++i) s[i] = static_cast<double>(stage_ns_[i].load()) * 1e-9;
+    return s;
+  }
 
  private:
   // uint8 [N, 3, H, W] as float (x / 255 - mean) / std, in the run's memory format.
   torch::Tensor Normalise(const torch::Tensor& images) const {
-    if (in_worker_) return NormaliseImageNetOnHost(images, channels_last_);
+    if (in_worker_) {
+      std::vector<int64_t> sizes(images.sizes().begin(), images.sizes().end());
+      return NormaliseImageNetOnHost(images, channels_last_, pool_->EmptyFloat(sizes, channels_last_));
+    }
     torch::Tensor x = images.to(torch::kFloat).div_(255.0).sub_(mean_).div_(std_);
     return channels_last_ ? x.contiguous(at::MemoryFormat::ChannelsLast) : x;
   }
 
   // Writes row's sample into `out`; returns the row used (the next readable
   // one when --skip-bad-images replaced an undecodable image).
-  int64_t Sample(int64_t row, int64_t epoch, bool train, torch::Tensor out) const {
+  int64_t Sample(int64_t row, int64_t epoch, bool train, torch::Tensor out, StageClock* clock) const {
+    const StageMark mark = [clock](LoadStage stage) { clock->Mark(stage); };
     const auto total = static_cast<int64_t>(index_->files.size());
     for (int64_t tried = 0;; ++tried) {
       const int64_t r = (row + tried) % total;
       const std::string& path = index_->files[static_cast<size_t>(r)];
       try {
         const std::string bytes = ReadFileBytes(path);
+        clock->Mark(LoadStage::kRead);
         const uint64_t key = HashCombine(HashCombine(SplitMix64(seed_), static_cast<uint64_t>(epoch)),
                                          static_cast<uint64_t>(r));
-        out.copy_(train ? TrainSample(path, bytes, size_, key) : EvalSample(path, bytes, size_));
+        out.copy_(train ? TrainSample(path, bytes, size_, key, mark) : EvalSample(path, bytes, size_, mark));
         return r;
       } catch (const DataError&) {
         if (!skip_bad_) throw;
@@ -213,8 +253,13 @@ class ImageFolderMaker final : public BatchMaker {
   const int64_t size_;
   const uint64_t seed_;
   const bool skip_bad_, pin_, in_worker_, channels_last_;
+  const int workers_;
   const torch::Tensor mean_, std_;
   mutable std::atomic<int64_t> bad_{0};
+  mutable StageClock::Totals stage_ns_{};
+  // The float batches' memory, reused: enough for every batch queued (2 per
+  // worker), being built (1 per worker) and held by the loop (2).
+  const std::shared_ptr<BatchPool> pool_ = BatchPool::Make(static_cast<size_t>(3 * std::max(1, workers_) + 2));
 };
 
 void NeedEvaluationSet(const Folders& f, const DataSpec& spec) {

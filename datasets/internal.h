@@ -37,6 +37,7 @@ class BatchMaker {
   virtual Batch Make(const std::vector<int64_t>& rows, int64_t epoch, bool train) const = 0;
   virtual Batch OnDevice(Batch batch) const { return batch; }
   virtual int64_t BadImages() const { return 0; }
+  virtual StageSeconds StageTotals() const { return {}; }  // image makers: busy seconds per stage
 };
 
 // The sources of datasets/sources.cpp over any maker: training batches of

@@ -296,7 +296,7 @@ class TrainSource final : public BatchSource {
   int64_t BatchesPerEpoch() const override { return batches_per_epoch_; }
   LoaderStats Stats() const override {
     return {queue_->Threads(), queue_->Built() * batch_size_, queue_->BusySeconds(), maker_->BadImages(), taken_,
-            wait_s_};
+            wait_s_, maker_->StageTotals()};
   }
 
  private:

@@ -155,8 +155,9 @@ TEST_F(Fuzz, CifarBinary) {
 }
 
 // The ImageFolder source's decoder: baseline and progressive JPEG
-// and PNG fixtures, through the header, the full decode and the training
-// sample (crop, DCT-scaled decode, resize) as a worker runs them.
+// and PNG fixtures, through the header, the full decode, a region decode of
+// the top rows (the rest never decoded) and the training sample (crop,
+// DCT-scaled region decode, resize) as a worker runs it.
 TEST_F(Fuzz, JpegAndPngImages) {
   const std::string images = std::string(DDPBENCH_SOURCE_DIR) + "/tests/data/images/";
   uint64_t rng_seed = 20;
@@ -165,6 +166,9 @@ TEST_F(Fuzz, JpegAndPngImages) {
                                [&](const std::string& input) {
                                  ReadImageHeader(name, input);
                                  DecodeImage(name, input);
+                                 DecodeImageFor(name, input, [](int64_t, int64_t width) {
+                                   return DecodeRequest{1, CropBox{0, width / 3, 5, width / 3}};
+                                 });
                                  TrainSample(name, input, 16, 7);
                                });
     EXPECT_GT(t.clear_error, 0);

@@ -4,6 +4,7 @@
 // torchvision by tests/python/imagefolder_order_test.py); each bad layout has
 // its message; crop and flip geometry against hand-computed cases; samples
 // are a pure function of (seed, epoch, index), also after a resume.
+#include "datasets/batch_pool.h"
 #include "datasets/dataset.h"
 #include "datasets/image_transforms.h"
 #include "datasets/internal.h"
@@ -117,6 +118,37 @@ TEST(ImageTransformTest, RandomResizedCropStaysInsideAndInTheLimits) {
   }
 }
 
+// The scale (crop area / image area) and log aspect ratio of 10,000 crops of
+// a 375 x 500 image (keys 0..9999), each as 10 equal bins over torchvision's
+// limits (values rounded just outside go to the end bins), the crops that
+// fell back to the central box last: the lines of
+// tests/data/crop_histograms.txt, which tests/python/crop_statistics_test.py
+// compares with torchvision's RandomResizedCrop.get_params.
+std::vector<std::string> CropHistograms() {
+  constexpr int kBins = 10;
+  std::vector<int> scale(kBins), ratio(kBins);
+  int fallback = 0;
+  auto bin = [](double x, double lo, double hi) { return std::clamp(static_cast<int>((x - lo) / (hi - lo) * kBins), 0, kBins - 1); };
+  for (uint64_t key = 0; key < 10000; ++key) {
+    const CropBox b = RandomResizedCropBox(375, 500, key);
+    ++scale[bin(static_cast<double>(b.height * b.width) / (375 * 500), 0.08, 1.0)];
+    ++ratio[bin(std::log(static_cast<double>(b.width) / b.height), std::log(3.0 / 4), std::log(4.0 / 3))];
+    fallback += b == CropBox{0, 0, 375, 500};
+  }
+  auto line = [](const char* name, const std::vector<int>& counts) {
+    std::string s = name;
+    for (int c : counts) s += " " + std::to_string(c);
+    return s;
+  };
+  return {line("scale", scale), line("log_ratio", ratio), "fallback " + std::to_string(fallback)};
+}
+
+TEST(ImageTransformTest, CropStatisticsAreTheCommittedOnes) {
+  EXPECT_EQ(CropHistograms(), DataLines("crop_histograms.txt"))
+      << "RandomResizedCropBox's draws changed: check them against torchvision with "
+         "tests/python/crop_statistics_test.py after writing the new lines to tests/data/crop_histograms.txt";
+}
+
 TEST(ImageTransformTest, EvalCropIsResizeThenCentreCrop) {
   // 500 x 375 -> Resize(256) = 341 x 256 -> CenterCrop(224) at (16, 58) -> full-size box.
   EXPECT_EQ(EvalCropBox(375, 500, 224), (CropBox{23, 85, 328, 328}));
@@ -159,6 +191,26 @@ TEST(ImageTransformTest, SamplesArePureFunctionsOfTheKey) {
   EXPECT_TRUE(torch::equal(EvalSample("a.jpg", bytes, 16), EvalSample("a.jpg", bytes, 16)));
 }
 
+// A freed batch's memory is the next batch's of the same size; other sizes
+// get their own, and no more than `keep` buffers wait.
+TEST(BatchPoolTest, FreedBatchesAreReused) {
+  auto pool = detail::BatchPool::Make(1);
+  torch::Tensor a = pool->EmptyFloat({2, 3, 4, 5}, /*channels_last=*/true);
+  EXPECT_TRUE(a.is_contiguous(at::MemoryFormat::ChannelsLast));
+  EXPECT_EQ(a.sizes(), (std::vector<int64_t>{2, 3, 4, 5}));
+  void* first = a.data_ptr();
+  a = torch::Tensor();
+  EXPECT_EQ(pool->Free(), 1u);
+  torch::Tensor b = pool->EmptyFloat({2, 3, 4, 5}, false);
+  EXPECT_EQ(b.data_ptr(), first);
+  EXPECT_TRUE(b.is_contiguous());
+  torch::Tensor c = pool->EmptyFloat({1, 3, 4, 5}, false);
+  EXPECT_NE(c.data_ptr(), first);
+  b = torch::Tensor();
+  c = torch::Tensor();
+  EXPECT_EQ(pool->Free(), 1u);  // kept one, freed the other
+}
+
 // --- sources -----------------------------------------------------------------
 
 // An ImageFolder of the fixture images in 2 classes, 6 images each (train) and 2 (val).
@@ -199,7 +251,16 @@ TEST(ImageFolderSourceTest, DescribesAndFeedsNormalisedBatches) {
   auto test = MakeTestSource(spec, 0, 1);
   ASSERT_NE(test, nullptr);
   EXPECT_EQ(test->Next().labels.size(0), 2);
-  EXPECT_EQ(source->Stats().workers, 2);
+  const LoaderStats stats = source->Stats();
+  EXPECT_EQ(stats.workers, 2);
+  // Every stage of the workers' time is clocked, and together they are the time they were busy.
+  double staged = 0;
+  for (int i = 0; i < kLoadStages; ++i) {
+    EXPECT_GT(stats.stage_s[i], 0) << kLoadStageNames[i];
+    staged += stats.stage_s[i];
+  }
+  EXPECT_LE(staged, stats.busy_s);
+  EXPECT_GE(staged, 0.9 * stats.busy_s);
 }
 
 // On a CPU device the workers normalise through a table of each channel's

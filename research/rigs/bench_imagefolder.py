@@ -11,7 +11,9 @@ in a DataLoader with num_workers=N. Each side times BATCHES batches after one
 untimed batch (worker start-up excluded on both). Rounds are interleaved (each
 round runs every (side, workers) pair once, the order alternating), so a slow
 minute on a shared machine hits both alike; the table gives each pair's
-median images/s and the ratio ddpbench / torchvision per worker count.
+median images/s, the ratio ddpbench / torchvision per worker count, and
+ddpbench's per-stage costs (the row's data_stage_ms, ms per image on one
+worker) and the stage that bounds it.
 
     .venv/bin/python research/rigs/bench_imagefolder.py --data=/tmp/fake-imagenet --rounds=5 \\
         --out=results/cpu-2core/imagefolder/cpu-2core-imagefolder-loader.csv
@@ -37,12 +39,13 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default="/tmp/ddpbench-imagefolder-bench", help="ImageFolder root (made if missing)")
     p.add_argument("--binary", default=os.path.join(ROOT, "build", "ddpbench"))
-    p.add_argument("--workers", default="1,2", help="worker counts, comma-separated")
+    p.add_argument("--workers", default="1,2,4", help="worker counts, comma-separated")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--batches", type=int, default=20, help="timed batches per run")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--out", default=None, help="CSV of every run (appended); a .md table beside it")
+    p.add_argument("--note", default="", help="a line about the machine for the .md (e.g. what else ran on it)")
     a = p.parse_args()
     try:
         a.workers = [int(w) for w in a.workers.split(",")]
@@ -73,7 +76,7 @@ def run_ddpbench(a, workers):
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(out_csv) as f:
         row = list(csv.DictReader(f))[-1]
-    return float(row["throughput_img_s"]), " ".join(cmd)
+    return float(row["throughput_img_s"]), " ".join(cmd), row.get("data_stage_ms", "")
 
 
 TORCHVISION_SNIPPET = r"""
@@ -99,7 +102,17 @@ def run_torchvision(a, workers):
     cmd = [sys.executable, "-c", TORCHVISION_SNIPPET, a.data, str(workers), str(a.batches), str(a.batch_size),
            str(a.image_size)]
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
-    return float(out.split()[-1]), "python -c <torchvision DataLoader snippet of research/rigs/bench_imagefolder.py>"
+    return float(out.split()[-1]), "python -c <torchvision DataLoader snippet of research/rigs/bench_imagefolder.py>", ""
+
+
+def median_stages(cells):
+    """The median ms per image of each stage over runs' data_stage_ms cells
+    ("read:0.1/header:0.01/..."), as one cell, and the stage with the most."""
+    parsed = [dict((k, float(v)) for k, v in (p.split(":") for p in c.split("/"))) for c in cells if c]
+    if not parsed:
+        return "", ""
+    med = {k: statistics.median(p[k] for p in parsed) for k in parsed[0]}
+    return " ".join(f"{k} {v:.3f}" for k, v in med.items()), max(med, key=med.get)
 
 
 def main():
@@ -112,25 +125,28 @@ def main():
 
     def one(pair):
         side, w = pair
-        img_s, cmd = (run_ddpbench if side == "ddpbench" else run_torchvision)(a, w)
-        print(f"{side:11s} workers {w}: {img_s:8.1f} img/s", flush=True)
-        return img_s, cmd
+        img_s, cmd, stages = (run_ddpbench if side == "ddpbench" else run_torchvision)(a, w)
+        print(f"{side:11s} workers {w}: {img_s:8.1f} img/s {stages}", flush=True)
+        return img_s, cmd, stages
 
-    runs = [{"round": r, "side": side, "workers": w, "img_s": round(img_s, 1), "command": cmd}
-            for r, (side, w), (img_s, cmd) in interleaved(pairs, a.rounds, one)]
+    runs = [{"round": r, "side": side, "workers": w, "img_s": round(img_s, 1), "stage_ms": stages, "command": cmd}
+            for r, (side, w), (img_s, cmd, stages) in interleaved(pairs, a.rounds, one)]
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     lines = [f"ImageFolder loader: ddpbench --data-only against torchvision DataLoader ({stamp})",
              f"machine: {machine()}",
              f"folder: {a.data} ({sum(len(fs) for _, _, fs in os.walk(os.path.join(a.data, 'train')))} train images), "
              f"batch {a.batch_size}, {a.image_size} px, {a.batches} timed batches, {a.rounds} interleaved rounds",
-             f"command: {' '.join(sys.argv)}", "",
-             "| workers | ddpbench img/s (median, min-max) | torchvision img/s (median, min-max) | ratio |",
-             "|---|---|---|---|"]
+             f"command: {' '.join(sys.argv)}", *([f"note: {a.note}"] if a.note else []), "",
+             "| workers | ddpbench img/s (median, min-max) | torchvision img/s (median, min-max) | ratio | "
+             "ddpbench ms/image per stage (median) | bound by |",
+             "|---|---|---|---|---|---|"]
     for w in a.workers:
         got = {s: [x["img_s"] for x in runs if x["side"] == s and x["workers"] == w] for s in ("ddpbench", "torchvision")}
         med = {s: statistics.median(v) for s, v in got.items()}
         cell = {s: f"{med[s]:.1f} ({min(v):.1f}-{max(v):.1f})" for s, v in got.items()}
-        lines.append(f"| {w} | {cell['ddpbench']} | {cell['torchvision']} | {med['ddpbench'] / med['torchvision']:.2f}x |")
+        stages, bound = median_stages([x["stage_ms"] for x in runs if x["side"] == "ddpbench" and x["workers"] == w])
+        lines.append(f"| {w} | {cell['ddpbench']} | {cell['torchvision']} | {med['ddpbench'] / med['torchvision']:.2f}x "
+                     f"| {stages} | {bound} |")
     print("\n".join(lines))
     if a.out:
         write_results(a.out, runs, stamp, lines)

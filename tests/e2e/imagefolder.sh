@@ -29,7 +29,15 @@ grep -q "1 file(s) that are not .jpg, .jpeg or .png left out" <<<"$out" || fail 
 [[ "$(row strategy)" == data-only ]] || fail "data-only row strategy $(row strategy)"
 [[ "$(row data_workers)" == 2 ]] || fail "data-only row data_workers $(row data_workers)"
 "$PY" -c "import sys; assert float(sys.argv[1]) > 0, sys.argv[1]" "$(row loader_img_s)" || fail "loader_img_s $(row loader_img_s)"
-echo "ok: --data-only row, loader_img_s $(row loader_img_s)"
+grep -q "loader stages, ms per image on one worker: read .*, collate .*; $(row data_bound_stage) bounds it" <<<"$out" \
+  || fail "no loader stages line naming $(row data_bound_stage): $out"
+"$PY" - "$(row data_stage_ms)" "$(row data_bound_stage)" <<'PYEOF' || fail "data_stage_ms $(row data_stage_ms)"
+import sys
+stages = dict(part.split(":") for part in sys.argv[1].split("/"))
+assert list(stages) == ["read", "header", "decode", "resize", "normalise", "collate"], stages
+assert max(stages, key=lambda s: float(stages[s])) == sys.argv[2], (stages, sys.argv[2])
+PYEOF
+echo "ok: --data-only row, loader_img_s $(row loader_img_s), bound by $(row data_bound_stage)"
 
 # 2-rank ddp learns: 4 classes, chance 0.25.
 out="$(timeout 300 "$BIN" --strategy=ddp --gpus=2 --oversubscribe "${COMMON[@]}" --model=resnet18 --width=8 \
@@ -67,6 +75,9 @@ mkdir -p "$TMP/none/train"
 bad_input single "train: no class folders" --data-dir="$TMP/none"
 bad_input single "no such folder" --data-dir="$TMP/missing"
 bad_input single "--data-workers=-1" --data-dir="$DATA" --data-workers=-1
+bad_input single "--decode=gpu with --device=cpu: GPU decode runs on a CUDA device" --data-dir="$DATA" --decode=gpu
+bad_input single "--decode=vpu" --data-dir="$DATA" --decode=vpu
 COMMON=(--device=cpu --dataset=synthetic --image-size=32 --progress=off)
 bad_input single "only --dataset=imagefolder decodes images" --data-workers=2
+bad_input single "--decode=gpu: only --dataset=imagefolder decodes images" --decode=gpu
 echo "imagefolder: all passed"
