@@ -199,6 +199,11 @@ void AddGoal(const RunResult& r, Row& row) {
   set("train_time_s", g.train_time_s, 2);
   if (g.resumed_from >= 0) row["resumed_from_step"] = std::to_string(g.resumed_from);
   row["restarts"] = std::to_string(g.restarts);
+  if (g.restarts > 0) {
+    row["worlds"] = g.worlds;
+    row["steps_lost"] = std::to_string(g.steps_lost);
+  }
+  if (!g.batch_adjusted.empty()) row["batch_adjusted"] = g.batch_adjusted;
   if (c.TrainsToAnswer()) row["epochs_completed"] = std::to_string(g.epochs_completed);
   row["steps_per_epoch"] = std::to_string(g.steps_per_epoch);
   set("mean_epoch_s", g.mean_epoch_s, 3);

@@ -66,6 +66,9 @@ struct GoalFigures {
   int64_t steps_done = 0;      // training steps in all (earlier sessions too)
   int64_t resumed_from = -1;   // step this session started at; -1: a fresh run
   int64_t restarts = 0;
+  std::string worlds;          // each session's strategy:ranks x per-device batch: "zero2:2x8,ddp:1x16"
+  int64_t steps_lost = 0;      // steps trained past a snapshot by sessions that died
+  std::string batch_adjusted;  // "16->32": the per-device batch changed to keep the global batch
   double train_time_s = 0;     // training time over every session
   int64_t epochs_completed = 0;
   int64_t steps_per_epoch = 0;

@@ -368,7 +368,7 @@ std::vector<int64_t> Ints(const torch::Tensor& t) {
 // and --virtual-stages.
 std::optional<SnapshotStore::Loaded> FindSnapshot(SnapshotStore* store, DistContext& dist, RunConfig* config) {
   if (!store) return std::nullopt;
-  auto loaded = store->LoadNewest(dist);
+  auto loaded = store->LoadNewest(dist, /*can_reshard=*/!config->stage_ranks && !config->data_only);
   if (!loaded && config->resume) store->RefuseResume();
   if (!loaded) return loaded;
   const auto& t = loaded->tensors;
@@ -384,25 +384,73 @@ std::optional<SnapshotStore::Loaded> FindSnapshot(SnapshotStore* store, DistCont
   return loaded;
 }
 
+// This rank's state from a snapshot of another layout (strategy, world,
+// --replicate-degree): the slices it holds under its own layout.
+TensorMap ReshardedState(SnapshotStore& store, const SnapshotStore::Loaded& loaded, Strategy& strategy,
+                         DistContext& dist) {
+  const StateLayout layout = strategy.DescribeState();
+  if (!layout.reshardable)
+    throw ConfigError(fmt::format("--snapshot-dir: {} was written by {}; --stage-ranks keeps each stage's tensors on "
+                                  "its own rank and cannot read another layout's snapshot; accepted: the same layout",
+                                  loaded.name, loaded.from));
+  return store.Reshard(loaded, strategy.SaveState(), layout, dist);
+}
+
 // Where the run stands: fresh, or the snapshot restored into the strategy
-// (and this process's RNG).
-LoopState ResumeOrStart(const RunConfig& config, DistContext& dist, Strategy& strategy,
+// (and this process's RNG, when the layout is the same).
+LoopState ResumeOrStart(const RunConfig& config, DistContext& dist, Strategy& strategy, SnapshotStore* store,
                         const std::optional<SnapshotStore::Loaded>& loaded) {
   LoopState state;
   if (loaded) {
     TensorMap tensors;
     for (const auto& [key, value] : loaded->tensors)
       if (key.rfind("rng.", 0) != 0) tensors[key] = value;
-    strategy.LoadState(tensors);
+    strategy.LoadState(loaded->reshard ? ReshardedState(*store, *loaded, strategy, dist) : tensors);
     LoadRngStates(loaded->tensors);
     state = loaded->loop;
     ++state.restarts;
+    const int64_t reached = store->Progress();
+    const int64_t lost = std::max<int64_t>(0, reached - state.step);
+    state.steps_lost += lost;
     if (dist.is_root())
-      LogInfo("resuming from {}: step {}, {:.1f} s trained, {} epoch(s) recorded", loaded->name, state.step,
-              state.elapsed_s, state.history.size());
+      LogInfo("resuming from {}: step {}, {:.1f} s trained, {} epoch(s) recorded; {} step(s) past it lost{}",
+              loaded->name, state.step, state.elapsed_s, state.history.size(), lost,
+              loaded->reshard ? fmt::format("; resharded from {}", loaded->from) : "");
   }
+  const std::string world = fmt::format("{}:{}x{}", config.strategy, dist.world, config.batch_size);
+  state.worlds += (state.worlds.empty() ? "" : ",") + world;
   if (state.epoch_csv.empty()) state.epoch_csv = EpochCsvPath(config, dist);
   return state;
+}
+
+// A resume on another world trains as the interrupted run would have: the
+// snapshot's global batch (the per-device batch adjusted) and learning rate.
+struct Adopted {
+  std::string batch;  // "16->32": the per-device batch changed; "": kept
+  std::optional<double> lr;
+};
+Adopted AdoptSnapshotLayout(const RunConfig& config_in, const StrategyEntry& entry, const DistContext& dist,
+                            PreparedRun* run) {
+  Adopted adopted;
+  const RunConfig& c = run->config;
+  if (c.snapshot_dir.empty()) return adopted;
+  const auto layout = SnapshotStore(c.snapshot_dir, RunIdentity(c, dist.world), c.snapshot_keep).NewestLayout();
+  if (auto lr = layout.find("lr"); lr != layout.end()) adopted.lr = std::stod(lr->second);
+  auto it = layout.find("global-batch");
+  if (it == layout.end() || std::stoll(it->second) == run->global_batch) return adopted;
+  const int64_t global = std::stoll(it->second), replicas = run->replicas;
+  if (global % replicas != 0 || (global / replicas) % c.grad_accum != 0)
+    throw ConfigError(fmt::format("--snapshot-dir={}: its global batch of {} does not split into {} equal "
+                                  "per-device batches of whole --grad-accum={} micro-batches; accepted: a number of "
+                                  "replicas that divides it", c.snapshot_dir, global, replicas, c.grad_accum));
+  RunConfig adjusted = config_in;
+  adjusted.batch_size = global / replicas;
+  adopted.batch = fmt::format("{}->{}", c.batch_size, adjusted.batch_size);
+  if (dist.is_root())
+    LogInfo("the snapshot's global batch is {}: per-device batch {} -> {} on {} replica(s)", global, c.batch_size,
+            adjusted.batch_size, replicas);
+  *run = PrepareRun(adjusted, entry, dist);
+  return adopted;
 }
 
 // The warm-up once, then `repeat` timed sections of plan.timed steps each.
@@ -596,6 +644,8 @@ GoalFigures DescribeGoal(const TrainingGoal& goal, const LoopState& start) {
   g.steps_done = s.step;
   g.resumed_from = start.restarts > 0 ? start.step : -1;
   g.restarts = s.restarts;
+  g.worlds = s.worlds;
+  g.steps_lost = s.steps_lost;
   g.train_time_s = s.elapsed_s;
   g.epochs_completed = static_cast<int64_t>(s.history.size());
   g.steps_per_epoch = goal.steps_per_epoch();
@@ -627,6 +677,7 @@ void PreflightCheck(const RunConfig& config, int world) {
 int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   const StrategyEntry& entry = FindStrategy(config_in.strategy);
   PreparedRun run = PrepareRun(config_in, entry, dist);
+  const Adopted adopted = AdoptSnapshotLayout(config_in, entry, dist, &run);
   if (run.info.skipped_files > 0 && dist.is_root())  // here, not in PrepareRun: the pre-spawn check runs that too
     LogInfo("{}: {} file(s) that are not .jpg, .jpeg or .png left out", run.config.data_dir, run.info.skipped_files);
   const RunConfig& config = run.config;
@@ -643,6 +694,10 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   double lr = config.lr;
   if (config.lr_scaling == "linear") lr *= static_cast<double>(run.replicas);
   if (config.lr_scaling == "sqrt") lr *= std::sqrt(static_cast<double>(run.replicas));
+  if (adopted.lr && *adopted.lr != lr) {
+    if (dist.is_root()) LogInfo("the snapshot's learning rate {} continues (this world's would be {})", *adopted.lr, lr);
+    lr = *adopted.lr;
+  }
   PhaseTimer timer(run.devices.front());
   const RunContext ctx{&config, &dist, run.devices, run.model, lr, &timer};
 
@@ -655,13 +710,16 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
     if (dist.is_root()) LogInfo("parity: max |param diff| = {:.3e} ({})", parity.max_abs_diff, parity.model);
   }
   std::unique_ptr<SnapshotStore> store;
-  if (!config.snapshot_dir.empty())
+  if (!config.snapshot_dir.empty()) {
     store = std::make_unique<SnapshotStore>(config.snapshot_dir, RunIdentity(config, dist.world), config.snapshot_keep);
+    store->AddLayout("global-batch", std::to_string(run.global_batch));
+    store->AddLayout("lr", fmt::format("{}", lr));
+  }
   const auto snapshot = FindSnapshot(store.get(), dist, &run.config);
   if (!config.memory_snapshot.empty()) CudaRecordMemoryHistory();  // from the model's first allocation
   auto strategy = config.data_only ? MakeDataOnlyStrategy() : entry.make();
   strategy->Setup(ctx);
-  const LoopState start = ResumeOrStart(config, dist, *strategy, snapshot);
+  const LoopState start = ResumeOrStart(config, dist, *strategy, store.get(), snapshot);
 
   std::unique_ptr<BatchSource> train;
   {
@@ -695,6 +753,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
   if (goal) {
     goal->Finish();
     result.goal = DescribeGoal(*goal, start);
+    result.goal->batch_adjusted = adopted.batch;
   }
   if (run.info.real && config.eval && !config.data_only) EvaluateTestSet(run, *strategy, dist, &result);
   CollectFigures(run, sections, *strategy, dist, &result);

@@ -4,6 +4,8 @@
 // same step; validation accuracy is already the same on every rank.
 #include "app/train_goal.h"
 
+#include <optional>
+
 #include <signal.h>
 
 #include <cmath>
@@ -73,6 +75,7 @@ EvalResult TrainingGoal::Validate() {
 bool TrainingGoal::AfterStep(int64_t steps_done, LossLog& losses) {
   if (delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
   state_.step = steps_done;
+  if (store_ && dist_.is_root()) store_->MarkProgress(steps_done);
   const bool epoch_end = steps_done % steps_per_epoch_ == 0;
   if (epoch_end && config_.TrainsToAnswer()) {
     EndEpoch(steps_done, losses);
@@ -155,8 +158,12 @@ void TrainingGoal::Snapshot(std::pair<double, int64_t> epoch_losses) {
   LoopState saved = state_;
   std::tie(saved.epoch_loss_sum, saved.epoch_loss_steps) = epoch_losses;
   auto tensors = strategy_.SaveState();
+  // Rank 0 describes every rank's tensors, so that another layout can read them.
+  const StateLayout layout = strategy_.DescribeState();
+  std::optional<StateDescription> described;
+  if (dist_.is_root() && layout.reshardable) described = DescribeState(layout, tensors, dist_.world);
   SaveRngStates(&tensors);
-  last_snapshot_ = store_->Write(saved, tensors, dist_);
+  last_snapshot_ = store_->Write(saved, tensors, dist_, described ? &*described : nullptr);
   last_snapshot_step_ = state_.step;
   ++snapshots_written_;
   if (dist_.is_root()) LogInfo("snapshot at step {}: {}", state_.step, last_snapshot_);

@@ -33,7 +33,7 @@ const std::vector<std::string>& ResultColumns() {
       "mem_reserved_per_device_mb", "peak_rss_mb", "recompute", "optimizer_state_mb", "param_mb", "grad_mb", "zero_expected_mb", "memory_expected_mb", "memory_vs_expected", "accuracy", "eval_images",
       "final_loss", "test_loss", "val_fraction", "val_accuracy", "best_val_loss", "epochs_completed", "steps_per_epoch", "mean_epoch_s",
       "time_budget_s", "target_accuracy", "time_to_target_s", "steps_to_target", "stop_reason", "steps_done",
-      "train_time_s", "resumed_from_step", "restarts", "epoch_csv", "snapshot", "scaling_efficiency", "baseline_throughput_img_s", "expected_img_s", "vs_expected", "expected_term", "expected_from", "parity_max_abs_diff",
+      "train_time_s", "resumed_from_step", "restarts", "worlds", "steps_lost", "batch_adjusted", "epoch_csv", "snapshot", "scaling_efficiency", "baseline_throughput_img_s", "expected_img_s", "vs_expected", "expected_term", "expected_from", "parity_max_abs_diff",
       "parity_steps", "parity_model", "parity_ok", "units", "split", "split_setup", "stage_time_ms", "chunks", "schedule",
       "virtual_stages", "bubble_measured", "bubble_theory", "bubble_simulated", "stage_busy_ms", "stage_busy_step_ratio", "chunk_fbw_ms", "w_fill_ms", "activation_peak_mb",
       "bucket_cap_mb", "grad_accum",

@@ -17,10 +17,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
+#include <set>
 #include <cerrno>
 #include <cstring>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "base/config.h"
@@ -83,7 +86,7 @@ json ToJson(const LoopState& s) {
   return {{"step", s.step}, {"elapsed_s", s.elapsed_s}, {"history", history},
           {"time_to_target_s", s.time_to_target_s}, {"steps_to_target", s.steps_to_target},
           {"epoch_csv", s.epoch_csv}, {"restarts", s.restarts}, {"epoch_loss_sum", s.epoch_loss_sum},
-          {"epoch_loss_steps", s.epoch_loss_steps}};
+          {"epoch_loss_steps", s.epoch_loss_steps}, {"worlds", s.worlds}, {"steps_lost", s.steps_lost}};
 }
 
 LoopState FromJson(const json& j) {
@@ -100,6 +103,8 @@ LoopState FromJson(const json& j) {
   s.restarts = j.at("restarts").get<int64_t>();
   s.epoch_loss_sum = j.value("epoch_loss_sum", 0.0);  // absent in the first snapshots of this format
   s.epoch_loss_steps = j.value("epoch_loss_steps", int64_t{0});
+  s.worlds = j.value("worlds", "");
+  s.steps_lost = j.value("steps_lost", int64_t{0});
   return s;
 }
 
@@ -133,8 +138,65 @@ std::string FirstDifference(const std::map<std::string, std::string>& ours, cons
     if (other != value) return fmt::format("--{}: {} there, {} here", key, other, value);
   }
   for (const auto& [key, value] : theirs.items())  // a flag only the snapshot names (set there, default here)
-    if (!ours.count(key)) return fmt::format("--{}: {} there, (unset) here", key, value.get<std::string>());
+    if (!ours.count(key) && !IsLayoutFlag(key)) return fmt::format("--{}: {} there, (unset) here", key, value.get<std::string>());
   return "the same flags, another format version";
+}
+
+torch::ScalarType DtypeNamed(const std::string& name) {
+  for (auto t : {torch::kFloat, torch::kDouble, torch::kHalf, torch::kBFloat16, torch::kLong, torch::kInt,
+                 torch::kByte, torch::kBool})
+    if (name == c10::toString(t)) return t;
+  throw std::runtime_error("its state names the unknown dtype " + name);
+}
+
+json ToJson(const StateDescription& d) {
+  json pieces = json::array(), logical = json::object();
+  for (const auto& p : d.pieces) pieces.push_back({p.logical, p.begin, p.length, p.holder, p.stored, p.stored_offset});
+  for (const auto& [name, t] : d.logical) logical[name] = {c10::toString(t.dtype), t.shape};
+  return {{"world", d.world}, {"whole", d.whole}, {"pieces", pieces}, {"logical", logical}};
+}
+
+StateDescription StateFromJson(const json& j) {
+  StateDescription d;
+  d.world = j.at("world").get<int>();
+  d.whole = j.at("whole").get<std::vector<std::string>>();
+  for (const auto& p : j.at("pieces"))
+    d.pieces.push_back({p.at(0).get<std::string>(), p.at(1).get<int64_t>(), p.at(2).get<int64_t>(), p.at(3).get<int>(),
+                        p.at(4).get<std::string>(), p.at(5).get<int64_t>()});
+  for (const auto& [name, t] : j.at("logical").items())
+    d.logical[name] = {t.at(1).get<std::vector<int64_t>>(), DtypeNamed(t.at(0).get<std::string>())};
+  return d;
+}
+
+// "zero2x2": a layout's strategy and ranks.
+std::string LayoutName(const json& layout) {
+  return fmt::format("{}x{}", layout.value("strategy", "?"), layout.value("world", "?"));
+}
+
+// Rank `rank`'s file of manifest `m`, checked against its size and SHA-1;
+// throws std::runtime_error naming what is wrong.
+std::string ReadRankFile(const std::string& dir, const json& m, int rank) {
+  const json& entry = m.at("files").at(rank);
+  const std::string path = dir + "/" + entry.at("file").get<std::string>();
+  std::string bytes;
+  try {
+    bytes = ReadWholeFile(path);
+  } catch (const ResultsError&) {
+    throw std::runtime_error(fmt::format("rank {}'s file {} cannot be read", rank, path));
+  }
+  if (bytes.size() != entry.at("bytes").get<size_t>())
+    throw std::runtime_error(fmt::format("rank {}'s file {} has {} bytes, the manifest says {} (truncated?)", rank,
+                                         path, bytes.size(), entry.at("bytes").get<size_t>()));
+  if (Sha1(bytes) != entry.at("sha1").get<std::string>())
+    throw std::runtime_error(fmt::format("rank {}'s file {} fails its SHA-1 check (corrupt)", rank, path));
+  return bytes;
+}
+
+TensorMap Unpickle(const std::string& bytes) {
+  TensorMap tensors;
+  const auto dict = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict();
+  for (const auto& item : dict) tensors[item.key().toStringRef()] = item.value().toTensor();
+  return tensors;
 }
 
 void MakeDirectory(const std::string& dir) {
@@ -168,8 +230,16 @@ std::map<std::string, std::string> RunIdentity(const RunConfig& c, int world) {
   return identity;
 }
 
+bool IsLayoutFlag(const std::string& flag) {
+  static const std::set<std::string> kLayout = {
+      "strategy", "world", "gpus", "batch-size", "grad-accum", "bucket-cap-mb", "zero-reduce", "balance", "split",
+      "units", "chunks", "schedule", "virtual-stages", "replicate-degree", "stage-ranks"};
+  return kLayout.count(flag) != 0;
+}
+
 SnapshotStore::SnapshotStore(std::string dir, const std::map<std::string, std::string>& identity, int64_t keep)
-    : dir_(std::move(dir)), identity_(identity), keep_(keep) {
+    : dir_(std::move(dir)), keep_(keep) {
+  for (const auto& [flag, value] : identity) (IsLayoutFlag(flag) ? layout_ : identity_)[flag] = value;
   identity_json_ = json(identity_).dump();
   hash_ = Sha1(identity_json_).substr(0, 12);
 }
@@ -201,7 +271,7 @@ std::string SnapshotStore::WhyNothing() const {
   return why.empty() ? fmt::format("{} holds only unreadable snapshot manifests", dir_) : why;
 }
 
-std::optional<SnapshotStore::Loaded> SnapshotStore::LoadNewest(DistContext& dist) {
+std::optional<SnapshotStore::Loaded> SnapshotStore::LoadNewest(DistContext& dist, bool can_reshard) {
   std::vector<Manifest> ours;
   for (auto& m : ReadManifests(dir_)) {
     if (StepOf(m.name, hash_, ".json") < 0) continue;
@@ -212,45 +282,81 @@ std::optional<SnapshotStore::Loaded> SnapshotStore::LoadNewest(DistContext& dist
     ours.push_back(std::move(m));
   }
   std::reverse(ours.begin(), ours.end());  // newest first (names sort by step)
+  const json layout = layout_;
   for (const auto& m : ours) {
     std::string why;
-    std::string bytes;
-    LoopState loop;
+    Loaded loaded;
     try {
-      loop = FromJson(m.body.at("loop"));  // every field present and of its type, or the snapshot is skipped
+      loaded.loop = FromJson(m.body.at("loop"));  // every field present and of its type, or the snapshot is skipped
       if (m.body.at("identity").dump() != identity_json_) throw std::runtime_error("its flags differ from this run's");
       const json& files = m.body.at("files");
-      if (static_cast<int>(files.size()) != dist.world)
-        throw std::runtime_error(fmt::format("it has {} rank files, this run {} ranks", files.size(), dist.world));
-      const json& mine = files.at(dist.rank);
-      const std::string path = dir_ + "/" + mine.at("file").get<std::string>();
-      try {
-        bytes = ReadWholeFile(path);
-      } catch (const ResultsError&) {
-        throw std::runtime_error(fmt::format("rank {}'s file {} cannot be read", dist.rank, path));
+      const json theirs = m.body.value("layout", json::object());
+      loaded.reshard = theirs != layout;
+      loaded.from = LayoutName(theirs);
+      if (!loaded.reshard) {
+        if (static_cast<int>(files.size()) != dist.world)
+          throw std::runtime_error(fmt::format("it has {} rank files, this run {} ranks", files.size(), dist.world));
+        loaded.tensors = Unpickle(ReadRankFile(dir_, m.body, dist.rank));
+      } else {
+        if (!m.body.contains("state"))
+          throw std::runtime_error(fmt::format("it was written by {}, whose state cannot be resharded", loaded.from));
+        if (!can_reshard)
+          throw std::runtime_error(fmt::format("it was written by {}, and {} cannot read another layout's state",
+                                               loaded.from, LayoutName(layout)));
+        for (size_t r = dist.rank; r < files.size(); r += dist.world) ReadRankFile(dir_, m.body, static_cast<int>(r));
+        loaded.layout_json = theirs.dump();
+        loaded.state_json = m.body.at("state").dump();
       }
-      if (bytes.size() != mine.at("bytes").get<size_t>())
-        throw std::runtime_error(fmt::format("rank {}'s file {} has {} bytes, the manifest says {} (truncated?)",
-                                             dist.rank, path, bytes.size(), mine.at("bytes").get<size_t>()));
-      if (Sha1(bytes) != mine.at("sha1").get<std::string>())
-        throw std::runtime_error(fmt::format("rank {}'s file {} fails its SHA-1 check (corrupt)", dist.rank, path));
     } catch (const std::exception& e) {
       why = e.what();
     }
     if (!why.empty()) LogWarn("snapshot {}/{}: {}; trying the previous one", dir_, m.name, why);
     if (dist.AllReduceMax(why.empty() ? 0.0 : 1.0) > 0) continue;
-    Loaded loaded;
     loaded.name = dir_ + "/" + m.name;
-    loaded.loop = loop;
-    const auto dict = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict();
-    for (const auto& item : dict) loaded.tensors[item.key().toStringRef()] = item.value().toTensor();
     return loaded;
   }
   return std::nullopt;
 }
 
+TensorMap SnapshotStore::Reshard(const Loaded& loaded, const TensorMap& fresh, const StateLayout& layout,
+                                 DistContext& dist) const {
+  const StateDescription old = StateFromJson(json::parse(loaded.state_json));
+  std::vector<ShardPiece> want;
+  TensorMap out = AllocateTarget(layout, fresh, old.logical, dist.rank, &want);
+  const auto copies = PlanReshard(AllPieces(old), want, dist.rank);
+  const json manifest = json::parse(ReadWholeFile(loaded.name));
+  std::map<int, TensorMap> files;
+  for (int holder : HoldersRead(copies)) files[holder] = Unpickle(ReadRankFile(dir_, manifest, holder));
+  ApplyCopies(copies, files, &out);
+  LogInfo("rank {}: resharded {} ({} -> {}x{}): {} slice copies from rank file(s) {}", dist.rank, loaded.name,
+          loaded.from, layout_.count("strategy") ? layout_.at("strategy") : "?", dist.world, copies.size(),
+          fmt::join(HoldersRead(copies), ","));
+  return out;
+}
+
+std::map<std::string, std::string> SnapshotStore::NewestLayout() const {
+  const auto steps = CompleteSteps();
+  if (steps.empty()) return {};
+  try {
+    const json m = json::parse(ReadWholeFile(fmt::format("{}/{}-step{:09d}.json", dir_, hash_, steps.back())));
+    return m.value("layout", json::object()).get<std::map<std::string, std::string>>();
+  } catch (const std::exception&) {
+    return {};  // an unreadable manifest: LoadNewest names it
+  }
+}
+
+void SnapshotStore::MarkProgress(int64_t step) const {
+  std::ofstream(dir_ + "/" + hash_ + "-progress.txt", std::ios::trunc) << step << "\n";
+}
+
+int64_t SnapshotStore::Progress() const {
+  std::ifstream in(dir_ + "/" + hash_ + "-progress.txt");
+  int64_t step = -1;
+  return (in >> step) ? step : -1;
+}
+
 std::string SnapshotStore::Write(const LoopState& loop, const std::map<std::string, torch::Tensor>& tensors,
-                                 DistContext& dist) {
+                                 DistContext& dist, const StateDescription* state) {
   MakeDirectory(dir_);
   const std::string base = fmt::format("{}-step{:09d}", hash_, loop.step);
   const std::string file = fmt::format("{}.rank{}.pt", base, dist.rank);
@@ -272,8 +378,10 @@ std::string SnapshotStore::Write(const LoopState& loop, const std::map<std::stri
     for (int r = 0; r < dist.world; ++r)
       files.push_back({{"rank", r}, {"file", fmt::format("{}.rank{}.pt", base, r)},
                        {"bytes", static_cast<int64_t>(all[r * 6 + 5])}, {"sha1", DigestHex(&all[r * 6])}});
-    const json body = {{"format", kFormat}, {"written_at", UtcTimestamp()}, {"identity_hash", hash_},
-                       {"identity", json::parse(identity_json_)}, {"loop", ToJson(loop)}, {"files", files}};
+    json body = {{"format", kFormat}, {"written_at", UtcTimestamp()}, {"identity_hash", hash_},
+                 {"identity", json::parse(identity_json_)}, {"layout", layout_}, {"loop", ToJson(loop)},
+                 {"files", files}};
+    if (state) body["state"] = ToJson(*state);
     ReplaceFile(manifest, body.dump(1) + "\n");
   }
   CrashPoint("snapshot: manifest written");

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/state_layout.h"
+
 namespace ddpbench {
 
 struct RunConfig;
@@ -50,11 +52,20 @@ struct LoopState {
   double epoch_loss_sum = 0;
   int64_t epoch_loss_steps = 0;
   int64_t restarts = 0;        // sessions resumed from a snapshot
+  // Each session's strategy, ranks and per-device batch ("zero2:2x8,ddp:1x16"), and the steps the
+  // interrupted sessions trained past their last snapshot (redone).
+  std::string worlds;
+  int64_t steps_lost = 0;
 };
 
 // The flags that decide what a run computes, by flag name, as resolved for
-// this process (world included); equal identities may resume each other.
+// this process (world included). The store hashes those that decide the
+// training (model, data, optimizer ...); the layout flags (strategy, world,
+// per-device batch ...) are recorded in the manifest, and a snapshot of
+// another layout is resharded (harness/state_layout.h) on resume.
 std::map<std::string, std::string> RunIdentity(const RunConfig& config, int world);
+// Is `flag` a layout flag, which a resume may change?
+bool IsLayoutFlag(const std::string& flag);
 
 class SnapshotStore {
  public:
@@ -63,13 +74,29 @@ class SnapshotStore {
 
   struct Loaded {
     LoopState loop;
-    std::map<std::string, torch::Tensor> tensors;  // this rank's, on the CPU
+    std::map<std::string, torch::Tensor> tensors;  // this rank's, on the CPU (empty when resharded)
     std::string name;                              // manifest file, for messages
+    // Written by another layout: its manifest's layout and state, for Reshard().
+    bool reshard = false;
+    std::string layout_json, state_json;
+    std::string from;  // "zero2x2": the layout it was written by
   };
   // The newest snapshot of this configuration whose every rank file is
   // present and intact, loaded for this rank. Collective (ranks agree on the
-  // same one). Logs one line for each snapshot skipped and why.
-  std::optional<Loaded> LoadNewest(DistContext& dist);
+  // same one). Logs one line for each snapshot skipped and why. A snapshot
+  // of another layout is taken when `can_reshard` and it describes its state.
+  std::optional<Loaded> LoadNewest(DistContext& dist, bool can_reshard = false);
+  // This rank's SaveState() map under `layout` from a snapshot of another
+  // layout: `fresh` is the new strategy's SaveState() before its first step.
+  // Reads only the rank files holding this rank's slices.
+  TensorMap Reshard(const Loaded& loaded, const TensorMap& fresh, const StateLayout& layout, DistContext& dist) const;
+  // Manifest entries beside the layout flags (the global batch, the learning rate).
+  void AddLayout(const std::string& key, const std::string& value) { layout_[key] = value; }
+  // The newest manifest's layout entries of this configuration (any, intact or not); empty if none.
+  std::map<std::string, std::string> NewestLayout() const;
+  // Rank 0 after each step: the step reached, so that a resume knows the steps lost.
+  void MarkProgress(int64_t step) const;
+  int64_t Progress() const;  // -1: none marked
   // Why there is nothing to resume from, for --resume's error: "is empty",
   // or the other configurations found and the first flag that differs.
   std::string WhyNothing() const;
@@ -80,7 +107,9 @@ class SnapshotStore {
 
   // Writes this rank's tensors and (rank 0) the manifest, then prunes old
   // snapshots. Collective. Returns the manifest's path.
-  std::string Write(const LoopState& loop, const std::map<std::string, torch::Tensor>& tensors, DistContext& dist);
+  // `state`: how the tensors hold the logical state (null: not reshardable).
+  std::string Write(const LoopState& loop, const std::map<std::string, torch::Tensor>& tensors, DistContext& dist,
+                    const StateDescription* state = nullptr);
 
   const std::string& dir() const { return dir_; }
   const std::string& hash() const { return hash_; }
@@ -91,6 +120,7 @@ class SnapshotStore {
   std::string dir_;
   std::string identity_json_;
   std::map<std::string, std::string> identity_;
+  std::map<std::string, std::string> layout_;
   std::string hash_;
   int64_t keep_;
 };

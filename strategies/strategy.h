@@ -15,6 +15,7 @@
 
 #include "datasets/dataset.h"
 #include "harness/memory.h"
+#include "harness/state_layout.h"
 #include "harness/state_map.h"
 #include "models/resnet.h"
 #include "planning/traits.h"
@@ -86,6 +87,10 @@ class Strategy {
   // Optimizer state that is created lazily on the first step must be created here so the
   // next Step() continues exactly. No collectives.
   virtual void LoadState(const TensorMap& state) = 0;
+  // How SaveState()'s tensors hold the logical state (harness/state_layout.h),
+  // so that a snapshot resumes on another world or strategy. The default:
+  // nothing sliced, every "model."/"optim."/"scaler." tensor whole on every rank.
+  virtual StateLayout DescribeState() { return {}; }
 };
 
 }  // namespace ddpbench

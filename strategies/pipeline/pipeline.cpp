@@ -176,6 +176,13 @@ class PipelineStrategy final : public Strategy {
   }
 
   void LoadState(const TensorMap& state) override;
+  // In one process the model's tensors are stored whole under their own
+  // names (the default); across ranks each holds only its stages' units.
+  StateLayout DescribeState() override {
+    StateLayout l;
+    l.reshardable = !transport_->AcrossRanks();
+    return l;
+  }
 
   // The model's tensors: all of them in one process, this rank's units across ranks.
   void SaveModel(TensorMap& state) {

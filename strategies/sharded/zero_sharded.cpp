@@ -16,12 +16,14 @@
 #include <algorithm>
 
 #include <numeric>
+#include <unordered_map>
 
 #include "base/config.h"
 #include "harness/dist.h"
 #include "harness/phase.h"
 #include "harness/state_map.h"
 #include "harness/training.h"
+#include "planning/mesh.h"
 #include "planning/zero_memory.h"
 #include "strategies/sharded/gathers.h"
 #include "strategies/sharded/layout.h"
@@ -145,6 +147,30 @@ class ShardedStrategy final : public Strategy {
 
   std::map<std::string, std::string> Extras() override;
 
+  // Every rank's slices of every parameter (with --replicate-degree, each
+  // replica's ranks hold the same slices).
+  StateLayout DescribeState() override {
+    StateLayout l;
+    std::unordered_map<const void*, std::string> name_of;
+    for (const auto& item : layout_.model->named_parameters()) name_of[item.value().unsafeGetTensorImpl()] = item.key();
+    std::vector<std::string> names;
+    for (const auto& p : layout_.params) {
+      names.push_back(name_of.at(p.unsafeGetTensorImpl()));
+      l.shapes[names.back()] = p.sizes().vec();
+    }
+    const std::vector<std::string> optim_names = BucketNames();
+    for (size_t b = 0; b < optim_names.size(); ++b) l.optim_name[ShardKey(b)] = optim_names[b];
+    const int world = dist_ ? dist_->world : 1;
+    for (int g = 0; g < world; ++g) {
+      const int index = Replicas() > 1 ? MeshOf(g, world, Replicas()).index : g;
+      for (auto piece : ZeroPieces(layout_.partition, names, index, ShardKey)) {
+        piece.holder = g;
+        l.params.push_back(std::move(piece));
+      }
+    }
+    return l;
+  }
+
  private:
   int Replicas() const { return layout_.data_world / std::max(layout_.world, 1); }
 
@@ -195,7 +221,7 @@ class ShardedStrategy final : public Strategy {
     scaler_->StepAndUpdate(*optimizer_, found_inf);
   }
 
-  static std::string ShardKey(size_t b) { return fmt::format("shard.bucket{}", b); }
+  static std::string ShardKey(int64_t b) { return fmt::format("shard.bucket{}", b); }
   // The optimizer's parameters are the buckets' slices, in bucket order.
   std::vector<std::string> BucketNames() const {
     std::vector<std::string> names;

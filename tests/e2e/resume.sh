@@ -201,7 +201,8 @@ bad_input single "--resume: $TMP/empty holds no ddpbench snapshot" --snapshot-di
 bad_input single "--resume: --snapshot-dir=$TMP/nowhere does not exist" --snapshot-dir="$TMP/nowhere" --resume
 bad_input single "belongs to another configuration (--seed: 42 there, 7 here)" \
   --snapshot-dir="$TMP/ref-single" --resume --seed=7
-bad_input ddp "belongs to another configuration" --gpus=2 --snapshot-dir="$TMP/ref-single" --resume
+bad_input ddp "belongs to another configuration (--model: resnet18 there, resnet34 here)" --gpus=2 \
+  --snapshot-dir="$TMP/ref-single" --resume --model=resnet34
 bad_input single "--resume: snapshots need --snapshot-dir" --resume
 bad_input single "--val-fraction=1.5: must be in \[0, 1)" --val-fraction=1.5
 bad_input single "--eval-every=5: validation runs only when training to an answer" --eval-every=5

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# A run that changes world mid-way lands where it would have: zero2 on 2
+# ranks, killed (kill -9 of a rank) after its second snapshot, resumed as ddp
+# on 1 rank (the per-device batch doubled to keep the global batch), killed
+# again, and finished as zero3 on 2 ranks from a snapshot whose newest rank
+# file was corrupted (named, the previous one used). With --norm=group the
+# final model equals the uninterrupted zero2 run's to float32 round-off, and
+# the row names the worlds, the restarts, the steps lost and the batch change.
+# Also: a snapshot of another width is refused in one line (exit 2).
+set -euo pipefail
+BIN="$1"; SRC="$2"
+TMP="$(mktemp -d)"; trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
+PY="$SRC/.venv/bin/python"; [[ -x "$PY" ]] || PY=python3
+fail() { echo "FAIL: $*"; exit 1; }
+"$PY" "$SRC/tests/e2e/lib/make_idx.py" "$TMP/data" 600 200 1
+
+COMMON=(--device=cpu --dataset=mnist --data-dir="$TMP/data" --small-input --width=4 --batch-size=8 --warmup=1
+        --progress=off --optimizer=adam --lr=0.003 --norm=group --no-eval)
+RUN=(--steps=17 --snapshot-every=3)  # 18 steps
+newest_step() { ls "$1"/*-step*.json 2>/dev/null | sed 's/.*-step0*\([0-9][0-9]*\)\.json/\1/' | sort -n | tail -1; }
+
+# Runs FLAGS... in $TMP/run until it has a snapshot of step N, then kills a rank with -9.
+run_and_kill() {
+  local n="$1"; shift
+  DDPBENCH_TEST_STEP_DELAY_MS=250 "$BIN" "${COMMON[@]}" "${RUN[@]}" "$@" --snapshot-dir="$TMP/run" \
+    --out="$TMP/r.csv" 2>>"$TMP/run.log" &
+  local pid=$!
+  for _ in $(seq 600); do [[ $(newest_step "$TMP/run") -ge $n ]] && break; sleep 0.05; done
+  [[ $(newest_step "$TMP/run") -ge $n ]] || fail "$*: no snapshot $n: $(tail -5 "$TMP/run.log")"
+  local victim; victim="$(pgrep -P "$pid" | tail -1 || true)"
+  kill -9 "${victim:-$pid}"
+  set +e; wait "$pid"; local rc=$?; set -e
+  [[ $rc -ne 0 ]] || fail "$*: the killed run exited 0"
+}
+
+"$BIN" "${COMMON[@]}" "${RUN[@]}" --strategy=zero2 --gpus=2 --snapshot-dir="$TMP/ref" --out="$TMP/ref.csv" \
+  2>"$TMP/ref.log" || fail "uninterrupted run: $(tail -5 "$TMP/ref.log")"
+
+run_and_kill 6 --strategy=zero2 --gpus=2
+run_and_kill 12 --strategy=ddp --gpus=1
+grep -q "resharded from zero2x2" "$TMP/run.log" || fail "ddp did not reshard zero2's snapshot: $(tail -5 "$TMP/run.log")"
+grep -q "per-device batch 8 -> 16 on 1 replica" "$TMP/run.log" || fail "ddp did not keep the global batch"
+
+# Corrupt the newest snapshot's (ddp's, one rank) file: named, the one before (ddp's too) used.
+newest="$(ls "$TMP"/run/*-step*.json | sort | tail -1)"; newest="${newest%.json}"
+"$PY" -c 'import sys; p=sys.argv[1]; d=bytearray(open(p,"rb").read()); d[len(d)//2]^=0x10; open(p,"wb").write(d)' \
+  "$newest.rank0.pt"
+"$BIN" "${COMMON[@]}" "${RUN[@]}" --strategy=zero3 --gpus=2 --snapshot-dir="$TMP/run" --out="$TMP/r.csv" \
+  2>"$TMP/last.log" || fail "the final zero3 session failed: $(tail -5 "$TMP/last.log")"
+grep -q "$(basename "$newest").json: rank 0's file .* fails its SHA-1 check (corrupt); trying the previous one" "$TMP/last.log" ||
+  fail "the corrupt rank file was not named: $(grep -i snapshot "$TMP/last.log" | head -5)"
+
+"$PY" "$SRC/scripts/ddpbench_py/snapshot_state.py" "$TMP"/ref/*-step000000018.json "$TMP"/run/*-step000000018.json \
+  --atol=1e-5 || fail "the final model differs from the uninterrupted run's beyond float32 round-off"
+"$PY" - "$TMP/r.csv" <<'PYEOF' || fail "the row does not describe the world changes"
+import csv, sys
+r = list(csv.DictReader(open(sys.argv[1])))[-1]
+assert r["worlds"] == "zero2:2x8,ddp:1x16,zero3:2x8", r["worlds"]
+assert r["restarts"] == "2" and r["steps_done"] == "18", r
+assert int(r["steps_lost"]) >= 0, r["steps_lost"]
+print(f"worlds {r['worlds']}, steps lost {r['steps_lost']}")
+PYEOF
+
+source "$SRC/tests/e2e/lib/bad_input.sh"
+snapshot_results
+COMMON=("${COMMON[@]/--width=4/--width=8}")
+bad_input ddp "belongs to another configuration (--width: 4 there, 8 here)" --snapshot-dir="$TMP/run" --resume
+echo "reshard: all checks passed"
