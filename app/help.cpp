@@ -18,7 +18,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Topics() {
                "--steps", "--epochs", "--warmup", "--repeat", "--seed", "--progress", "--verify", "--verify-steps",
                "--verify-tolerance"}},
       {"Model and data", {"--model", "--width", "--small-input", "--norm", "--dataset", "--data-dir", "--image-size",
-                          "--batch-size", "--augment", "--prefetch", "--data-workers", "--skip-bad-images", "--data-only", "--num-classes", "--amp", "--optimizer", "--lr",
+                          "--batch-size", "--augment", "--prefetch", "--data-workers", "--skip-bad-images", "--decode", "--data-only", "--num-classes", "--amp", "--optimizer", "--lr",
                           "--lr-scaling", "--momentum", "--weight-decay", "--memory-format", "--optimizer-impl",
                           "--cpu-malloc", "--cpu-device-memory-mb", "--recompute", "--memory-budget-mb"}},
       {"Strategy-specific", {"--bucket-cap-mb", "--grad-accum", "--compression", "--timeout", "--zero-reduce", "--replicate-degree",

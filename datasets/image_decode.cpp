@@ -113,8 +113,9 @@ bool HasEndMarker(const std::string& bytes, size_t from) {
 }
 
 // The started decompressor's rows and (iMCU-aligned) columns that hold the
-// request's box and margin (every pixel when box.height is 0) into out. Returns whether it stopped
-// before the last row. May longjmp: only trivially destructible locals.
+// request's box and margin (every pixel when box.height is 0) into out.
+// Returns whether it stopped before the last row. May longjmp: only
+// trivially destructible locals.
 bool ReadRegion(JpegDecoder* d, const DecodeRequest& request, RgbImage* out) {
   const CropBox& box = request.box;
   jpeg_decompress_struct& info = d->info;

@@ -89,7 +89,10 @@ tf = transforms.Compose([transforms.RandomResizedCrop(size), transforms.RandomHo
                          transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
 loader = DataLoader(datasets.ImageFolder(data + "/train", tf), batch_size=batch, shuffle=True, num_workers=workers,
                     drop_last=True, persistent_workers=True)
-it = iter(loader)
+def endless():  # epoch after epoch, as ddpbench's source runs
+    while True:
+        yield from loader
+it = endless()
 next(it)  # untimed: worker start-up and the first batch
 start = time.perf_counter()
 for _ in range(batches):
