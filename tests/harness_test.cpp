@@ -208,9 +208,16 @@ TEST(Config, StrategyFlagsOnlyWhereTheyApply) {
             std::string::npos);
   EXPECT_NE(ParseError({"--strategy=pmp", "--device=cuda", "--cuda-graphs"}).find("accepted: --strategy=single|ddp,"),
             std::string::npos);
-  // --fuse: one value besides off, CUDA only, BatchNorm only.
+  // --fuse: bn-add-relu CUDA only, conv-bn on any device, both BatchNorm only.
   EXPECT_EQ(ParseError({"--device=cuda", "--fuse=bn-add-relu"}), "");
-  EXPECT_EQ(ParseError({"--device=cuda", "--fuse=magic"}), "--fuse=magic: not accepted; accepted values: off|bn-add-relu");
+  EXPECT_EQ(ParseError({"--device=cpu", "--fuse=conv-bn"}), "");
+  EXPECT_NE(ParseError({"--device=cpu", "--fuse=conv-bn", "--norm=group"})
+                .find("--fuse=conv-bn with --norm=group: only BatchNorm is fused"),
+            std::string::npos);
+  EXPECT_NE(ParseError({"--device=cpu", "--memory-snapshot=m.pickle"})
+                .find("--memory-snapshot=m.pickle: the snapshot is the CUDA caching allocator's history"),
+            std::string::npos);
+  EXPECT_EQ(ParseError({"--device=cuda", "--fuse=magic"}), "--fuse=magic: not accepted; accepted values: off|bn-add-relu|conv-bn");
   EXPECT_NE(ParseError({"--device=cpu", "--fuse=bn-add-relu"}).find("--fuse=bn-add-relu: the fusion runs in cuDNN"),
             std::string::npos);
   EXPECT_NE(ParseError({"--device=cuda", "--fuse=bn-add-relu", "--norm=group"})
