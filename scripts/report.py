@@ -327,9 +327,12 @@ def write_reports(rows, failures, title, tables, markdown_path=None, html_path=N
     a projection (load_projection), a projected section after the measured
     ones. The nightly job and scripts/compare.py both write theirs through here."""
     images = []
+    history = R.load_history(history_dir, rows) if history_dir else []
+    if history:
+        from ddpbench_py import history_page
+        tables = [*tables, history_page.section(history_page.entry_histories(rows, history))]
     if figures:
         from ddpbench_py import figures as plot_results
-        history = R.load_history(history_dir, rows) if history_dir else []
         images = plot_results.night_figures(rows, history, figures)
     with tempfile.TemporaryDirectory() as tmp:  # the projection's figure, for the HTML, without --figures
         projected = projected_section(projection, figures or os.path.join(tmp, "report")) if projection else None

@@ -34,6 +34,7 @@ BUILD=(--build='mkdir -p build && cp fake_ddpbench.sh build/ddpbench' --matrix=m
 bisect() { PYTHONPATH="$SRC/scripts" "$PY" "$SRC/scripts/bisect_slow.py" "$@"; }
 
 bisect ddp-2x1 "$GOOD" "$BAD" "${BUILD[@]}" >"$TMP/out" 2>&1 || fail "bisect: $(cat "$TMP/out")"
+cat "$TMP/out"
 grep -q "^first slow commit: $PLANTED c4 planted slowdown: 0\.[89][0-9]* of GOOD's median throughput (confidence" "$TMP/out" \
   || fail "planted commit not named: $(cat "$TMP/out")"
 [[ $(grep -c "rounds (.*, .*, .*)" "$TMP/out") -ge 3 ]] || fail "each probe lists its 3 rounds: $(cat "$TMP/out")"

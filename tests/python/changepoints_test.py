@@ -8,7 +8,7 @@ import os
 import tempfile
 import unittest
 
-from ddpbench_py import changepoints, gate, rows as R
+from ddpbench_py import changepoints, gate, history_page, rows as R
 
 # A fixed wobble of about +-1.5%, so every history is the same on every run.
 WOBBLE = [0.3, -1.2, 1.1, -0.4, 1.5, -1.4, 0.6, -0.2, 1.3, -0.9, 0.1, -1.5, 0.8, -0.6, 1.0, -1.1]
@@ -113,6 +113,21 @@ class GateRuleTest(unittest.TestCase):
         self.assertEqual(n, 0, lines)
         self.assertIn("note     ddp-2x1: earlier rows of this entry with another workload (width=8) are not mixed in",
                       lines)
+
+
+class HistoryPageTest(unittest.TestCase):
+    def test_change_points_table_names_the_nights_and_revisions(self):
+        *past, tonight = nights(level([100] * 10 + [90] * 3), bad_from=10)
+        title, header, body = history_page.section(history_page.entry_histories([tonight], past))
+        self.assertEqual(header[-3:], ["last good night", "first bad night", "detail"])
+        self.assertEqual(len(body), 1)
+        self.assertEqual(body[0][:2] + body[0][5:7], ["ddp-2x1", "regression", "n09 (a1)", "n10 (b2)"])
+        self.assertIn("a1..b2 (not in this checkout)", body[0][7])
+
+    def test_no_change_says_so(self):
+        *past, tonight = nights(level([100] * 8))
+        body = history_page.section(history_page.entry_histories([tonight], past))[2]
+        self.assertEqual(body[0][-1], "no change point in up to 8 nights")
 
 
 class HistoryFilesTest(unittest.TestCase):
