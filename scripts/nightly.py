@@ -217,7 +217,8 @@ def report(args, night):
         print(f"!! no rows: every entry failed (see {night}.failures.csv)")
         return 1
     report_py = [sys.executable, os.path.join(here, "report.py"), night + ".csv"]
-    gate = subprocess.run([*report_py, f"--against={args.out_dir}", f"--matrix={args.matrix}", f"--k={args.k}",
+    gate = subprocess.run([*report_py, f"--against={args.out_dir}", f"--matrix={args.matrix}",
+                           *([f"--k={args.k}"] if args.k else []),
                            *([f"--noise-floor={args.noise_floor}"] if args.noise_floor else []), *args.gate],
                           stdout=subprocess.PIPE, text=True)
     print(gate.stdout, end="")
@@ -237,7 +238,7 @@ def main():
     parser.add_argument("--run-id", help="the night's label (default: UTC time-jobid, kept across a requeue)")
     parser.add_argument("--bin", default="build/ddpbench")
     parser.add_argument("--only", action="append", help="run only this entry (repeatable)")
-    parser.add_argument("--k", default="3", help="gate: k x the entry's spread below its median is a regression")
+    parser.add_argument("--k", help="gate: k x the entry's spread below its median is a regression (scripts/report.py's default)")
     parser.add_argument("--noise-floor", help="gate: least spread as a fraction of the median (scripts/report.py's default)")
     parser.add_argument("--gate", action="append", default=[], metavar="FLAG",
                         help="another flag for the gate, scripts/report.py --against (repeatable): "

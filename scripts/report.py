@@ -16,7 +16,7 @@
     scripts/report.py results/*.csv                      # markdown to stdout
     scripts/report.py --format=csv results/a.csv         # strategy table as CSV
     scripts/report.py night.csv --markdown=n.md --html=n.html --figures=n/ --history=results/nightly
-    scripts/report.py night.csv --against=results/nightly [--k=3]   # gate: exit 1 on a regression
+    scripts/report.py night.csv --against=results/nightly [--k=5]   # gate: exit 1 on a regression
     scripts/report.py night.csv --html=n.html --projection=results/projection/projection.csv
 """
 import argparse
@@ -364,7 +364,8 @@ def parse_args():
     p.add_argument("--gate-log", help="the gate's output for this night, shown at the top of md/HTML")
     p.add_argument("--projection", help="a ddpbench --project-csv file (scripts/project.py's projection.csv): "
                    "its table (and figure, in the HTML and --figures) in a projected section")
-    p.add_argument("--k", type=float, default=3.0, help="gate: throughput bound median - k x spread")
+    p.add_argument("--k", type=float, help="gate: one bad night's bound median - k x spread (default 5; "
+                   "3 with --rule=fixed)")
     p.add_argument("--rule", choices=["changepoint", "fixed"], default="changepoint",
                    help="gate: change points and each entry's own noise (default), or the former fixed 5%% floor")
     p.add_argument("--min-history", type=int, default=5,

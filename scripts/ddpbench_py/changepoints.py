@@ -57,6 +57,8 @@ def _beta_fraction(a, b, x):
 def t_two_sided_p(t, dof):
     """P(|T| >= |t|) for Student's t with `dof` degrees of freedom."""
     x = dof / (dof + t * t)
+    if x >= 1.0 or x <= 0.0:  # t = 0, or so large that no tail is left
+        return 1.0 if x >= 1.0 else 0.0
     a, b = dof / 2, 0.5
     front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
     if x < (a + 1) / (a + b + 2):

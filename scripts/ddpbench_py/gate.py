@@ -10,7 +10,9 @@ the nights (rule "changepoint", the default):
                   scripts/bisect_slow.py command that finds the commit;
   one bad night   throughput below (step p50 above) the median of the earlier
                   nights by more than k x that entry's own night-to-night
-                  spread (1.4826 x MAD, at least floor x median).
+                  spread (1.4826 x MAD, at least floor x median), and worse
+                  than every earlier night (a shared machine's nights have
+                  heavier tails than a MAD sees).
 
 With fewer nights the entry is "not enough history" (not a regression). Rule
 "fixed" is the former one: throughput < median - k x max(1.4826 x MAD,
@@ -44,7 +46,7 @@ from ddpbench_py import rows as R
 
 @dataclass
 class Limits:
-    k: float = 3.0
+    k: float = None             # None: 3 with rule "fixed", 5 for the changepoint rule's one bad night
     floor: float = None         # least spread / median; None: 0.05 with rule "fixed", 0.005 with "changepoint"
     mem_factor: float = 1.05
     acc_tol: float = 0.02
@@ -59,6 +61,8 @@ class Limits:
     matrix: str = "MATRIX"      # for the bisect command printed under a change
 
     def __post_init__(self):
+        if self.k is None:
+            self.k = 3.0 if self.rule == "fixed" else 5.0
         if self.floor is None:
             self.floor = 0.05 if self.rule == "fixed" else 0.005
 
@@ -154,11 +158,13 @@ def spread_rule(key, series, limits):
     values = [n.value for n in series[:-1]]
     tonight, median = series[-1].value, statistics.median(values)
     spread = max(1.4826 * statistics.median(abs(v - median) for v in values), limits.floor * median)
-    bound = median - limits.k * spread if N.FIGURES[key] == "lower" else median + limits.k * spread
-    if N.worse(key, tonight / bound if bound else 1.0):
+    lower = N.FIGURES[key] == "lower"
+    bound = median - limits.k * spread if lower else median + limits.k * spread
+    worst = min(values) if lower else max(values)
+    if (tonight < min(bound, worst)) if lower else (tonight > max(bound, worst)):
         return (f"{key}: tonight {tonight:.2f}, outside this entry's noise: median {median:.2f} of "
-                f"{len(values)} nights, bound {bound:.2f} = median {'-' if N.FIGURES[key] == 'lower' else '+'} "
-                f"{limits.k:g} x {spread:.2f}")
+                f"{len(values)} nights, bound {bound:.2f} = median {'-' if lower else '+'} "
+                f"{limits.k:g} x {spread:.2f}, worst night {worst:.2f}")
     return None
 
 

@@ -66,6 +66,7 @@ class DetectTest(unittest.TestCase):
     def test_student_t_tail(self):
         self.assertAlmostEqual(changepoints.t_two_sided_p(2.0, 10), 0.07339, places=4)
         self.assertAlmostEqual(changepoints.t_two_sided_p(4.0, 3), 0.02801, places=4)
+        self.assertEqual(changepoints.t_two_sided_p(0.0, 5), 1.0)
 
 
 class GateRuleTest(unittest.TestCase):
@@ -84,7 +85,7 @@ class GateRuleTest(unittest.TestCase):
         lines, n = gate_lines(nights(quiet + [80]))
         self.assertEqual(n, 2, lines)  # one bad night: throughput and step time
         self.assertRegex(lines[0], r"^REGRESSION ddp-2x1 throughput_img_s: tonight 80.00, outside this entry's noise: "
-                                   r"median .* of 12 nights, bound .* = median - 3 x ")
+                                   r"median .* of 12 nights, bound .* = median - 5 x .*, worst night ")
 
     def test_old_change_no_longer_alarms(self):
         lines, n = gate_lines(nights(level([100] * 10 + [94] * 8), bad_from=10))
