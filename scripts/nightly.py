@@ -217,8 +217,10 @@ def report(args, night):
         print(f"!! no rows: every entry failed (see {night}.failures.csv)")
         return 1
     report_py = [sys.executable, os.path.join(here, "report.py"), night + ".csv"]
-    gate = subprocess.run([*report_py, f"--against={args.out_dir}", f"--k={args.k}",
-                           f"--noise-floor={args.noise_floor}"], stdout=subprocess.PIPE, text=True)
+    gate = subprocess.run([*report_py, f"--against={args.out_dir}", f"--matrix={args.matrix}",
+                           *([f"--k={args.k}"] if args.k else []),
+                           *([f"--noise-floor={args.noise_floor}"] if args.noise_floor else []), *args.gate],
+                          stdout=subprocess.PIPE, text=True)
     print(gate.stdout, end="")
     with open(night + ".gate.txt", "w") as f:
         f.write(gate.stdout)
@@ -236,8 +238,11 @@ def main():
     parser.add_argument("--run-id", help="the night's label (default: UTC time-jobid, kept across a requeue)")
     parser.add_argument("--bin", default="build/ddpbench")
     parser.add_argument("--only", action="append", help="run only this entry (repeatable)")
-    parser.add_argument("--k", default="3", help="gate: throughput below median - k x MAD is a regression")
-    parser.add_argument("--noise-floor", default="0.05", help="gate: least spread as a fraction of the median")
+    parser.add_argument("--k", help="gate: k x the entry's spread below its median is a regression (scripts/report.py's default)")
+    parser.add_argument("--noise-floor", help="gate: least spread as a fraction of the median (scripts/report.py's default)")
+    parser.add_argument("--gate", action="append", default=[], metavar="FLAG",
+                        help="another flag for the gate, scripts/report.py --against (repeatable): "
+                             "--gate=--min-history=8, --gate=--rule=fixed")
     parser.add_argument("--no-report", action="store_true", help="rows only: no tables, figures or gate")
     parser.add_argument("--dry-run", action="store_true", help="print each entry's command, run nothing")
     args = parser.parse_args()

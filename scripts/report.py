@@ -16,7 +16,7 @@
     scripts/report.py results/*.csv                      # markdown to stdout
     scripts/report.py --format=csv results/a.csv         # strategy table as CSV
     scripts/report.py night.csv --markdown=n.md --html=n.html --figures=n/ --history=results/nightly
-    scripts/report.py night.csv --against=results/nightly [--k=3]   # gate: exit 1 on a regression
+    scripts/report.py night.csv --against=results/nightly [--k=5]   # gate: exit 1 on a regression
     scripts/report.py night.csv --html=n.html --projection=results/projection/projection.csv
 """
 import argparse
@@ -282,10 +282,15 @@ def markdown(rows, failures, images=(), gate_lines=(), tables=None, projected=No
 
 
 def run_gate(args, rows, failures):
-    history = R.load_history(args.against, rows)
+    skipped = []
+    history = R.load_history(args.against, rows, skipped)
+    for why in skipped:
+        print(f"skipped  {why}")
     limits = gate.Limits(k=args.k, floor=args.noise_floor, mem_factor=args.mem_factor, acc_tol=args.acc_tol,
                          vs_expected=args.vs_expected, memory_vs_expected=args.memory_vs_expected,
-                         expected_fails=args.expected_fails)
+                         expected_fails=args.expected_fails, rule=args.rule, min_history=args.min_history,
+                         alpha=args.alpha, min_change=args.min_change, recent=args.recent,
+                         matrix=args.matrix or "MATRIX")
     lines, regressions = gate.check(rows, history, failures, limits)
     for line in lines:
         print(line)
@@ -322,9 +327,12 @@ def write_reports(rows, failures, title, tables, markdown_path=None, html_path=N
     a projection (load_projection), a projected section after the measured
     ones. The nightly job and scripts/compare.py both write theirs through here."""
     images = []
+    history = R.load_history(history_dir, rows) if history_dir else []
+    if history:
+        from ddpbench_py import history_page
+        tables = [*tables, history_page.section(history_page.entry_histories(rows, history))]
     if figures:
         from ddpbench_py import figures as plot_results
-        history = R.load_history(history_dir, rows) if history_dir else []
         images = plot_results.night_figures(rows, history, figures)
     with tempfile.TemporaryDirectory() as tmp:  # the projection's figure, for the HTML, without --figures
         projected = projected_section(projection, figures or os.path.join(tmp, "report")) if projection else None
@@ -356,20 +364,38 @@ def parse_args():
     p.add_argument("--gate-log", help="the gate's output for this night, shown at the top of md/HTML")
     p.add_argument("--projection", help="a ddpbench --project-csv file (scripts/project.py's projection.csv): "
                    "its table (and figure, in the HTML and --figures) in a projected section")
-    p.add_argument("--k", type=float, default=3.0, help="gate: throughput bound median - k x spread")
+    p.add_argument("--k", type=float, help="gate: one bad night's bound median - k x spread (default 5; "
+                   "3 with --rule=fixed)")
+    p.add_argument("--rule", choices=["changepoint", "fixed"], default="changepoint",
+                   help="gate: change points and each entry's own noise (default), or the former fixed 5%% floor")
+    p.add_argument("--min-history", type=int, default=5,
+                   help="gate: earlier nights an entry needs for the changepoint rule (fewer: not enough history)")
+    p.add_argument("--alpha", type=float, default=0.01, help="gate: a change point's largest corrected p-value")
+    p.add_argument("--min-change", type=float, default=0.02,
+                   help="gate: least size of a change point, as a fraction of the level before it")
+    p.add_argument("--recent", type=int, default=3,
+                   help="gate: a change point alarms while its first bad night is among this many latest nights")
+    p.add_argument("--matrix", help="gate: the nightly matrix file, named in the printed bisect command")
     p.add_argument("--vs-expected", type=float, default=0.8,
                    help="gate: flag rows whose vs_expected is below this (0: never)")
     p.add_argument("--memory-vs-expected", type=float, default=0.25,
                    help="gate: flag rows whose peak memory is off its prediction by more than this fraction (0: never)")
     p.add_argument("--expected-fails", action="store_true",
                    help="gate: a row flagged slower than expected, or off its predicted memory, counts as a regression")
-    p.add_argument("--noise-floor", type=float, default=0.05,
-                   help="gate: least spread, as a fraction of the median (a history with MAD 0)")
+    p.add_argument("--noise-floor", type=float,
+                   help="gate: least spread, as a fraction of the median (default 0.05 with --rule=fixed, "
+                        "0.005 with the changepoint rule)")
     p.add_argument("--mem-factor", type=float, default=1.05, help="gate: peak memory above factor x reference")
     p.add_argument("--acc-tol", type=float, default=0.02, help="gate: accuracy below reference - tol")
     args = p.parse_args()
-    for name in ("k", "noise_floor", "acc_tol"):
-        if getattr(args, name) < 0:
+    if args.min_history < 2:
+        p.error(f"--min-history={args.min_history}: must be at least 2 (a spread needs two nights)")
+    if not 0 < args.alpha < 1:
+        p.error(f"--alpha={args.alpha}: must be between 0 and 1")
+    if args.recent < 1:
+        p.error(f"--recent={args.recent}: must be at least 1")
+    for name in ("k", "noise_floor", "acc_tol", "min_change"):
+        if (getattr(args, name) or 0) < 0:
             p.error(f"--{name.replace('_', '-')}={getattr(args, name)}: must be >= 0")
     if args.mem_factor < 1:
         p.error(f"--mem-factor={args.mem_factor}: must be >= 1")

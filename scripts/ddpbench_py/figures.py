@@ -5,18 +5,20 @@ scripts/setup.sh):
   <prefix>_memory.png      peak memory per device, stacked per device
   <prefix>_scaling.png     throughput and scaling efficiency by device count,
                            one line per strategy (the single run is 1 device)
-  <prefix>_history.png     throughput of each matrix entry over the nights
-                           (with --history DIR of earlier nights)
+  <prefix>_history.png     throughput of each matrix entry over the nights, its
+                           change points marked (with --history DIR of earlier nights)
 
 scripts/plot_results.py is its command line; scripts/report.py --figures draws the same.
 """
 import os
+import statistics
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ddpbench_py import history_page  # noqa: E402
 from ddpbench_py import rows as R  # noqa: E402
 
 
@@ -97,19 +99,25 @@ def scaling_curves(rows, path):
     return save(fig, path)
 
 
-def history_lines(rows, history, path):
-    """Each entry's throughput night after night, tonight last."""
-    nights = sorted({h["run_id"] for h in history} | {r.get("run_id", "") for r in rows} - {""})
-    everything = history + [r for r in rows if r.get("run_id")]
-    fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(nights) + 4), 4))
-    for name in sorted({R.experiment(r) for r in rows}):
-        by_night = {r["run_id"]: R.num(r, "throughput_img_s") for r in everything if R.experiment(r) == name}
-        xs = [i for i, n in enumerate(nights) if n in by_night]
-        ax.plot(xs, [by_night[nights[i]] for i in xs], marker="o", label=name)
-    ax.set_xticks(range(len(nights)), nights, fontsize=7, rotation=30, ha="right")
-    ax.set_ylabel("images / s")
-    ax.set_title("Throughput over nights, per matrix entry", fontsize=9)
-    ax.legend(fontsize=8)
+def history_lines(histories, path):
+    """Each entry's throughput night after night (tonight last), one panel per
+    entry, its change points as dashed lines with the segments' medians;
+    histories: history_page.entry_histories()."""
+    fig, axes = plt.subplots(len(histories), 1, figsize=(9, 2.2 * len(histories) + 0.6), squeeze=False)
+    for ax, (name, series, changes) in zip(axes[:, 0], histories):
+        ax.plot(range(len(series)), [n.value for n in series], marker="o", markersize=3, color="#357")
+        cuts = [0, *(c.index for c in changes), len(series)]
+        for (lo, hi), c in zip(zip(cuts, cuts[1:]), [None, *changes]):
+            level = statistics.median(n.value for n in series[lo:hi])
+            ax.hlines(level, lo - 0.3, hi - 0.7, colors="#999", linewidth=1)
+            if c is not None:
+                ax.axvline(c.index - 0.5, color="#b00" if c.ratio < 1 else "#070", linestyle="--", linewidth=1)
+                ax.annotate(f"{100 * (c.ratio - 1):+.1f}%\n{series[c.index - 1].git_sha[:8]}..{series[c.index].git_sha[:8]}",
+                            (c.index - 0.5, ax.get_ylim()[1]), fontsize=7, va="top", ha="left")
+        ax.set_xticks(range(len(series)), [n.run_id for n in series], fontsize=6, rotation=30, ha="right")
+        ax.set_ylabel("img/s", fontsize=8)
+        ax.set_title(name, fontsize=9, loc="left")
+    fig.suptitle("Throughput over the nights; dashed: change points (red slower, green faster)", fontsize=9)
     return save(fig, path)
 
 
@@ -120,6 +128,6 @@ def night_figures(rows, history, prefix):
     if any(R.devices(r) > 1 for r in rows):
         paths.append(scaling_curves(rows, prefix + "_scaling.png"))
     if history:
-        paths.append(history_lines(rows, history, prefix + "_history.png"))
+        paths.append(history_lines(history_page.entry_histories(rows, history), prefix + "_history.png"))
     return paths
 

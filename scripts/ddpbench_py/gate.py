@@ -1,9 +1,23 @@
 """The regression gate: tonight's rows against earlier nights' rows of the
-same matrix entry and workload (rows.workload). A figure regresses when
+same matrix entry and workload (rows.workload). With at least min_history
+earlier nights, throughput, step time p50 and peak memory are watched over
+the nights (rule "changepoint", the default):
 
-  throughput  < median - k x spread, spread = max(1.4826 x MAD, floor x median)
-              (1.4826 MAD estimates sigma; the floor keeps a history of one
-              night, or of identical nights, from flagging every wobble);
+  a change point  (ddpbench_py/changepoints.py) whose first bad night is one
+                  of the last `recent` nights, the wrong way by at least
+                  min_change: named with its size, confidence, the last good
+                  and first bad night, their git revisions and the
+                  scripts/bisect_slow.py command that finds the commit;
+  one bad night   throughput below (step p50 above) the median of the earlier
+                  nights by more than k x that entry's own night-to-night
+                  spread (1.4826 x MAD, at least floor x median), and worse
+                  than every earlier night (a shared machine's nights have
+                  heavier tails than a MAD sees).
+
+With fewer nights the entry is "not enough history" (not a regression). Rule
+"fixed" is the former one: throughput < median - k x max(1.4826 x MAD,
+0.05 x median). Beside them, on any history:
+
   peak memory > mem_factor x the history's median;
   parity      failed tonight (parity_ok false);
   accuracy    < the history's median - acc_tol;
@@ -25,18 +39,32 @@ entry are printed beside it as the likely cause.
 import statistics
 from dataclasses import dataclass
 
+from ddpbench_py import changepoints
+from ddpbench_py import nights as N
 from ddpbench_py import rows as R
 
 
 @dataclass
 class Limits:
-    k: float = 3.0
-    floor: float = 0.05
+    k: float = None             # None: 3 with rule "fixed", 5 for the changepoint rule's one bad night
+    floor: float = None         # least spread / median; None: 0.05 with rule "fixed", 0.005 with "changepoint"
     mem_factor: float = 1.05
     acc_tol: float = 0.02
     vs_expected: float = 0.8
     memory_vs_expected: float = 0.25
     expected_fails: bool = False
+    rule: str = "changepoint"   # or "fixed": the former throughput rule
+    min_history: int = 5        # earlier nights the changepoint rule needs
+    alpha: float = 0.01         # a change point's corrected p-value below this
+    min_change: float = 0.02    # a change smaller than this fraction is not a regression
+    recent: int = 3             # a change point alarms while its first bad night is this recent
+    matrix: str = "MATRIX"      # for the bisect command printed under a change
+
+    def __post_init__(self):
+        if self.k is None:
+            self.k = 3.0 if self.rule == "fixed" else 5.0
+        if self.floor is None:
+            self.floor = 0.05 if self.rule == "fixed" else 0.005
 
 
 def expected_rule(row, limits):
@@ -125,27 +153,99 @@ def likely_causes(row, history):
     return causes
 
 
+def spread_rule(key, series, limits):
+    """tonight (the last night) worse than the earlier nights' median by more than k x their own spread."""
+    values = [n.value for n in series[:-1]]
+    tonight, median = series[-1].value, statistics.median(values)
+    spread = max(1.4826 * statistics.median(abs(v - median) for v in values), limits.floor * median)
+    lower = N.FIGURES[key] == "lower"
+    bound = median - limits.k * spread if lower else median + limits.k * spread
+    worst = min(values) if lower else max(values)
+    if (tonight < min(bound, worst)) if lower else (tonight > max(bound, worst)):
+        return (f"{key}: tonight {tonight:.2f}, outside this entry's noise: median {median:.2f} of "
+                f"{len(values)} nights, bound {bound:.2f} = median {'-' if lower else '+'} "
+                f"{limits.k:g} x {spread:.2f}, worst night {worst:.2f}")
+    return None
+
+
+def change_lines(experiment, key, series, limits):
+    """(regression lines, other lines) of the recent change points of one figure's series."""
+    bad, other = [], []
+    for c in changepoints.detect([n.value for n in series], alpha=limits.alpha):
+        if c.index < len(series) - limits.recent or abs(c.ratio - 1) < limits.min_change:
+            continue
+        good, first = series[c.index - 1], series[c.index]
+        what = (f"{key}: change point {100 * (c.ratio - 1):+.1f}% ({c.before:.2f} -> {c.after:.2f}, confidence "
+                f"{100 * c.confidence:.2f}%, p {c.p:.1g}); last good night {good.run_id} (git {good.git_sha}), first bad night "
+                f"{first.run_id} (git {first.git_sha})")
+        if not N.worse(key, c.ratio):
+            other.append(f"improved {experiment} {what}")
+            continue
+        bad.append(f"REGRESSION {experiment} {what}")
+        bad += [f"  changed between them: {x}" for x in likely_causes(first.row, [good.row])]
+        if key == "throughput_img_s":  # what bisect_slow.py measures
+            bad.append(f"  find the commit: scripts/bisect_slow.py {experiment} {good.git_sha} {first.git_sha} "
+                       f"--matrix={limits.matrix} --drop={abs(c.ratio - 1):.3f}")
+    return bad, other
+
+
+def history_lines(row, past, limits):
+    """(lines, regressions) of the changepoint rule for one row of tonight."""
+    nights = len({h.get("run_id") for h in past})
+    if nights < limits.min_history:
+        return [f"not enough history {R.experiment(row)}: {nights} earlier night{'s' if nights != 1 else ''} of "
+                f"this workload, the change-point and noise rules need {limits.min_history} (--min-history)"], 0
+    lines, regressions = [], 0
+    for key in N.FIGURES:
+        series = N.series(past + [row], key)
+        if len(series) <= limits.min_history or series[-1].run_id != row.get("run_id"):
+            continue
+        bad, other = change_lines(R.experiment(row), key, series, limits)
+        one_night = spread_rule(key, series, limits) if key != "peak_mem_mb" else None
+        if not bad and one_night:
+            bad = [f"REGRESSION {R.experiment(row)} {one_night}"]
+        lines += bad + other
+        regressions += 1 if bad else 0
+    return lines, regressions
+
+
+def other_workloads(row, history):
+    """A line naming earlier rows of this entry measuring another workload (not compared), else None."""
+    others = {R.workload(h) for h in history if R.experiment(h) == R.experiment(row)} - {R.workload(row)}
+    if not others:
+        return None
+    mine = R.workload(row)
+    diffs = sorted({f"{k}={w[i + 1] or '-'}" for w in others for i, k in enumerate(R.WORKLOAD) if w[i + 1] != mine[i + 1]})
+    return (f"note     {R.experiment(row)}: earlier rows of this entry with another workload ({', '.join(diffs)}) "
+            f"are not mixed in")
+
+
 def check(tonight, history, failures, limits):
     """-> (lines to print, number of regressions)."""
     by_key = {}
     for h in history:
         by_key.setdefault(R.workload(h), []).append(h)
+    rules = RULES if limits.rule == "fixed" else RULES[1:]
     lines, regressions = [], 0
     for row in tonight:
-        for flagged in (expected_rule(row, limits), memory_expected_rule(row, limits)):
+        for flagged in (expected_rule(row, limits), memory_expected_rule(row, limits), other_workloads(row, history)):
             if flagged:
                 lines.append(flagged)
-                regressions += 1 if limits.expected_fails else 0
+                regressions += 1 if limits.expected_fails and not flagged.startswith("note") else 0
         past = by_key.get(R.workload(row))
         if not past:
             lines.append(f"new      {R.experiment(row)}: no earlier night of this workload")
             continue
-        found = [f for f in (rule(row, past, limits) for rule in RULES) if f]
+        found = [f for f in (rule(row, past, limits) for rule in rules) if f]
         for figure, now, ref in found:
             lines.append(f"REGRESSION {R.experiment(row)} {figure}: tonight {now}, reference {ref}")
         if found:
             regressions += len(found)
             lines += [f"  likely cause: {c}" for c in likely_causes(row, past)]
+        if limits.rule != "fixed":
+            more, n = history_lines(row, past, limits)
+            lines += more
+            regressions += n
     for f in failures:
         regressions += 1
         lines.append(f"REGRESSION {f['entry']} run: failed tonight (exit {f['exit_code'] or '-'}): {f['reason']}")

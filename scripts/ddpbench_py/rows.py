@@ -96,18 +96,53 @@ def load_failures(night_csv):
     return body
 
 
-def load_history(directory, tonight):
+def night_rows(path, skipped):
+    """The readable rows of one earlier night's CSV; each row that is not
+    (cells that do not match the header, a cell the reports cannot read, a
+    throughput that is not a number) is left out and named as 'FILE:LINE:
+    why' in `skipped`. A file that is not a ddpbench results file gives []."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            if "throughput_img_s" not in (reader.fieldnames or []):
+                return []  # another tool's CSV in the same directory
+            rows = []
+            for row in reader:
+                why = row_problem(path, reader, row)
+                if why:
+                    skipped.append(why)
+                else:
+                    rows.append(row)
+            return rows
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        skipped.append(f"{path}: not read ({e})")
+        return []
+
+
+def row_problem(path, reader, row):
+    """Why a row of a night cannot be used ('' when it can)."""
+    where = f"{path}:{reader.line_num}"
+    if None in row or None in row.values():
+        return f"{where}: the cells of this line do not match the header's {len(reader.fieldnames)} columns"
+    try:
+        check_cells(path, reader.line_num, row)
+    except RowsError as e:
+        return str(e)
+    if row.get("throughput_img_s") and num(row, "throughput_img_s") is None:
+        return f"{where}: throughput_img_s={row['throughput_img_s']!r}: not a number"
+    return ""
+
+
+def load_history(directory, tonight, skipped=None):
     """The rows of the nights under directory (one CSV per night) made before
-    tonight's rows (by timestamp), tonight's own run_id excluded."""
+    tonight's rows (by timestamp), tonight's own run_id excluded; rows that
+    cannot be read are named in `skipped` (a list) and left out."""
     run_id = tonight[0].get("run_id") if tonight else None
     start = min((r.get("timestamp", "") for r in tonight), default="")
     paths = sorted(p for p in glob.glob(os.path.join(directory, "*.csv")) if not p.endswith(".failures.csv"))
-    rows = []
+    rows, skipped = [], [] if skipped is None else skipped
     for path in paths:
-        try:
-            rows += load([path])
-        except RowsError:
-            continue  # another tool's CSV in the same directory
+        rows += night_rows(path, skipped)
     return [r for r in rows if r.get("run_id") and r.get("run_id") != run_id and r.get("timestamp", "") < start]
 
 

@@ -18,7 +18,8 @@ def row(night, tput, **cells):
 
 
 def check(tonight, history, failures=()):
-    return gate.check([tonight], history, list(failures), gate.Limits())
+    """The former fixed-floor rule (the changepoint rule is changepoints_test.py's)."""
+    return gate.check([tonight], history, list(failures), gate.Limits(rule="fixed"))
 
 
 class GateTest(unittest.TestCase):
@@ -47,7 +48,8 @@ class GateTest(unittest.TestCase):
     def test_other_workload_is_new_not_compared(self):
         lines, n = check(row("t", 10, width="8"), [row("n1", 100)])
         self.assertEqual(n, 0)
-        self.assertIn("new      ddp-2x1", lines[0])
+        self.assertIn("new      ddp-2x1", lines[1])
+        self.assertIn("another workload (width=4) are not mixed in", lines[0])
 
     def test_environment_and_option_changes_are_named_as_causes(self):
         lines, n = check(row("t", 50, torch_version="2.12.0", command="ddpbench --steps=6 --threads-per-device=1"),
@@ -62,7 +64,7 @@ class GateTest(unittest.TestCase):
         self.assertEqual(n, 0)
         self.assertRegex(lines[0], r"^SLOWER THAN EXPECTED ddp-2x1: 70.0 img/s is 0.70 of the 100.0 img/s .* "
                                    r"largest term: exposed_comm$")
-        self.assertEqual(gate.check([slow], [], [], gate.Limits(expected_fails=True))[1], 1)
+        self.assertEqual(gate.check([slow], [], [], gate.Limits(rule="fixed", expected_fails=True))[1], 1)
         self.assertEqual(check(row("t", 85, expected_img_s="100.0", vs_expected="0.850"), [])[0],
                          ["new      ddp-2x1: no earlier night of this workload"])
         self.assertFalse(any("EXPECTED" in l for l in check(row("t", 70), [])[0]))  # no prediction: no flag
@@ -72,7 +74,7 @@ class GateTest(unittest.TestCase):
         lines, n = check(off, [])
         self.assertEqual(n, 0)
         self.assertRegex(lines[0], r"^MEMORY OFF ITS PREDICTION ddp-2x1: 130.0 MB is 1.30 of the 100.0 MB predicted")
-        self.assertEqual(gate.check([off], [], [], gate.Limits(expected_fails=True))[1], 1)
+        self.assertEqual(gate.check([off], [], [], gate.Limits(rule="fixed", expected_fails=True))[1], 1)
         near = row("t", 100, peak_mem_mb="110.0", memory_expected_mb="100.0", memory_vs_expected="1.100")
         self.assertFalse(any("MEMORY OFF" in l for l in check(near, [])[0]))
         under = row("t", 100, peak_mem_mb="70.0", memory_expected_mb="100.0", memory_vs_expected="0.700")

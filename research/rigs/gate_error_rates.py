@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""The nightly gate's error rates, measured on real nights of this machine
+(a pool from research/rigs/gate_pool.py) resampled into many histories:
+
+  false alarms  histories of NIGHTS clean nights, each night drawn with
+                replacement from the entry's clean nights of the pool; the
+                gate runs on every night from the (min_history + 1)-th on
+                against the nights before it; an alarm is any regression it
+                counts for the entry that night. -> alarms per 100 entry-nights.
+  detection     CLEAN_BEFORE clean nights drawn as above, then AFTER nights
+                drawn from the entry's nights with the injected delay of PCT%
+                of its step; detected within n nights when the gate counts a
+                regression on one of the first n slowed nights.
+
+The same histories (one seed per rule) go through the changepoint rule
+(default limits, and with k=3 for the one-bad-night part) and the former fixed rule (median - 3 x max(1.4826 MAD, 5%)). Then the whole real
+history of each entry (its clean nights in the order they ran, then its d10
+nights) goes through the gate night by night, as a check. Prints a markdown
+table; --real-dir writes that real history as nightly CSVs (one per night)
+for the report's history page.
+
+    research/rigs/gate_error_rates.py /tmp/pool --trials=300 --seed=1
+"""
+import argparse
+import collections
+import csv
+import glob
+import os
+import random
+import re
+import statistics
+
+from ddpbench_py import gate
+
+NIGHTS, CLEAN_BEFORE, AFTER = 20, 12, 3
+
+
+def load_pool(directory):
+    """{variant: {entry: [row, ...]}} in the order the nights ran; variant 'clean' merges clean0, clean1..."""
+    pool = collections.defaultdict(lambda: collections.defaultdict(list))
+    paths = sorted(glob.glob(os.path.join(directory, "*-r*.csv")), key=os.path.getmtime)
+    for path in paths:
+        variant = re.sub(r"^clean\d+$", "clean", os.path.basename(path).split("-r")[0])
+        for row in csv.DictReader(open(path, newline="")):
+            if row.get("throughput_img_s"):
+                pool[variant][row["entry"]].append(row)
+    return pool
+
+
+def history(rows):
+    """The rows as consecutive nights h00, h01, ... (copies: run id and timestamp renumbered)."""
+    return [dict(r, run_id=f"h{i:02d}", timestamp=f"2000-01-01T00:00:{i:02d}Z") for i, r in enumerate(rows)]
+
+
+def alarms(nights, limits, first):
+    """[night index] on which the gate counts a regression, judging nights[first:] one by one."""
+    return [i for i in range(first, len(nights)) if gate.check([nights[i]], nights[:i], [], limits)[1]]
+
+
+RULES = {"changepoint (default, k=5)": gate.Limits(), "changepoint, k=3": gate.Limits(k=3),
+         "change points only (no one-night rule)": gate.Limits(k=float("inf")),
+         "fixed (former)": gate.Limits(rule="fixed")}
+
+
+def false_alarm_rate(pool, rng, trials, limits):
+    flagged = judged = 0
+    for entry, clean in pool["clean"].items():
+        for _ in range(trials):
+            nights = history([rng.choice(clean) for _ in range(NIGHTS)])
+            first = limits.min_history if limits.rule != "fixed" else 1
+            flagged += len(alarms(nights, limits, first))
+            judged += NIGHTS - first
+    return 100 * flagged / judged, judged
+
+
+def detection(pool, rng, trials, limits, variant):
+    """{n: share of trials detected within n slowed nights}, nights-to-detect median-ish list."""
+    within = collections.Counter()
+    total = 0
+    for entry, clean in pool["clean"].items():
+        slow = pool[variant].get(entry)
+        if not slow:
+            continue
+        for _ in range(trials):
+            nights = history([rng.choice(clean) for _ in range(CLEAN_BEFORE)] + [rng.choice(slow) for _ in range(AFTER)])
+            got = alarms(nights, limits, CLEAN_BEFORE)
+            total += 1
+            if got:
+                within[got[0] - CLEAN_BEFORE + 1] += 1
+    return {n: 100 * sum(within[k] for k in range(1, n + 1)) / total for n in range(1, AFTER + 1)}, total
+
+
+def real_histories(pool, limits):
+    """Per entry: the nights (of the whole real history) on which the gate alarmed."""
+    out = {}
+    for entry, clean in pool["clean"].items():
+        nights = history(clean + pool["d10"].get(entry, []))
+        out[entry] = (len(clean), len(nights), alarms(nights, limits, limits.min_history))
+    return out
+
+
+def write_real(pool, directory):
+    """Each night of the real d10 histories as <directory>/hNN.csv (written afresh), all entries' rows in it."""
+    os.makedirs(directory, exist_ok=True)
+    by_night = collections.defaultdict(list)
+    for entry, clean in pool["clean"].items():
+        for row in history(clean + pool["d10"].get(entry, [])):
+            by_night[row["run_id"]].append(row)
+    for night, rows in by_night.items():
+        with open(os.path.join(directory, f"{night}.csv"), "w", newline="") as f:
+            w = csv.DictWriter(f, list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("pool")
+    p.add_argument("--trials", type=int, default=300, help="histories per entry and case")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--real-dir", help="write the real d10 history here, one CSV per night")
+    args = p.parse_args()
+    pool = load_pool(args.pool)
+    sizes = {e: len(v) for e, v in pool["clean"].items()}
+    print(f"pool {args.pool}: clean nights per entry {sizes}; " +
+          ", ".join(f"{v} {len(next(iter(pool[v].values()), []))}" for v in sorted(pool) if v != "clean"))
+    for entry, clean in pool["clean"].items():
+        values = sorted(float(r["throughput_img_s"]) for r in clean)
+        median = statistics.median(values)
+        spread = 1.4826 * statistics.median(abs(v - median) for v in values)
+        slowed = {v: statistics.median(float(r["throughput_img_s"]) for r in pool[v][entry]) / median
+                  for v in sorted(pool) if v != "clean" and entry in pool[v]}
+        print(f"{entry}: clean median {median:.1f} img/s, 1.4826 MAD {100 * spread / median:.0f}% of it, "
+              f"range {values[0]:.0f}-{values[-1]:.0f}; injected nights' median / clean median: "
+              + ", ".join(f"{v} {r:.2f}" for v, r in slowed.items()))
+    print(f"resampled: {args.trials} histories per entry and case, seed {args.seed}; {NIGHTS} nights for false alarms, "
+          f"{CLEAN_BEFORE} clean + {AFTER} slowed for detection\n")
+    print("| rule | false alarms / 100 entry-nights | " +
+          " | ".join(f"{v}: within 1 / 2 / 3 nights" for v in sorted((v for v in pool if v != "clean"), key=lambda v: int(v[1:]))) + " |")
+    print("|---|---|" + "---|" * (len(pool) - 1))
+    for name, limits in RULES.items():
+        rng = random.Random(args.seed)
+        fa, judged = false_alarm_rate(pool, rng, args.trials, limits)
+        cells = [f"{fa:.2f} ({judged} entry-nights)"]
+        for v in sorted((v for v in pool if v != "clean"), key=lambda v: int(v[1:])):
+            d, total = detection(pool, rng, args.trials, limits, v)
+            cells.append(" / ".join(f"{d[n]:.0f}%" for n in (1, 2, 3)) + f" ({total})")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print("\nWhole real histories (clean nights in the order they ran, then the d10 nights):")
+    for name, limits in RULES.items():
+        for entry, (clean, total, got) in real_histories(pool, limits).items():
+            print(f"  {name:38s} {entry}: {clean} clean + {total - clean} d10 nights; alarms on nights "
+                  f"{[i + 1 for i in got]} (slowed from night {clean + 1})")
+    if args.real_dir:
+        write_real(pool, args.real_dir)
+
+
+if __name__ == "__main__":
+    main()
