@@ -109,7 +109,8 @@ void CheckWrittenFilesApart(const RunConfig& c) {
     const char* what;  // the file's name in the message; for the written ones, what writes it
   };
   const std::vector<File> taken = {{"--out", c.out, "--out results"}, {"--baseline", c.baseline, "--baseline results"},
-                                   {"--trace", c.trace, "trace"}, {"--profile", c.profile, "profile"}};
+                                   {"--trace", c.trace, "trace"}, {"--profile", c.profile, "profile"},
+                                   {"--export", c.export_file, "export"}};
   for (size_t w = 2; w < taken.size(); ++w) {
     const File& file = taken[w];
     if (file.path.empty()) continue;
@@ -420,6 +421,10 @@ void ValidateConfig(const RunConfig& c) {
   if (!(c.timeout_s > 0)) throw ConfigError(fmt::format("--timeout={}: must be > 0 seconds", c.timeout_s));
   CheckAtLeast("--flight-recorder", c.flight_recorder, int64_t{0});
   CheckWrittenFilesApart(c);
+  if (!c.export_file.empty() && (c.stage_ranks || c.data_only))
+    throw ConfigError(fmt::format("--export={}: needs the whole model on rank 0, which {} does not train there; "
+                                  "accepted: a strategy without --stage-ranks (and without --data-only)",
+                                  c.export_file, c.stage_ranks ? "--stage-ranks" : "--data-only"));
   CheckLabel("--run-id", c.run_id);
   CheckLabel("--entry", c.entry);
   CheckMember("--zero-reduce", c.zero_reduce, {"reduce-scatter", "all-reduce"});
@@ -529,6 +534,8 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
                  "--cpu-device-memory-mb); given alone it implies --recompute=auto");
   app.add_option("--out", c.out, "CSV file to append the result row to");
   app.add_option("--baseline", c.baseline, "CSV holding the single-device row for scaling efficiency (default: --out)");
+  app.add_option("--export", c.export_file,
+                 "FILE.pt: the trained weights as a state_dict with torchvision's ResNet names (torch.load()-able)");
   app.add_option("--trace", c.trace, "Chrome trace (Perfetto) of every rank's phases, micro-batches and collectives");
   app.add_option("--profile", c.profile,
                  "PyTorch profiler (Kineto) trace of rank 0's timed steps: operators, and on CUDA every kernel");
