@@ -113,7 +113,8 @@ void CheckWrittenFilesApart(const RunConfig& c) {
                                    {"--baseline", c.baseline, "--baseline results", ""},
                                    {"--trace", c.trace, "trace", "trace.json"},
                                    {"--profile", c.profile, "profile", "profile.json"},
-                                   {"--memory-snapshot", c.memory_snapshot, "memory snapshot", "memory.pickle"}};
+                                   {"--memory-snapshot", c.memory_snapshot, "memory snapshot", "memory.pickle"},
+                                   {"--export", c.export_file, "export", "weights.pt"}};
   for (size_t w = 2; w < taken.size(); ++w) {
     const File& file = taken[w];
     if (file.path.empty()) continue;
@@ -441,6 +442,10 @@ void ValidateConfig(const RunConfig& c) {
   if (!(c.timeout_s > 0)) throw ConfigError(fmt::format("--timeout={}: must be > 0 seconds", c.timeout_s));
   CheckAtLeast("--flight-recorder", c.flight_recorder, int64_t{0});
   CheckWrittenFilesApart(c);
+  if (!c.export_file.empty() && (c.stage_ranks || c.data_only))
+    throw ConfigError(fmt::format("--export={}: needs the whole model on rank 0, which {} does not train there; "
+                                  "accepted: a strategy without --stage-ranks (and without --data-only)",
+                                  c.export_file, c.stage_ranks ? "--stage-ranks" : "--data-only"));
   CheckLabel("--run-id", c.run_id);
   CheckLabel("--entry", c.entry);
   CheckMember("--zero-reduce", c.zero_reduce, {"reduce-scatter", "all-reduce"});
@@ -552,6 +557,8 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
                  "--cpu-device-memory-mb); given alone it implies --recompute=auto");
   app.add_option("--out", c.out, "CSV file to append the result row to");
   app.add_option("--baseline", c.baseline, "CSV holding the single-device row for scaling efficiency (default: --out)");
+  app.add_option("--export", c.export_file,
+                 "FILE.pt: the trained weights as a state_dict with torchvision's ResNet names (torch.load()-able)");
   app.add_option("--trace", c.trace, "Chrome trace (Perfetto) of every rank's phases, micro-batches and collectives");
   app.add_option("--memory-snapshot", c.memory_snapshot,
                  "CUDA: write the caching allocator's history (segments, device traces) as PyTorch's memory "

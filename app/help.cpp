@@ -24,7 +24,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Topics() {
       {"Strategy-specific", {"--bucket-cap-mb", "--grad-accum", "--compression", "--timeout", "--zero-reduce", "--replicate-degree",
                              "--balance", "--split", "--units", "--chunks", "--schedule", "--virtual-stages",
                              "--fill-waits", "--rebalance", "--shape-trials", "--stage-ranks"}},
-      {"Outputs", {"--out", "--baseline", "--trace", "--profile", "--memory-snapshot", "--run-id", "--entry", "--no-eval", "--eval-batches"}},
+      {"Outputs", {"--out", "--baseline", "--trace", "--profile", "--memory-snapshot", "--export", "--run-id", "--entry", "--no-eval", "--eval-batches"}},
       {"Training to an answer", {"--time-budget", "--target-accuracy", "--eval-every", "--val-fraction",
                                  "--snapshot-dir", "--snapshot-every", "--snapshot-keep", "--resume", "--epoch-csv"}},
       {"GPU", {"--tf32", "--cuda-graphs", "--fuse"}},

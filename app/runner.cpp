@@ -36,6 +36,7 @@
 #include "harness/mfu.h"
 #include "harness/phase.h"
 #include "app/run_result.h"
+#include "app/export.h"
 #include "harness/snapshot.h"
 #include "app/step_loop.h"
 #include "app/train_goal.h"
@@ -756,6 +757,7 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
     result.goal->batch_adjusted = adopted.batch;
   }
   if (run.info.real && config.eval && !config.data_only) EvaluateTestSet(run, *strategy, dist, &result);
+  if (!config.export_file.empty()) ExportWeights(config.export_file, run.model, *strategy, dist);
   CollectFigures(run, sections, *strategy, dist, &result);
   if (!config.memory_snapshot.empty()) WriteMemorySnapshot(config, dist);
   if (dist.is_root() && result.data && !config.data_only) ReportDataBound(*result.data, config);

@@ -82,6 +82,7 @@ struct RunConfig {
   std::string out;                 // CSV file to append the row to ("" : none)
   std::string baseline;            // CSV with the single-device row for scaling
   std::string trace;               // Chrome trace JSON to write ("" : none; harness/trace.h)
+  std::string export_file;         // --export: trained weights with torchvision's names ("" : none; app/export.h)
   std::string profile;             // PyTorch profiler trace of the timed steps ("" : none; harness/kineto_profile.h)
   std::string memory_snapshot;     // CUDA caching allocator's history, PyTorch's snapshot pickle ("" : none)
   std::string progress = "auto";   // auto|on|off

@@ -357,6 +357,7 @@ std::vector<PathOption> PathOptions(const RunConfig& c) {
       {"--epoch-csv", c.epoch_csv, PathKind::kWriteFile},
       {"--snapshot-dir", c.snapshot_dir, PathKind::kWriteDir},
       {"--trace", c.trace, PathKind::kWriteFile},
+      {"--export", c.export_file, PathKind::kWriteFile},
       {"--profile", c.profile, PathKind::kWriteFile},
       {"--memory-snapshot", c.memory_snapshot, PathKind::kWriteFile},
   };

@@ -6,7 +6,8 @@
 # file was corrupted (named, the previous one used). With --norm=group the
 # final model equals the uninterrupted zero2 run's to float32 round-off, and
 # the row names the worlds, the restarts, the steps lost and the batch change.
-# Also: a snapshot of another width is refused in one line (exit 2).
+# hsdp 2x2 resumed as zero3 on 2 ranks ends alike. Also: a snapshot of
+# another width is refused in one line (exit 2).
 set -euo pipefail
 BIN="$1"; SRC="$2"
 TMP="$(mktemp -d)"; trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
@@ -60,6 +61,19 @@ assert r["restarts"] == "2" and r["steps_done"] == "18", r
 assert int(r["steps_lost"]) >= 0, r["steps_lost"]
 print(f"worlds {r['worlds']}, steps lost {r['steps_lost']}")
 PYEOF
+
+# hsdp as 2 replicas of 2 shards (4 ranks), stopped after step 6, finished as
+# zero3 on 2 ranks (1 replica of 2 shards; the per-device batch doubled).
+H=(--strategy=hsdp --gpus=4 --replicate-degree=2 --oversubscribe)
+"$BIN" "${COMMON[@]}" "${H[@]}" --steps=11 --snapshot-every=3 --snapshot-dir="$TMP/href" --out="$TMP/h.csv" \
+  2>"$TMP/h.log" || fail "hsdp: $(tail -3 "$TMP/h.log")"
+"$BIN" "${COMMON[@]}" "${H[@]}" --steps=5 --snapshot-every=3 --snapshot-dir="$TMP/hrun" --out="$TMP/h.csv" \
+  2>"$TMP/h.log" || fail "hsdp to step 6: $(tail -3 "$TMP/h.log")"
+"$BIN" "${COMMON[@]}" --strategy=zero3 --gpus=2 --steps=11 --snapshot-every=3 --snapshot-dir="$TMP/hrun" \
+  --out="$TMP/h.csv" 2>"$TMP/h.log" || fail "zero3 from hsdp: $(tail -3 "$TMP/h.log")"
+grep -q "resharded from hsdpx4" "$TMP/h.log" || fail "zero3 did not reshard hsdp's snapshot"
+"$PY" "$SRC/scripts/ddpbench_py/snapshot_state.py" "$TMP"/href/*-step000000012.json \
+  "$TMP"/hrun/*-step000000012.json --atol=1e-5 || fail "hsdp 2x2 -> zero3 x2 differs from the uninterrupted run"
 
 source "$SRC/tests/e2e/lib/bad_input.sh"
 snapshot_results
