@@ -334,6 +334,20 @@ TensorMap SnapshotStore::Reshard(const Loaded& loaded, const TensorMap& fresh, c
   return out;
 }
 
+std::string SnapshotStore::WhyNoLayoutFits(bool can_reshard) const {
+  std::string why;
+  const json layout = layout_;
+  for (const auto& m : ReadManifests(dir_)) {
+    if (StepOf(m.name, hash_, ".json") < 0 || !m.error.empty()) continue;
+    const json theirs = m.body.value("layout", json::object());
+    if (theirs == layout || (can_reshard && m.body.contains("state"))) return "";
+    why = fmt::format("{}/{} was written by {}, {}", dir_, m.name, LayoutName(theirs),
+                      m.body.contains("state") ? "and --stage-ranks cannot read another layout's state"
+                                               : "whose state cannot be resharded; accepted: the same layout");
+  }
+  return why;
+}
+
 std::map<std::string, std::string> SnapshotStore::NewestLayout() const {
   const auto steps = CompleteSteps();
   if (steps.empty()) return {};
@@ -418,6 +432,8 @@ void CheckResumable(const RunConfig& config, int world) {
     throw ConfigError(fmt::format("--resume: --snapshot-dir={} does not exist; nothing to resume from",
                                   config.snapshot_dir));
   if (store.CompleteSteps().empty()) store.RefuseResume();
+  const std::string why = store.WhyNoLayoutFits(/*can_reshard=*/!config.stage_ranks && !config.data_only);
+  if (!why.empty()) throw ConfigError(fmt::format("--resume: {}; leave --resume out to start afresh", why));
 }
 
 void SnapshotStore::RefuseResume() const {

@@ -94,6 +94,11 @@ class SnapshotStore {
   void AddLayout(const std::string& key, const std::string& value) { layout_[key] = value; }
   // The newest manifest's layout entries of this configuration (any, intact or not); empty if none.
   std::map<std::string, std::string> NewestLayout() const;
+  // Why no snapshot of this configuration can be read by this run's layout
+  // (each of another layout and either without a described state or met by a
+  // run that cannot reshard, `can_reshard` false), naming the newest; "" when
+  // one can (or there is none: RefuseResume says that).
+  std::string WhyNoLayoutFits(bool can_reshard) const;
   // Rank 0 after each step: the step reached, so that a resume knows the steps lost.
   void MarkProgress(int64_t step) const;
   int64_t Progress() const;  // -1: none marked
