@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include <dirent.h>
+#include <stdlib.h>
 
 #include <functional>
 #include <string>
@@ -28,6 +29,10 @@ class ThreadWorld {
   ThreadWorld(int world, const std::string& backend, int replicas = 1, double timeout_s = 60,
               int64_t slot_bytes = 4096)
       : ranks_(world) {
+    // torch's own c10d flight recorder is not safe for several ranks' Gloo
+    // groups on threads of one process (it crashes inserting); ddpbench's
+    // recorder is its own (harness/flight_recorder.h).
+    ::setenv("TORCH_FR_BUFFER_SIZE", "0", 1);
     c10d::TCPStoreOptions opts;
     opts.port = 0;
     opts.isServer = true;
@@ -105,7 +110,7 @@ void ExpectSame(const std::vector<std::vector<torch::Tensor>>& shm,
 const torch::ScalarType kDtypes[] = {torch::kFloat32, torch::kFloat64, torch::kBFloat16};
 
 // 3 ranks; 4096-byte slots: 1500 float64 values take 3 chunks; 7 is uneven.
-TEST(ShmBackend, DISABLED_AllReduceMatchesGlooAndIsTheRankOrderSumOnEveryRank) {
+TEST(ShmBackend, AllReduceMatchesGlooAndIsTheRankOrderSumOnEveryRank) {
   for (auto dtype : kDtypes)
     for (int64_t numel : {7, 1500}) {
       auto [shm, gloo] = BothWays(3, [&](int r, c10d::ProcessGroup& pg) {
@@ -124,7 +129,7 @@ TEST(ShmBackend, DISABLED_AllReduceMatchesGlooAndIsTheRankOrderSumOnEveryRank) {
     }
 }
 
-TEST(ShmBackend, DISABLED_ReduceScatterAllGatherAndBroadcastMatchGloo) {
+TEST(ShmBackend, ReduceScatterAllGatherAndBroadcastMatchGloo) {
   for (auto dtype : kDtypes)
     for (int64_t part : {5, 700}) {
       auto [shm, gloo] = BothWays(3, [&](int r, c10d::ProcessGroup& pg) {
@@ -150,7 +155,7 @@ TEST(ShmBackend, DISABLED_ReduceScatterAllGatherAndBroadcastMatchGloo) {
 
 // A mesh of 2 x 2 on one host: each shard group and each replicate group
 // reduces over shared memory, only its own ranks.
-TEST(ShmBackend, DISABLED_SubGroupsReduceOnlyTheirOwnRanks) {
+TEST(ShmBackend, SubGroupsReduceOnlyTheirOwnRanks) {
   std::vector<torch::Tensor> shard(4), replicate(4);
   ThreadWorld w(4, "auto", /*replicas=*/2);
   w.Run([&](int r, DistContext& d) {
@@ -171,7 +176,7 @@ TEST(ShmBackend, DISABLED_SubGroupsReduceOnlyTheirOwnRanks) {
 }
 
 // Point-to-point goes through the Gloo backend it holds, unchanged.
-TEST(ShmBackend, DISABLED_SendAndReceiveStillArrive) {
+TEST(ShmBackend, SendAndReceiveStillArrive) {
   ThreadWorld w(2, "shm");
   torch::Tensor got = torch::zeros({9}, torch::kFloat32);
   w.Run([&](int r, DistContext& d) {
@@ -183,7 +188,7 @@ TEST(ShmBackend, DISABLED_SendAndReceiveStillArrive) {
 
 // A rank that never enters the collective is named when the timeout passes;
 // the segment was already unlinked when the group was made.
-TEST(ShmBackend, DISABLED_ARankThatNeverComesIsNamedAndNothingIsLeftInDevShm) {
+TEST(ShmBackend, ARankThatNeverComesIsNamedAndNothingIsLeftInDevShm) {
   ThreadWorld w(2, "shm", 1, /*timeout_s=*/0.5);
   std::string error;
   w.Run([&](int r, DistContext& d) {
