@@ -449,6 +449,7 @@ void ValidateConfig(const RunConfig& c) {
   CheckLabel("--run-id", c.run_id);
   CheckLabel("--entry", c.entry);
   CheckMember("--zero-reduce", c.zero_reduce, {"reduce-scatter", "all-reduce"});
+  CheckMember("--cpu-backend", c.cpu_backend, {"gloo", "shm", "auto"});
   CheckMember("--balance", c.balance, {"time", "params"});
   CheckMember("--units", c.units, {"auto", "blocks", "half-blocks"});
   CheckRebalance(c);
@@ -596,6 +597,9 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--inject", c.inject, "a fault on purpose (repeatable): delay:rank=R,phase=P,ms=M[,every=K], "
                  "slow-data:rank=R,ms=M[,every=K], hang:rank=R,step=S, crash:rank=R,step=S (docs/robustness.md)");
   app.add_option("--zero-reduce", c.zero_reduce, "zero1|zero2|zero3: reduce-scatter|all-reduce");
+  app.add_option("--cpu-backend", c.cpu_backend,
+                 "gloo|shm|auto: CPU collectives over Gloo, or through shared memory for ranks on one host "
+                 "(auto: where a group's ranks share a host)");
   app.add_option("--balance", c.balance, "mp/pmp: time (measured forward+backward per unit)|params");
   app.add_option("--split", c.split, "mp/pmp: units per stage, e.g. 4,6");
   app.add_option("--units", c.units,

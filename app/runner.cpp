@@ -295,6 +295,8 @@ void ConfigureProcess(const PreparedRun& run, const StrategyEntry& entry, DistCo
         "--cuda-graphs with --strategy={} on {} ranks that share GPUs (oversubscribed): such ranks communicate "
         "over Gloo, whose CUDA collectives wait on the host and cannot be captured; give every rank a GPU of its "
         "own (NCCL), or leave --cuda-graphs out", config.strategy, dist.world));
+  dist.cpu_backend = config.cpu_backend;
+  dist.shm_slot_bytes = static_cast<int64_t>(config.bucket_cap_mb * (1 << 20));
   if (RunsRankPerDevice(entry.info, config))
     dist.Connect(config.timeout_s, cuda, /*nccl=*/cuda && !run.oversubscribed);
   if (ReplicateDegree(config, entry.info) > 1) {

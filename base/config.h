@@ -116,6 +116,7 @@ struct RunConfig {
   int64_t flight_recorder = 2000;    // collectives each rank keeps for a hang's record (0: off; harness/flight_recorder.h)
   std::vector<std::string> inject;   // --inject faults (harness/inject.h), as given
   std::string zero_reduce = "reduce-scatter";  // reduce-scatter|all-reduce
+  std::string cpu_backend = "gloo";  // gloo|shm|auto: CPU collectives (harness/shm_backend.h)
 
   // Model parallel (mp, pmp).
   std::string balance = "time";      // time|params

@@ -27,6 +27,11 @@ struct DistContext {
   std::string launcher = "none";  // none|spawn|torchrun|slurm|mpi
   std::string backend;            // gloo|nccl ("" when world == 1)
   int comm_lanes = 1;             // collectives in flight at once: Gloo's threads, NCCL's one stream
+  // --cpu-backend: gloo, shm (shared memory for every group; one spanning
+  // hosts is refused) or auto (shared memory where a group's ranks share a
+  // host); each rank's slot of a group's segment holds the largest bucket.
+  std::string cpu_backend = "gloo";
+  int64_t shm_slot_bytes = 25 << 20;
   c10::intrusive_ptr<c10d::ProcessGroup> group;
   torch::Device device = torch::kCPU;  // where collective buffers live (NCCL: the GPU)
   // Rendezvous (from the launcher, app/launcher.h).
@@ -100,6 +105,8 @@ struct DistContext {
   // `group_rank` of it; its Gloo backend is recorded (flight_recorder.h).
   c10::intrusive_ptr<c10d::ProcessGroup> MakeGroup(const c10::intrusive_ptr<c10d::Store>& store, int group_rank,
                                                    const std::vector<int>& ranks, const std::string& name);
+  // Whether the group of global `ranks` (`label` in errors) uses shared memory (--cpu-backend).
+  bool UseShm(const std::vector<int>& ranks, const std::string& label) const;
   c10::intrusive_ptr<c10d::Store> store_;  // the world's rendezvous, prefixed; sub-groups meet under it
   std::shared_ptr<FlightWatch> watch_;      // this rank's progress for the others (flight_watch.h)
   double timeout_s_ = 0;
@@ -119,6 +126,9 @@ class CollectiveLabel {
   const char* previous_;
   int uncaught_;
 };
+// The backend `group` runs its CPU collectives on: gloo, shm or nccl.
+std::string BackendName(c10d::ProcessGroup& group);
+
 const char* CurrentCollective();  // nullptr outside any labelled collective
 // The innermost labelled collective that an exception left (nullptr if none).
 const char* FailedCollective();

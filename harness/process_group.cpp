@@ -23,6 +23,9 @@
 #include "harness/dist.h"
 #include "harness/flight_watch.h"
 #include "harness/recording_backend.h"
+#include "harness/shm_backend.h"
+#include "planning/shm_chunks.h"
+#include "base/config.h"
 #include "planning/mesh.h"
 #include "base/log.h"
 #include "harness/socket_ifname.h"
@@ -126,14 +129,35 @@ c10::intrusive_ptr<c10d::ProcessGroup> DistContext::MakeGroup(const c10::intrusi
                                            "failed: {}", rank, name.empty() ? "" : " " + name, size, master_addr,
                                            master_port, e.what()));
     }
-    gloo = RecordingBackend(gloo, name.empty() ? "world" : name, ranks);
-    pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::GLOO, gloo);
+    const std::string label = name.empty() ? "world" : name;
+    c10::intrusive_ptr<c10d::Backend> cpu = gloo;
+    if (!cuda_ && UseShm(ranks, label))
+      if (auto shm = MakeShmBackend({store, group_rank, ranks, label, timeout, shm_slot_bytes, gloo})) cpu = shm;
+    cpu = RecordingBackend(cpu, label, ranks);
+    pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::GLOO, cpu);
     if (cuda_) pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::GLOO, gloo);
     pg->setDefaultBackend(c10d::ProcessGroup::GLOO);
-    backend = "gloo";
-    comm_lanes = options->threads;
+    if (name.empty()) {  // the world's backend is the run's
+      backend = cpu->getBackendName();
+      comm_lanes = backend == "shm" ? 1 : options->threads;
+    }
   }
   return pg;
+}
+
+bool DistContext::UseShm(const std::vector<int>& ranks, const std::string& label) const {
+  if (cpu_backend == "gloo") return false;
+  if (OnOneHost(ranks, local_world)) return true;
+  if (cpu_backend == "shm")
+    throw ConfigError(fmt::format("--cpu-backend=shm: group {} (ranks {}..{}) spans hosts of {} ranks each; shared "
+                                  "memory joins ranks on one host: use --cpu-backend=auto (shared memory inside a "
+                                  "host, Gloo between) or gloo", label, ranks.front(), ranks.back(), local_world));
+  return false;
+}
+
+std::string BackendName(c10d::ProcessGroup& group) {
+  if (group.getBackendType() == c10d::ProcessGroup::NCCL) return "nccl";
+  return group.getBackend(c10::DeviceType::CPU)->getBackendName();
 }
 
 void DistContext::ConnectMesh(int replicas, bool pipeline) {

@@ -8,14 +8,14 @@
 namespace ddpbench {
 namespace {
 
-bool StartsWith(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+bool HasPrefix(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 
 // Fields that hold one number per parameter rather than one per element.
 bool IsScalarField(const std::string& field) { return field == "step" || field == "fused_step"; }
 
 // "optim.<name>.<field>" -> {name, field}; {"", ""} for any other key.
 std::pair<std::string, std::string> SplitOptimKey(const std::string& key) {
-  if (!StartsWith(key, "optim.")) return {"", ""};
+  if (!HasPrefix(key, "optim.")) return {"", ""};
   const size_t dot = key.rfind('.');
   if (dot <= 6) return {"", ""};
   return {key.substr(6, dot - 6), key.substr(dot + 1)};
@@ -49,7 +49,7 @@ ShardPiece FieldPiece(const ShardPiece& p, const std::string& optim_name, const 
 }  // namespace
 
 bool IsLogicalKey(const std::string& key) {
-  return StartsWith(key, "model.") || StartsWith(key, "optim.") || StartsWith(key, "scaler.");
+  return HasPrefix(key, "model.") || HasPrefix(key, "optim.") || HasPrefix(key, "scaler.");
 }
 
 StateDescription DescribeState(const StateLayout& layout, const TensorMap& stored, int world) {
@@ -98,7 +98,7 @@ TensorMap AllocateTarget(const StateLayout& layout, const TensorMap& fresh,
   for (const auto& [key, value] : fresh) {
     if (!IsLogicalKey(key)) out[key] = value;  // this layout's own description
     else if (layout.optim_name.count(key)) out[key] = zeros(Shape(value), value.scalar_type());
-    else if (!StartsWith(key, "optim.")) whole(key, {Shape(value), value.scalar_type()});
+    else if (!HasPrefix(key, "optim.")) whole(key, {Shape(value), value.scalar_type()});
   }
   // The optimizer's fields the snapshot holds, laid out as this strategy keeps them.
   std::set<std::string> sliced;

@@ -155,6 +155,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlag{"--timeout=0", "--timeout=0"},
         BadFlag{"--flight-recorder=-1", "--flight-recorder=-1"},
         BadFlag{"--zero-reduce=tree", "--zero-reduce=tree"},
+        BadFlag{"--cpu-backend=mpi", "--cpu-backend=mpi"},
         BadFlag{"--balance=random", "--balance=random"},
         BadFlag{"--split=4,x", "--split=4,x: must be a comma list of unit counts"},
         BadFlag{"--chunks=0", "--chunks=0: must be at least 1"},

@@ -20,6 +20,7 @@
 #include "planning/mesh.h"
 #include "planning/pipeline_plan.h"
 #include "planning/schedules.h"
+#include "planning/shm_chunks.h"
 #include "planning/stage_split.h"
 #include "tests/split_util.h"
 #include "tests/test_util.h"
@@ -451,6 +452,50 @@ TEST(Mesh, GroupsAreConsecutiveRanksAndReplicasShareAPlace) {
   EXPECT_TRUE(GroupsWithinNodes(4, 4));
   EXPECT_FALSE(GroupsWithinNodes(8, 4));
   EXPECT_FALSE(GroupsWithinNodes(3, 4));
+}
+
+}  // namespace
+}  // namespace ddpbench
+
+namespace ddpbench {
+namespace {
+
+// The shared-memory collectives' chunks cover a buffer once, in order; the
+// shares cover a chunk once, in rank order, evenly.
+TEST(ShmChunks, ChunksCoverTheBufferInOrder) {
+  EXPECT_TRUE(Chunks(0, 4).empty());
+  EXPECT_EQ(Chunks(10, 4), (std::vector<Span>{{0, 4}, {4, 4}, {8, 2}}));
+  EXPECT_EQ(Chunks(8, 4), (std::vector<Span>{{0, 4}, {4, 4}}));
+  EXPECT_EQ(Chunks(3, 100), (std::vector<Span>{{0, 3}}));
+  EXPECT_THROW(Chunks(3, 0), std::invalid_argument);
+  EXPECT_THROW(Chunks(-1, 4), std::invalid_argument);
+}
+
+TEST(ShmChunks, SharesCoverAChunkInRankOrder) {
+  for (int world : {1, 2, 3, 5})
+    for (int64_t count : {0, 1, 2, 7, 10, 1001}) {
+      int64_t next = 0, largest = 0, smallest = count;
+      for (int r = 0; r < world; ++r) {
+        const Span s = ShareOf(count, r, world);
+        EXPECT_EQ(s.offset, next) << count << " over " << world;
+        next += s.count;
+        largest = std::max(largest, s.count);
+        smallest = std::min(smallest, s.count);
+      }
+      EXPECT_EQ(next, count);
+      EXPECT_LE(largest - smallest, 1);
+    }
+  EXPECT_EQ(ShareOf(7, 0, 3), (Span{0, 3}));
+  EXPECT_EQ(ShareOf(7, 2, 3), (Span{5, 2}));
+}
+
+TEST(ShmChunks, OneHostWhenEveryRankIsOnTheFirstOnesNode) {
+  EXPECT_TRUE(OnOneHost({0, 1}, 2));
+  EXPECT_TRUE(OnOneHost({2, 3}, 2));
+  EXPECT_FALSE(OnOneHost({1, 2}, 2));
+  EXPECT_FALSE(OnOneHost({0, 2}, 2));  // a replicate group across two hosts
+  EXPECT_TRUE(OnOneHost({0, 1, 2, 3}, 4));
+  EXPECT_FALSE(OnOneHost({0, 1}, 0));
 }
 
 }  // namespace

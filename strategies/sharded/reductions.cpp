@@ -37,7 +37,7 @@ class GradReadyHook final : public torch::autograd::FunctionPostHook {
 GradientReductions::GradientReductions(Layout& layout, ParameterGathers& gathers, DistContext* dist,
                                        PhaseTimer& timer, bool reduce_scatter)
     : layout_(layout), gathers_(gathers), dist_(dist), timer_(timer), reduce_scatter_(reduce_scatter),
-      alltoall_(reduce_scatter && dist && dist->backend == "gloo"), timeline_(std::make_shared<CommTimeline>()) {
+      alltoall_(reduce_scatter && layout.group && BackendName(*layout.group) == "gloo"), timeline_(std::make_shared<CommTimeline>()) {
   expected_.assign(layout_.buckets(), 0);
   for (size_t i = 0; i < layout_.params.size(); ++i) {
     ++expected_[layout_.partition.slots[i].bucket];

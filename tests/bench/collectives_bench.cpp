@@ -1,15 +1,16 @@
 // Google Benchmark: the collectives ddpbench's strategies use (all-reduce,
 // reduce-scatter, all-gather, broadcast) over the same c10d process groups
-// (DistContext::Connect: Gloo on CPU; NCCL on CUDA with >= 2 GPUs), 1 KiB to
-// 256 MiB, so a DDP or ZeRO row can be explained by the link it ran on.
+// (DistContext::Connect: Gloo or shared memory, --cpu-backend=shm, on CPU;
+// NCCL on CUDA with >= 2 GPUs), 1 KiB to 64 MiB, so a DDP or ZeRO row can be
+// explained by the link it ran on, and shared memory compared with Gloo.
 // Ranks are threads of this process, joined through a TCPStore served here, as
 // the spawn launcher serves it. Bandwidths as nccl-tests defines them: size S
 // is the whole buffer (all-reduce and broadcast buffer, all-gather output,
 // reduce-scatter input), algbw = S / time, busbw = algbw x 2(n-1)/n for
 // all-reduce, (n-1)/n for all-gather and reduce-scatter, 1 for broadcast.
 // Each case runs the call the strategies make: on Gloo, reduce-scatter is
-// zero1's alltoall + local sum (Gloo has none) and all-gather is
-// allgather_into_tensor_coalesced.
+// zero1's alltoall + local sum (Gloo has none; shared memory's is its own)
+// and all-gather is allgather_into_tensor_coalesced.
 // DDPBENCH_BENCH_RANKS sets the CPU world (default 2).
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
@@ -84,7 +85,8 @@ void RunOnce(DistContext& rank, Op op, Buffers& b) {
 // others wait for a job (op, buffers, repetitions) and run it in lockstep.
 class Cluster {
  public:
-  Cluster(int world, bool cuda) : ranks_(world) {
+  // `cpu_backend`: --cpu-backend (gloo or shm) of CPU ranks.
+  Cluster(int world, bool cuda, const std::string& cpu_backend) : ranks_(world) {
     c10d::TCPStoreOptions opts;
     opts.port = 0;
     opts.isServer = true;
@@ -98,6 +100,8 @@ class Cluster {
       d.master_addr = "127.0.0.1";
       d.master_port = store_->getPort();
       d.store_served = true;
+      d.launcher = "spawn";
+      d.cpu_backend = cpu_backend;
       if (cuda) d.device = torch::Device(torch::kCUDA, r);
       joining.emplace_back([&d, cuda] { d.Connect(120.0, cuda, /*nccl=*/cuda); });
     }
@@ -159,20 +163,25 @@ class Cluster {
   int64_t generation_ = 0;
 };
 
-Cluster& GetCluster(bool cuda) {
-  static std::map<bool, std::unique_ptr<Cluster>> clusters;
-  auto& c = clusters[cuda];
+// One cluster at a time (the other's threads and segments let go), so a
+// backend's figures are not taken beside another's idle transport.
+Cluster& GetCluster(bool cuda, const std::string& cpu_backend) {
+  static std::string key;
+  static std::unique_ptr<Cluster> c;
+  const std::string wanted = cuda ? "nccl" : cpu_backend;
+  if (key != wanted) c.reset();
+  key = wanted;
   if (!c) {
     const char* env = std::getenv("DDPBENCH_BENCH_RANKS");
     int world = cuda ? CudaDeviceCount() : (env ? std::atoi(env) : 2);
-    c = std::make_unique<Cluster>(world < 2 ? 2 : world, cuda);
+    c = std::make_unique<Cluster>(world < 2 ? 2 : world, cuda, cpu_backend);
   }
   return *c;
 }
 
-void BM_Collective(benchmark::State& state, Op op, bool cuda) {
+void BM_Collective(benchmark::State& state, Op op, bool cuda, const std::string& cpu_backend) {
   at::set_num_threads(1);
-  Cluster& cluster = GetCluster(cuda);
+  Cluster& cluster = GetCluster(cuda, cpu_backend);
   const int n = cluster.world();
   const int64_t bytes = state.range(0);
   const int64_t part = bytes / 4 / n;  // float32 elements per rank's part
@@ -192,12 +201,12 @@ void BM_Collective(benchmark::State& state, Op op, bool cuda) {
   state.counters["algbw"] = benchmark::Counter(moved, benchmark::Counter::kIsRate);
   state.counters["busbw"] = benchmark::Counter(moved * BusFactor(op, n), benchmark::Counter::kIsRate);
   state.counters["ranks"] = n;
-  state.SetLabel(cuda ? "nccl" : "gloo");
+  state.SetLabel(cuda ? "nccl" : cluster.rank(0).backend);
 }
 
-void Register(const char* name, Op op, bool cuda) {
-  auto* b = benchmark::RegisterBenchmark(name, BM_Collective, op, cuda);
-  b->RangeMultiplier(4)->Range(1 << 10, 256 << 20)->UseRealTime()->Unit(benchmark::kMicrosecond);
+void Register(const std::string& name, Op op, bool cuda, const std::string& cpu_backend = "gloo") {
+  auto* b = benchmark::RegisterBenchmark(name, BM_Collective, op, cuda, cpu_backend);
+  b->RangeMultiplier(4)->Range(1 << 10, 64 << 20)->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
 
 const bool kRegistered = [] {
@@ -206,8 +215,9 @@ const bool kRegistered = [] {
                                             {"allgather", Op::kAllGather},
                                             {"broadcast", Op::kBroadcast}};
   for (auto [name, op] : ops) {
-    Register((std::string("BM_Gloo_") + name).c_str(), op, false);
-    if (CudaAvailable() && CudaDeviceCount() >= 2) Register((std::string("BM_Nccl_") + name).c_str(), op, true);
+    Register(std::string("BM_Gloo_") + name, op, false);
+    Register(std::string("BM_Shm_") + name, op, false, "shm");
+    if (CudaAvailable() && CudaDeviceCount() >= 2) Register(std::string("BM_Nccl_") + name, op, true);
   }
   return true;
 }();

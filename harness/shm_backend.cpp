@@ -1,0 +1,501 @@
+// The shared-memory backend (shm_backend.h): the segment (made by group rank
+// 0, named by the run, unlinked as soon as every rank has mapped it), the
+// futex barrier that names a rank that never came, and the collectives, run
+// one at a time in call order on one thread per group, as every rank calls
+// them in the same order.
+#include "harness/shm_backend.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "base/log.h"
+#include "planning/shm_chunks.h"
+
+namespace ddpbench {
+namespace {
+
+constexpr int kMaxRanks = 256;
+constexpr int kSpins = 256;  // polls before sleeping on the futex
+constexpr auto kSlice = std::chrono::milliseconds(20);  // how often a sleeper checks its peers
+
+struct alignas(64) Counter {
+  std::atomic<uint64_t> value{0};
+};
+
+// The segment's first page(s): the barrier's futex word, each rank's count of
+// barriers reached and its pid (so a waiter can tell a dead peer from a slow one).
+struct Header {
+  alignas(64) std::atomic<uint32_t> generation{0};
+  Counter arrived[kMaxRanks];
+  std::atomic<int32_t> pid[kMaxRanks];
+};
+
+size_t DataOffset() { return (sizeof(Header) + 4095) / 4096 * 4096; }
+
+long Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
+  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
+}
+
+void Pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+[[noreturn]] void Fail(const std::string& message) { C10_THROW_ERROR(DistBackendError, message); }
+
+std::string SegmentName(const std::string& group) {
+  std::random_device device;
+  const uint64_t nonce = (static_cast<uint64_t>(device()) << 32) ^ device();
+  std::string clean;
+  for (char c : group) clean += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return fmt::format("/ddpbench-{}-{}-{:016x}", ::getpid(), clean.substr(0, 64), nonce);
+}
+
+// A finished collective's outputs, through its future as Gloo's are.
+class ShmWork : public c10d::Work {
+ public:
+  ShmWork(c10d::OpType type, std::vector<at::Tensor> outputs)
+      : Work(-1, type), outputs_(std::move(outputs)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+  void Complete(const std::exception_ptr& error) {
+    finish(error);
+    if (error)
+      future_->setError(error);
+    else
+      future_->markCompleted(c10::IValue(outputs_));
+  }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+bool Reducible(c10d::ReduceOp::RedOpType op) {
+  return op == c10d::ReduceOp::SUM || op == c10d::ReduceOp::MAX || op == c10d::ReduceOp::MIN ||
+         op == c10d::ReduceOp::PRODUCT;
+}
+
+// `acc` op= `part`, elementwise.
+void Combine(at::Tensor& acc, const at::Tensor& part, c10d::ReduceOp::RedOpType op) {
+  switch (op) {
+    case c10d::ReduceOp::SUM: acc.add_(part); break;
+    case c10d::ReduceOp::PRODUCT: acc.mul_(part); break;
+    case c10d::ReduceOp::MAX: at::maximum_out(acc, acc, part); break;
+    default: at::minimum_out(acc, acc, part); break;
+  }
+}
+
+// `out` = parts[0] op parts[1] op ... in rank order; half precisions in fp32.
+void ReduceInto(at::Tensor out, const std::vector<at::Tensor>& parts, c10d::ReduceOp::RedOpType op) {
+  const bool half = out.scalar_type() == at::kBFloat16 || out.scalar_type() == at::kHalf;
+  at::Tensor acc = half ? parts[0].to(at::kFloat) : out;
+  if (!half) acc.copy_(parts[0]);
+  for (size_t j = 1; j < parts.size(); ++j) Combine(acc, half ? parts[j].to(at::kFloat) : parts[j], op);
+  if (half) out.copy_(acc);
+}
+
+class ShmBackend : public c10d::Backend {
+ public:
+  ShmBackend(const ShmGroupSpec& spec, std::string segment, void* base, size_t bytes)
+      : Backend(spec.rank, static_cast<int>(spec.ranks.size())), spec_(spec), segment_(std::move(segment)),
+        base_(static_cast<char*>(base)), bytes_(bytes), header_(static_cast<Header*>(base)),
+        worker_([this] { Loop(); }) {}
+  ~ShmBackend() override { Stop(); }
+
+  const std::string getBackendName() const override { return "shm"; }
+  void setTimeout(std::chrono::milliseconds timeout) override {
+    spec_.timeout = timeout;
+    spec_.fallback->setTimeout(timeout);
+  }
+  void shutdown() override {
+    Stop();
+    spec_.fallback->shutdown();
+  }
+  void abort() override { spec_.fallback->abort(); }
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& t, const c10d::AllreduceOptions& o) override {
+    if (!Ours(t) || !Reducible(o.reduceOp)) return spec_.fallback->allreduce(t, o);
+    auto op = o.reduceOp.op_;
+    return Enqueue(c10d::OpType::ALLREDUCE, t, [this, t, op] { AllReduce(t[0], op); });
+  }
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& t,
+                                                     const c10d::AllreduceCoalescedOptions& o) override {
+    if (!Ours(t, true) || !Reducible(o.reduceOp)) return spec_.fallback->allreduce_coalesced(t, o);
+    auto op = o.reduceOp.op_;
+    return Enqueue(c10d::OpType::ALLREDUCE_COALESCED, t, [this, t, op] {
+      for (const auto& x : t) AllReduce(x, op);
+    });
+  }
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& t, const c10d::BroadcastOptions& o) override {
+    if (!Ours(t)) return spec_.fallback->broadcast(t, o);
+    const int root = static_cast<int>(o.rootRank);
+    return Enqueue(c10d::OpType::BROADCAST, t, [this, t, root] { Broadcast(t[0], root); });
+  }
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& out, std::vector<at::Tensor>& in,
+                                           const c10d::AllgatherOptions& o) override {
+    if (out.size() != 1 || !Ours(in) || !Ours(out[0], true) || static_cast<int>(out[0].size()) != size_ ||
+        !SameShapes(out[0], in[0]))
+      return spec_.fallback->allgather(out, in, o);
+    auto rows = out[0];
+    return Enqueue(c10d::OpType::ALLGATHER, rows, [this, rows, in] { AllGather(rows, in[0]); });
+  }
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,
+                                                 const c10d::AllgatherOptions& o) override {
+    if (!Ours({out, in}, true) || out.numel() != in.numel() * size_) return spec_.fallback->_allgather_base(out, in, o);
+    return Enqueue(c10d::OpType::_ALLGATHER_BASE, {out}, [this, out, in] { AllGather(Rows(out), in); });
+  }
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& out,
+                                                                 std::vector<at::Tensor>& in,
+                                                                 const c10d::AllgatherOptions& o) override {
+    if (!Ours(out, true) || !Ours(in, true) || out.size() != in.size() || !Gathers(out, in))
+      return spec_.fallback->allgather_into_tensor_coalesced(out, in, o);
+    return Enqueue(c10d::OpType::COALESCED, out, [this, out, in] {
+      for (size_t i = 0; i < out.size(); ++i) AllGather(Rows(out[i]), in[i]);
+    });
+  }
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& out,
+                                                std::vector<std::vector<at::Tensor>>& in,
+                                                const c10d::ReduceScatterOptions& o) override {
+    if (in.size() != 1 || !Ours(out) || !Ours(in[0], true) || static_cast<int>(in[0].size()) != size_ ||
+        !SameShapes(in[0], out[0]) || !Reducible(o.reduceOp))
+      return spec_.fallback->reduce_scatter(out, in, o);
+    auto rows = in[0];
+    auto op = o.reduceOp.op_;
+    return Enqueue(c10d::OpType::REDUCE_SCATTER, out, [this, out, rows, op] { ReduceScatter(out[0], rows, op); });
+  }
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
+                                                      const c10d::ReduceScatterOptions& o) override {
+    if (!Ours({out, in}, true) || in.numel() != out.numel() * size_ || !Reducible(o.reduceOp))
+      return spec_.fallback->_reduce_scatter_base(out, in, o);
+    auto op = o.reduceOp.op_;
+    return Enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, {out}, [this, out, in, op] { ReduceScatter(out, Rows(in), op); });
+  }
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& out,
+                                                                 std::vector<at::Tensor>& in,
+                                                                 const c10d::ReduceScatterOptions& o) override {
+    if (!Ours(out, true) || !Ours(in, true) || out.size() != in.size() || !Gathers(in, out) || !Reducible(o.reduceOp))
+      return spec_.fallback->reduce_scatter_tensor_coalesced(out, in, o);
+    auto op = o.reduceOp.op_;
+    return Enqueue(c10d::OpType::COALESCED, out, [this, out, in, op] {
+      for (size_t i = 0; i < out.size(); ++i) ReduceScatter(out[i], Rows(in[i]), op);
+    });
+  }
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
+    return Enqueue(c10d::OpType::BARRIER, {}, [this] { Barrier("barrier"); });
+  }
+
+  // Handed to Gloo: what the strategies do not send through shared memory.
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& t, const c10d::ReduceOptions& o) override {
+    return spec_.fallback->reduce(t, o);
+  }
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& out,
+                                                     std::vector<at::Tensor>& in,
+                                                     const c10d::AllgatherOptions& o) override {
+    return spec_.fallback->allgather_coalesced(out, in, o);
+  }
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& out, std::vector<at::Tensor>& in,
+                                        const c10d::GatherOptions& o) override {
+    return spec_.fallback->gather(out, in, o);
+  }
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& out, std::vector<std::vector<at::Tensor>>& in,
+                                         const c10d::ScatterOptions& o) override {
+    return spec_.fallback->scatter(out, in, o);
+  }
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& out_splits,
+                                               std::vector<int64_t>& in_splits,
+                                               const c10d::AllToAllOptions& o) override {
+    return spec_.fallback->alltoall_base(out, in, out_splits, in_splits, o);
+  }
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& out, std::vector<at::Tensor>& in,
+                                          const c10d::AllToAllOptions& o) override {
+    return spec_.fallback->alltoall(out, in, o);
+  }
+  void monitoredBarrier(const c10d::BarrierOptions& o, bool wait_all_ranks) override {
+    spec_.fallback->monitoredBarrier(o, wait_all_ranks);
+  }
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& t, int dst, int tag) override {
+    return spec_.fallback->send(t, dst, tag);
+  }
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& t, int src, int tag) override {
+    return spec_.fallback->recv(t, src, tag);
+  }
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& t, int tag) override {
+    return spec_.fallback->recvAnysource(t, tag);
+  }
+
+ private:
+  // One contiguous CPU tensor (or, with `many`, any number), of a dtype the
+  // reductions know, all of one dtype.
+  static bool Ours(const std::vector<at::Tensor>& t, bool many = false) {
+    if (t.empty() || (!many && t.size() != 1)) return false;
+    for (const auto& x : t)
+      if (!x.device().is_cpu() || !x.is_contiguous() || x.scalar_type() != t[0].scalar_type() ||
+          x.is_sparse() || x.is_complex() || x.scalar_type() == at::kBool)
+        return false;
+    return true;
+  }
+  static bool SameShapes(const std::vector<at::Tensor>& t, const at::Tensor& like) {
+    for (const auto& x : t)
+      if (x.numel() != like.numel()) return false;
+    return true;
+  }
+  // Each whole[i] holds size() parts[i].
+  bool Gathers(const std::vector<at::Tensor>& whole, const std::vector<at::Tensor>& parts) const {
+    for (size_t i = 0; i < whole.size(); ++i)
+      if (whole[i].numel() != parts[i].numel() * size_ || whole[i].scalar_type() != parts[i].scalar_type())
+        return false;
+    return true;
+  }
+  std::vector<at::Tensor> Rows(const at::Tensor& whole) const {
+    return whole.reshape({size_, -1}).unbind(0);
+  }
+
+  // `count` elements of `dtype` in rank r's slot (r == size(): the result
+  // slot), from element `offset`.
+  at::Tensor Slot(int r, at::ScalarType dtype, int64_t count, int64_t offset = 0) const {
+    const int64_t item = c10::elementSize(dtype);
+    char* at = base_ + DataOffset() + r * spec_.slot_bytes + offset * item;
+    return at::from_blob(at, {count}, at::TensorOptions().dtype(dtype));
+  }
+  int64_t Capacity(const at::Tensor& t, int64_t per = 1) const {
+    return std::max<int64_t>(1, spec_.slot_bytes / (t.element_size() * per));
+  }
+
+  void AllReduce(const at::Tensor& tensor, c10d::ReduceOp::RedOpType op) {
+    at::Tensor flat = tensor.view(-1);
+    const auto dtype = flat.scalar_type();
+    for (const Span c : Chunks(flat.numel(), Capacity(flat))) {
+      Slot(rank_, dtype, c.count).copy_(flat.narrow(0, c.offset, c.count));
+      Barrier("allreduce");
+      const Span mine = ShareOf(c.count, rank_, size_);
+      if (mine.count > 0) {
+        std::vector<at::Tensor> parts;
+        for (int r = 0; r < size_; ++r) parts.push_back(Slot(r, dtype, mine.count, mine.offset));
+        ReduceInto(Slot(size_, dtype, mine.count, mine.offset), parts, op);
+      }
+      Barrier("allreduce");
+      flat.narrow(0, c.offset, c.count).copy_(Slot(size_, dtype, c.count));
+      Barrier("allreduce");  // the slots are free for the next chunk
+    }
+  }
+
+  void Broadcast(const at::Tensor& tensor, int root) {
+    at::Tensor flat = tensor.view(-1);
+    for (const Span c : Chunks(flat.numel(), Capacity(flat))) {
+      if (rank_ == root) Slot(size_, flat.scalar_type(), c.count).copy_(flat.narrow(0, c.offset, c.count));
+      Barrier("broadcast");
+      if (rank_ != root) flat.narrow(0, c.offset, c.count).copy_(Slot(size_, flat.scalar_type(), c.count));
+      Barrier("broadcast");
+    }
+  }
+
+  void AllGather(const std::vector<at::Tensor>& rows, const at::Tensor& part) {
+    at::Tensor flat = part.view(-1);
+    for (const Span c : Chunks(flat.numel(), Capacity(flat))) {
+      Slot(rank_, flat.scalar_type(), c.count).copy_(flat.narrow(0, c.offset, c.count));
+      Barrier("allgather");
+      for (int r = 0; r < size_; ++r)
+        rows[r].view(-1).narrow(0, c.offset, c.count).copy_(Slot(r, flat.scalar_type(), c.count));
+      Barrier("allgather");
+    }
+  }
+
+  // out = the reduction of every rank's rows[rank_], chunk by chunk: each
+  // rank writes a chunk of every row into its slot, then sums its own row.
+  void ReduceScatter(const at::Tensor& out, const std::vector<at::Tensor>& rows, c10d::ReduceOp::RedOpType op) {
+    at::Tensor flat = out.view(-1);
+    const auto dtype = flat.scalar_type();
+    for (const Span c : Chunks(flat.numel(), Capacity(flat, size_))) {
+      for (int j = 0; j < size_; ++j)
+        Slot(rank_, dtype, c.count, j * c.count).copy_(rows[j].view(-1).narrow(0, c.offset, c.count));
+      Barrier("reduce_scatter");
+      std::vector<at::Tensor> parts;
+      for (int r = 0; r < size_; ++r) parts.push_back(Slot(r, dtype, c.count, rank_ * c.count));
+      ReduceInto(flat.narrow(0, c.offset, c.count), parts, op);
+      Barrier("reduce_scatter");
+    }
+  }
+
+  // Every rank's count of barriers reached; the first rank still short of
+  // `target`, or -1 when all have reached it.
+  int Missing(uint64_t target) const {
+    for (int r = 0; r < size_; ++r)
+      if (header_->arrived[r].value.load() < target) return r;
+    return -1;
+  }
+
+  // All ranks of the group meet: spin briefly, then sleep on the futex,
+  // waking every kSlice to check that the rank not yet here is alive and the
+  // timeout has not passed (then the error names it, as Gloo's would).
+  void Barrier(const char* op) {
+    const uint64_t target = ++passed_;
+    header_->arrived[rank_].value.store(target);
+    if (Missing(target) < 0) {
+      header_->generation.fetch_add(1);
+      Futex(&header_->generation, FUTEX_WAKE, INT_MAX, nullptr);
+      return;
+    }
+    for (int i = 0; i < kSpins; ++i) {
+      if (Missing(target) < 0) return;
+      Pause();
+    }
+    const auto deadline = std::chrono::steady_clock::now() + spec_.timeout;
+    const timespec slice{0, std::chrono::duration_cast<std::chrono::nanoseconds>(kSlice).count()};
+    while (true) {
+      const uint32_t generation = header_->generation.load();
+      const int missing = Missing(target);
+      if (missing < 0) return;
+      Futex(&header_->generation, FUTEX_WAIT, generation, &slice);
+      if (Missing(target) < 0) return;
+      CheckPeer(op, missing, deadline);
+    }
+  }
+
+  void CheckPeer(const char* op, int missing, std::chrono::steady_clock::time_point deadline) const {
+    const int pid = header_->pid[missing].load();
+    const int global = spec_.ranks[missing];
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH)
+      Fail(fmt::format("shared-memory {} of group {}: rank {} (pid {}) has exited without entering it", op,
+                       spec_.name, global, pid));
+    if (std::chrono::steady_clock::now() > deadline)
+      Fail(fmt::format("shared-memory {} of group {}: timed out after {} ms waiting for rank {}", op, spec_.name,
+                       spec_.timeout.count(), global));
+  }
+
+  struct Job {
+    c10::intrusive_ptr<ShmWork> work;
+    std::function<void()> body;
+  };
+
+  c10::intrusive_ptr<c10d::Work> Enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                         std::function<void()> body) {
+    auto work = c10::make_intrusive<ShmWork>(type, std::move(outputs));
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_) Fail(fmt::format("shared-memory group {}: used after shutdown", spec_.name));
+      jobs_.push_back({work, std::move(body)});
+    }
+    ready_.notify_one();
+    return work;
+  }
+
+  // The group's collectives in call order; after one fails, every later one
+  // fails with its error (the group's segment is no longer in step).
+  void Loop() {
+    std::exception_ptr broken;
+    while (true) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        ready_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      if (!broken) {
+        try {
+          at::NoGradGuard no_grad;
+          job.body();
+        } catch (...) {
+          broken = std::current_exception();
+        }
+      }
+      job.work->Complete(broken);
+    }
+  }
+
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    ready_.notify_all();
+    if (worker_.joinable()) worker_.join();
+    ::munmap(base_, bytes_);
+    ::shm_unlink(segment_.c_str());  // already gone unless a rank never mapped it
+  }
+
+  ShmGroupSpec spec_;
+  std::string segment_;
+  char* base_;
+  size_t bytes_;
+  Header* header_;
+  uint64_t passed_ = 0;  // barriers this rank reached (worker thread only)
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<Job> jobs_;
+  bool stopping_ = false;
+  std::thread worker_;  // last: starts once everything above is made
+};
+
+// Group rank 0's segment: made and filled to its size (so a /dev/shm too small
+// fails here, not as a SIGBUS mid-collective), or "" with one line saying why.
+std::string CreateSegment(const ShmGroupSpec& spec, size_t bytes) {
+  const std::string name = SegmentName(spec.name);
+  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  int error = fd < 0 ? errno : ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (fd >= 0) ::close(fd);
+  if (error == 0) return name;
+  if (fd >= 0) ::shm_unlink(name.c_str());
+  LogWarn("--cpu-backend: shared memory for group {} needs {:.1f} MiB of /dev/shm ({}): its collectives use Gloo",
+          spec.name, bytes / 1048576.0, std::strerror(error));
+  return "";
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Backend> MakeShmBackend(const ShmGroupSpec& spec) {
+  const int size = static_cast<int>(spec.ranks.size());
+  if (size > kMaxRanks)
+    throw std::invalid_argument(fmt::format("--cpu-backend=shm: group {} has {} ranks; shared memory takes at most {}",
+                                            spec.name, size, kMaxRanks));
+  const size_t bytes = DataOffset() + static_cast<size_t>(size + 1) * static_cast<size_t>(spec.slot_bytes);
+  const std::string key = "shm/segment";
+  std::string name;
+  if (spec.rank == 0) {
+    name = CreateSegment(spec, bytes);
+    spec.store->set(key, std::vector<uint8_t>(name.begin(), name.end()));
+  } else {
+    const auto value = spec.store->get(key);
+    name.assign(value.begin(), value.end());
+  }
+  if (name.empty()) return {};
+  const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0) Fail(fmt::format("shared-memory group {}: opening {}: {}", spec.name, name, std::strerror(errno)));
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int map_error = errno;
+  ::close(fd);
+  if (base == MAP_FAILED)
+    Fail(fmt::format("shared-memory group {}: mapping {}: {}", spec.name, name, std::strerror(map_error)));
+  static_cast<Header*>(base)->pid[spec.rank].store(::getpid());
+  // The last rank to map it unlinks it: from here a killed run leaves nothing.
+  if (spec.store->add("shm/mapped", 1) == size) ::shm_unlink(name.c_str());
+  return c10::make_intrusive<ShmBackend>(spec, name, base, bytes);
+}
+
+}  // namespace ddpbench

@@ -1,0 +1,38 @@
+// Collectives through shared memory for the ranks of a group that sit on one
+// host (--cpu-backend=auto|shm): each rank copies its buffer into its slot of
+// a POSIX shared-memory segment, each sums its share of every slot in rank
+// order (bf16 and fp16 in fp32), and each copies the result back: no socket,
+// no kernel copy, no transport thread, the same bits on every rank. Waiting is
+// a short spin, then a futex, so a waiting rank leaves its core to the peer.
+// A c10d::Backend below the recording backend (recording_backend.h), so the
+// flight recorder and straggler figures read it as they read Gloo. What it
+// does not do itself (point-to-point sends and receives, all-to-all, gather,
+// scatter, non-contiguous or non-CPU tensors, AVG and bitwise reductions) it
+// hands to the Gloo backend it is given.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace ddpbench {
+
+struct ShmGroupSpec {
+  c10::intrusive_ptr<c10d::Store> store;  // the group's own (prefixed) store
+  int rank = 0;                           // in the group
+  std::vector<int> ranks;                 // the group's global ranks, for errors
+  std::string name;                       // "world", "group0", ... for errors and the segment's name
+  std::chrono::milliseconds timeout{300000};
+  int64_t slot_bytes = 25 << 20;          // each rank's slot: the largest bucket (larger buffers stream through)
+  c10::intrusive_ptr<c10d::Backend> fallback;  // Gloo, for what shared memory does not do
+};
+
+// The group's shared-memory backend; null on every rank of the group when
+// /dev/shm has no room for the segment (group rank 0 decides and logs one
+// line; the caller then uses `fallback` alone). Collective over the store.
+c10::intrusive_ptr<c10d::Backend> MakeShmBackend(const ShmGroupSpec& spec);
+
+}  // namespace ddpbench

@@ -1,0 +1,212 @@
+// The shared-memory collectives (harness/shm_backend.h) against Gloo's, on
+// made-up tensors: every dtype, sizes that do not divide by the ranks and
+// that stream through a small slot in several chunks, the world and
+// sub-groups; the sum is the same bits on every rank, in rank order; a rank
+// that never comes is named when the timeout passes. Ranks are threads of
+// this process, joined through a TCPStore served here.
+#include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/torch.h>
+
+#include <dirent.h>
+#include <stdlib.h>
+
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness/dist.h"
+
+namespace ddpbench {
+namespace {
+
+// `world` ranks on threads, each a DistContext joined with `backend`; with
+// `replicas` > 1 each also joins its mesh (shard group, replicate group).
+class ThreadWorld {
+ public:
+  ThreadWorld(int world, const std::string& backend, int replicas = 1, double timeout_s = 60,
+              int64_t slot_bytes = 4096)
+      : ranks_(world) {
+    // torch's own c10d flight recorder is not safe for several ranks' Gloo
+    // groups on threads of one process (it crashes inserting); ddpbench's
+    // recorder is its own (harness/flight_recorder.h).
+    ::setenv("TORCH_FR_BUFFER_SIZE", "0", 1);
+    c10d::TCPStoreOptions opts;
+    opts.port = 0;
+    opts.isServer = true;
+    opts.waitWorkers = false;
+    store_ = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts);
+    Run([&](int r, DistContext& d) {
+      d.rank = d.local_rank = r;
+      d.world = d.local_world = world;
+      d.master_addr = "127.0.0.1";
+      d.master_port = store_->getPort();
+      d.store_served = true;
+      d.launcher = "spawn";
+      d.cpu_backend = backend;
+      d.shm_slot_bytes = slot_bytes;
+      d.Connect(timeout_s, false, false);
+      if (replicas > 1) d.ConnectMesh(replicas, false);
+    });
+  }
+  // fn(rank, its context) on every rank at once.
+  void Run(const std::function<void(int, DistContext&)>& fn) {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) threads.emplace_back([&, r] { fn(r, ranks_[r]); });
+    for (auto& t : threads) t.join();
+  }
+  DistContext& rank(int r) { return ranks_[r]; }
+
+ private:
+  std::vector<DistContext> ranks_;
+  c10::intrusive_ptr<c10d::TCPStore> store_;
+};
+
+// Rank r's made-up tensor: numel values that differ by rank and position
+// (bf16 and fp32 sums then round differently with the order of summation).
+torch::Tensor MadeUp(int r, int64_t numel, torch::ScalarType dtype) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1000 + r);
+  return torch::randn({numel}, gen, torch::TensorOptions().dtype(torch::kFloat64)).mul(1 + r).to(dtype);
+}
+
+double Tolerance(torch::ScalarType dtype) {
+  return dtype == torch::kFloat64 ? 1e-12 : dtype == torch::kFloat32 ? 1e-5 : 2e-2;
+}
+
+using Collective = std::function<std::vector<torch::Tensor>(int r, c10d::ProcessGroup& pg)>;
+
+// The collective's outputs per rank, on shared memory and on Gloo.
+std::pair<std::vector<std::vector<torch::Tensor>>, std::vector<std::vector<torch::Tensor>>> BothWays(
+    int world, const Collective& call) {
+  std::vector<std::vector<torch::Tensor>> shm(world), gloo(world);
+  {
+    ThreadWorld w(world, "shm");
+    w.Run([&](int r, DistContext& d) {
+      EXPECT_EQ(BackendName(*d.group), "shm");
+      shm[r] = call(r, *d.group);
+    });
+  }
+  ThreadWorld w(world, "gloo");
+  w.Run([&](int r, DistContext& d) {
+    EXPECT_EQ(BackendName(*d.group), "gloo");
+    gloo[r] = call(r, *d.group);
+  });
+  return {shm, gloo};
+}
+
+void ExpectSame(const std::vector<std::vector<torch::Tensor>>& shm,
+                const std::vector<std::vector<torch::Tensor>>& gloo, const std::string& what) {
+  for (size_t r = 0; r < shm.size(); ++r)
+    for (size_t i = 0; i < shm[r].size(); ++i) {
+      const auto dtype = shm[r][i].scalar_type();
+      EXPECT_TRUE(torch::allclose(shm[r][i].to(torch::kFloat64), gloo[r][i].to(torch::kFloat64), Tolerance(dtype),
+                                  Tolerance(dtype)))
+          << what << " " << dtype << " rank " << r << " output " << i;
+    }
+}
+
+const torch::ScalarType kDtypes[] = {torch::kFloat32, torch::kFloat64, torch::kBFloat16};
+
+// 3 ranks; 4096-byte slots: 1500 float64 values take 3 chunks; 7 is uneven.
+TEST(ShmBackend, AllReduceMatchesGlooAndIsTheRankOrderSumOnEveryRank) {
+  for (auto dtype : kDtypes)
+    for (int64_t numel : {7, 1500}) {
+      auto [shm, gloo] = BothWays(3, [&](int r, c10d::ProcessGroup& pg) {
+        std::vector<torch::Tensor> t{MadeUp(r, numel, dtype)};
+        pg.allreduce(t)->wait();
+        std::vector<torch::Tensor> m{MadeUp(r, numel, dtype)};
+        pg.allreduce(m, c10d::AllreduceOptions{c10d::ReduceOp::MAX})->wait();
+        return std::vector<torch::Tensor>{t[0], m[0]};
+      });
+      ExpectSame(shm, gloo, "allreduce " + std::to_string(numel));
+      // Rank order: ((x0 + x1) + x2), bf16 summed in fp32, rounded once.
+      const bool half = dtype == torch::kBFloat16;
+      torch::Tensor sum = MadeUp(0, numel, dtype).to(half ? torch::kFloat32 : dtype);
+      for (int r = 1; r < 3; ++r) sum.add_(MadeUp(r, numel, dtype).to(sum.scalar_type()));
+      for (int r = 0; r < 3; ++r) EXPECT_TRUE(torch::equal(shm[r][0], sum.to(dtype))) << dtype << " rank " << r;
+    }
+}
+
+TEST(ShmBackend, ReduceScatterAllGatherAndBroadcastMatchGloo) {
+  for (auto dtype : kDtypes)
+    for (int64_t part : {5, 700}) {
+      auto [shm, gloo] = BothWays(3, [&](int r, c10d::ProcessGroup& pg) {
+        torch::Tensor whole = MadeUp(r, 3 * part, dtype), mine = torch::empty({part}, whole.options());
+        pg._reduce_scatter_base(mine, whole)->wait();
+        torch::Tensor gathered = torch::empty({3 * part}, whole.options());
+        torch::Tensor slice = MadeUp(r + 10, part, dtype);
+        pg._allgather_base(gathered, slice)->wait();
+        std::vector<torch::Tensor> outs{torch::empty({3 * part}, whole.options())}, ins{slice};
+        pg.allgather_into_tensor_coalesced(outs, ins)->wait();
+        std::vector<std::vector<torch::Tensor>> rows(1);
+        for (int j = 0; j < 3; ++j) rows[0].push_back(torch::empty({part}, whole.options()));
+        std::vector<torch::Tensor> in{slice};
+        pg.allgather(rows, in)->wait();
+        std::vector<torch::Tensor> b{MadeUp(r + 20, 2 * part + 1, dtype)};
+        pg.broadcast(b, c10d::BroadcastOptions{1})->wait();
+        pg.barrier()->wait();
+        return std::vector<torch::Tensor>{mine, gathered, outs[0], torch::cat(rows[0]), b[0]};
+      });
+      ExpectSame(shm, gloo, "reduce-scatter/all-gather/broadcast " + std::to_string(part));
+    }
+}
+
+// A mesh of 2 x 2 on one host: each shard group and each replicate group
+// reduces over shared memory, only its own ranks.
+TEST(ShmBackend, SubGroupsReduceOnlyTheirOwnRanks) {
+  std::vector<torch::Tensor> shard(4), replicate(4);
+  ThreadWorld w(4, "auto", /*replicas=*/2);
+  w.Run([&](int r, DistContext& d) {
+    EXPECT_EQ(BackendName(*d.mesh_group), "shm");
+    EXPECT_EQ(BackendName(*d.replicate_group), "shm");
+    std::vector<torch::Tensor> s{torch::full({600}, static_cast<double>(1 << r), torch::kFloat64)};
+    d.mesh_group->allreduce(s)->wait();
+    std::vector<torch::Tensor> p{torch::full({600}, static_cast<double>(1 << r), torch::kFloat64)};
+    d.replicate_group->allreduce(p)->wait();
+    shard[r] = s[0];
+    replicate[r] = p[0];
+  });
+  const double shard_sum[] = {3, 3, 12, 12}, replicate_sum[] = {5, 10, 5, 10};  // groups {0,1},{2,3}; {0,2},{1,3}
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_TRUE(torch::all(shard[r] == shard_sum[r]).item<bool>()) << r;
+    EXPECT_TRUE(torch::all(replicate[r] == replicate_sum[r]).item<bool>()) << r;
+  }
+}
+
+// Point-to-point goes through the Gloo backend it holds, unchanged.
+TEST(ShmBackend, SendAndReceiveStillArrive) {
+  ThreadWorld w(2, "shm");
+  torch::Tensor got = torch::zeros({9}, torch::kFloat32);
+  w.Run([&](int r, DistContext& d) {
+    std::vector<torch::Tensor> t{r == 0 ? torch::arange(9, torch::kFloat32) : got};
+    (r == 0 ? d.group->send(t, 1, 3) : d.group->recv(t, 0, 3))->wait();
+  });
+  EXPECT_TRUE(torch::equal(got, torch::arange(9, torch::kFloat32)));
+}
+
+// A rank that never enters the collective is named when the timeout passes;
+// the segment was already unlinked when the group was made.
+TEST(ShmBackend, ARankThatNeverComesIsNamedAndNothingIsLeftInDevShm) {
+  ThreadWorld w(2, "shm", 1, /*timeout_s=*/0.5);
+  std::string error;
+  w.Run([&](int r, DistContext& d) {
+    if (r != 0) return;
+    std::vector<torch::Tensor> t{torch::ones({4})};
+    try {
+      d.group->allreduce(t)->wait();
+    } catch (const c10::Error& e) {
+      error = e.what_without_backtrace();
+    }
+  });
+  EXPECT_NE(error.find("timed out after 500 ms waiting for rank 1"), std::string::npos) << error;
+  DIR* dir = ::opendir("/dev/shm");
+  ASSERT_NE(dir, nullptr);
+  const std::string ours = "ddpbench-" + std::to_string(::getpid()) + "-";
+  while (const dirent* e = ::readdir(dir)) EXPECT_NE(std::string(e->d_name).rfind(ours, 0), 0u) << e->d_name;
+  ::closedir(dir);
+}
+
+}  // namespace
+}  // namespace ddpbench
