@@ -205,7 +205,9 @@ void BM_Collective(benchmark::State& state, Op op, bool cuda, const std::string&
 }
 
 void Register(const std::string& name, Op op, bool cuda, const std::string& cpu_backend = "gloo") {
-  auto* b = benchmark::RegisterBenchmark(name, BM_Collective, op, cuda, cpu_backend);
+  auto* b = benchmark::RegisterBenchmark(name.c_str(), [op, cuda, cpu_backend](benchmark::State& state) {
+    BM_Collective(state, op, cuda, cpu_backend);
+  });
   b->RangeMultiplier(4)->Range(1 << 10, 64 << 20)->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
 
