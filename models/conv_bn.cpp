@@ -21,16 +21,14 @@ ChannelStats GenStats(const torch::Tensor& y) {
   return s;
 }
 
-namespace {
-
-// As torch::nn::BatchNorm2d: count the batch; without a momentum the factor
-// is 1/count (a cumulative average).
 double CountBatchFactor(torch::nn::BatchNorm2dImpl& bn) {
   torch::NoGradGuard no_grad;
   bn.num_batches_tracked += 1;
   const auto& momentum = bn.options.momentum();
   return momentum.has_value() ? *momentum : 1.0 / bn.num_batches_tracked.item<double>();
 }
+
+namespace {
 
 ScaleShift Fold(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& mean, const torch::Tensor& var) {
   const double eps = bn.options.eps();

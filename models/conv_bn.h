@@ -53,6 +53,12 @@ torch::Tensor ApplyScaleShift(const torch::Tensor& y, const ScaleShift& ss, cons
 torch::Tensor ConvBnAct(torch::nn::Conv2dImpl& conv, torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
                         const torch::Tensor& z, bool relu);
 
+// A training-mode BatchNorm call's bookkeeping, as torch::nn::BatchNorm2d
+// does it: counts the batch in num_batches_tracked and returns the running
+// statistics' exponential-average factor (the momentum, or 1/count when none
+// is set). Shared by every fused BatchNorm path.
+double CountBatchFactor(torch::nn::BatchNorm2dImpl& bn);
+
 // How many conv-BN patterns ran through ConvBnAct in this process, for the
 // row's `fuse` column (ATen's stages on every device in this build).
 int64_t ConvBnCalls();

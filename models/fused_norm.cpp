@@ -12,6 +12,7 @@
 #include <optional>
 #include <utility>
 
+#include "models/conv_bn.h"
 #include "models/fused_norm_cudnn.h"
 
 namespace ddpbench {
@@ -109,18 +110,7 @@ torch::Tensor BatchNormAddRelu(torch::nn::BatchNorm2dImpl& bn, const torch::Tens
     torch::Tensor y = bn.forward(x);
     return z.defined() ? y.add_(z).relu_() : y.relu_();
   }
-  // As torch::nn::BatchNorm2d: count the batch, and use 1/count as the
-  // factor when no momentum is set (a cumulative average).
-  double factor = 0.0;
-  {
-    torch::NoGradGuard no_grad;
-    bn.num_batches_tracked += 1;
-  }
-  if (o.momentum().has_value()) {
-    factor = *o.momentum();
-  } else {
-    factor = 1.0 / bn.num_batches_tracked.item<double>();
-  }
+  const double factor = CountBatchFactor(bn);
   return BatchNormAddReluFn::apply(x, z.defined() ? z : x, z.defined(), bn.weight, bn.bias, bn.running_mean, bn.running_var, factor, o.eps());
 }
 
