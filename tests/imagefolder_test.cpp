@@ -15,7 +15,9 @@
 #include <torch/torch.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <sstream>
+#include <thread>
 
 namespace ddpbench {
 namespace {
@@ -251,7 +253,19 @@ TEST(ImageFolderSourceTest, DescribesAndFeedsNormalisedBatches) {
   auto test = MakeTestSource(spec, 0, 1);
   ASSERT_NE(test, nullptr);
   EXPECT_EQ(test->Next().labels.size(0), 2);
-  const LoaderStats stats = source->Stats();
+  // The workers build ahead until the prefetch queue is full; a build in
+  // flight has clocked some stages but not yet its busy time, so the totals
+  // are compared once nothing has moved for 200 ms (the workers are waiting).
+  auto same = [](const LoaderStats& a, const LoaderStats& b) {
+    return a.images == b.images && a.busy_s == b.busy_s && a.stage_s == b.stage_s;
+  };
+  LoaderStats stats = source->Stats();
+  for (int tries = 0; tries < 100; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const LoaderStats later = source->Stats();
+    if (same(stats, later)) break;
+    stats = later;
+  }
   EXPECT_EQ(stats.workers, 2);
   // Every stage of the workers' time is clocked, and together they are no
   // more than the time they were busy (how much less depends on the
