@@ -1,7 +1,7 @@
 // --inject: faults put into a run on purpose, for testing the harness's
 // diagnosis and for users rehearsing their cluster. Off unless asked; a
 // row that ran with one names it (`inject`).
-//   delay:rank=R,phase=P,ms=M[,every=K]  rank R sleeps M ms inside phase P
+//   delay:rank=R,phase=P,ms=M[,every=K]  rank R waits M ms (decimal) inside phase P
 //                                        (data, forward, backward, optimizer)
 //                                        of every K-th step (once in the
 //                                        step, however often P is entered)

@@ -24,6 +24,21 @@ package beyond the interpreter):
     nodes = 1                   # > 1: srun across the allocation (ddp, zero*, hsdp, pmp --stage-ranks)
     flags = ["--verify"]        # extra raw flags, after the defaults' flags
     timeout_s = 3600            # optional, default 7200
+    launches = 5                # optional (here or in [defaults]), default 1: the
+                                # entry runs as that many processes, a row each;
+                                # the gate judges the night by their median
+
+A process's own figure varies from one launch to the next (memory layout,
+placement: on the 2-core VM 5-9% between launches against 1-2% between the
+timed sections of one launch), so several launches per night are what makes
+the night's figure steady; --repeat only repeats sections inside one launch.
+
+A machine whose speed drifts from minute to minute (a shared VM) moves every
+figure of a night together; --reference-bin=PATH (a pinned build kept on the
+node) runs each launch of an entry beside a launch of that build, in ABBA
+order, into <night>.reference.csv, and the gate then watches tonight's
+throughput over the reference's, in which the drift cancels. The reference
+runs the entry's flags without any --inject (faults are tonight's only).
 """
 import argparse
 import csv
@@ -37,8 +52,9 @@ import sys
 import tomllib
 
 from ddpbench_py import entries  # noqa: E402
+from ddpbench_py import rows as R  # noqa: E402
 
-ENTRY_KEYS = {"name", "strategy", "gpus", "nodes", "flags", "timeout_s"}
+ENTRY_KEYS = {"name", "strategy", "gpus", "nodes", "flags", "timeout_s", "launches"}
 # The strategies whose ranks can sit on several nodes (a rank per device); a
 # pipeline's too with --stage-ranks (one rank per stage).
 MULTI_PROCESS = {"ddp", "zero1", "zero2", "zero3", "hsdp"}
@@ -80,8 +96,8 @@ def check_entry(entry, index, seen):
     seen.add(name)
     if not isinstance(entry.get("strategy"), str):
         raise MatrixError(f"{where}: strategy missing")
-    for key in ("gpus", "nodes"):
-        if not isinstance(entry.get(key, 1), int) or entry.get(key, 1) < 1:
+    for key in ("gpus", "nodes", "launches"):
+        if not isinstance(entry.get(key, 1), int) or isinstance(entry.get(key, 1), bool) or entry.get(key, 1) < 1:
             raise MatrixError(f"{where}: {key}={entry.get(key)!r}: must be an integer >= 1")
     if entry.get("nodes", 1) > 1 and not multi_process(entry):
         raise MatrixError(f"{where}: strategy {entry['strategy']} runs in one process; nodes must be 1 "
@@ -106,10 +122,14 @@ def load_matrix(path):
     unknown = set(matrix) - {"defaults", "run"}
     if unknown:
         raise MatrixError(f"{path}: unknown tables {sorted(unknown)}; accepted: [defaults], [[run]]")
+    defaults = matrix.get("defaults", {})
+    launches = defaults.get("launches", 1)
+    if not isinstance(launches, int) or isinstance(launches, bool) or launches < 1:
+        raise MatrixError(f"{path}: [defaults] launches={launches!r}: must be an integer >= 1")
     seen = set()
     for i, entry in enumerate(runs):
         check_entry(entry, i, seen)
-    return matrix.get("defaults", {}), runs
+    return defaults, runs
 
 
 def command(binary, defaults, entry, out, run_id):
@@ -173,11 +193,19 @@ def on_stop_signal(sig, _frame):
 
 
 def measured_entries(night_csv):
-    """Entries that already have a row in this night (a requeued job skips them)."""
+    """{entry: rows it already has in this night} (a requeued job runs only the launches left)."""
     if not os.path.exists(night_csv):
-        return set()
+        return {}
+    counts = {}
     with open(night_csv, newline="") as f:
-        return {row.get("entry", "") for row in csv.DictReader(f)}
+        for row in csv.DictReader(f):
+            counts[row.get("entry", "")] = counts.get(row.get("entry", ""), 0) + 1
+    return counts
+
+
+def launches_of(args, defaults, entry):
+    """How many processes this entry runs tonight: --launches, else the entry's, else [defaults]'s, else 1."""
+    return args.launches or entry.get("launches", defaults.get("launches", 1))
 
 
 def run_matrix(args):
@@ -194,19 +222,52 @@ def run_matrix(args):
             print(f"!! signal {STOP[0]}: stopping before {entry['name']}; the requeued job goes on from there",
                   flush=True)
             return night, failed
-        if entry["name"] in done:
+        launches, before = launches_of(args, defaults, entry), done.get(entry["name"], 0)
+        if before >= launches:
             print(f"== {entry['name']}: measured before the requeue; skipped", flush=True)
             continue
         argv = command(args.bin, defaults, entry, night + ".csv", args.run_id)
-        print(f"== {entry['name']}: {shlex.join(argv)}", flush=True)
+        print(f"== {entry['name']}: {shlex.join(argv)}" + (f" ({launches} launches)" if launches > 1 else ""),
+              flush=True)
+        ref = reference_command(args, defaults, entry, night)
+        if ref:
+            print(f"   reference: {shlex.join(ref)}", flush=True)
         if args.dry_run:
             continue
-        rc, reason = run_entry(argv, entry, os.path.join(night, entry["name"] + ".log"))
-        if rc != 0:
-            failed += 1
-            print(f"!! {entry['name']} failed (exit {rc}): {reason}", flush=True)
-            entries.record_failure(night + ".failures.csv", args.run_id, entry, rc, reason, argv)
+        failed += run_launches(argv, ref, entry, night, args.run_id, range(before, launches))
     return night, failed
+
+
+def reference_command(args, defaults, entry, night):
+    """The reference build's argv for this entry (no --inject), or None without --reference-bin."""
+    if not args.reference_bin:
+        return None
+    argv = command(args.reference_bin, defaults, entry, R.reference_path(night + ".csv"), args.run_id)
+    return [a for a in argv if not a.startswith("--inject=")]
+
+
+def run_launches(argv, ref, entry, night, run_id, launches):
+    """Runs the entry once per launch (its log: <entry>.log, then <entry>.2.log...), each beside a
+    launch of the reference build if given (ABBA order; logs <entry>.ref.log...), stopping at the
+    first failure of tonight's build, which is recorded; -> 1 if one failed, else 0."""
+    for i in launches:
+        suffix = f".{i + 1}" if i else ""
+        runs = [(argv, "", suffix), (ref, ".ref", suffix)] if ref else [(argv, "", suffix)]
+        for cmd, kind, suffix in (runs if i % 2 == 0 else runs[::-1]):
+            if STOP:
+                return 0
+            rc, reason = run_entry(cmd, entry, os.path.join(night, entry["name"] + kind + suffix + ".log"))
+            if rc == 0:
+                continue
+            if kind:  # the yardstick broke, not tonight's build: said, not a failure of the entry
+                print(f"!! {entry['name']}: the reference build failed (exit {rc}): {reason}; "
+                      f"the rest of its launches run without it", flush=True)
+                ref = None
+                continue
+            print(f"!! {entry['name']} failed (exit {rc}{f', launch {i + 1}' if i else ''}): {reason}", flush=True)
+            entries.record_failure(night + ".failures.csv", run_id, entry, rc, reason, cmd)
+            return 1
+    return 0
 
 
 def report(args, night):
@@ -243,11 +304,17 @@ def main():
     parser.add_argument("--gate", action="append", default=[], metavar="FLAG",
                         help="another flag for the gate, scripts/report.py --against (repeatable): "
                              "--gate=--min-history=8, --gate=--rule=fixed")
+    parser.add_argument("--launches", type=int, help="processes per entry tonight, overriding the matrix's launches")
+    parser.add_argument("--reference-bin", help="a pinned build run beside each launch (ABBA); the gate watches the ratio")
     parser.add_argument("--no-report", action="store_true", help="rows only: no tables, figures or gate")
     parser.add_argument("--dry-run", action="store_true", help="print each entry's command, run nothing")
     args = parser.parse_args()
     if not args.run_id:
         args.run_id = default_run_id(args.out_dir)
+    if args.launches is not None and args.launches < 1:
+        parser.error(f"--launches={args.launches}: must be an integer >= 1")
+    if args.reference_bin and not (os.path.isfile(args.reference_bin) and os.access(args.reference_bin, os.X_OK)):
+        parser.error(f"--reference-bin={args.reference_bin}: not an executable file (a pinned ddpbench build)")
     if not LABEL.match(args.run_id):
         sys.exit(f"nightly: --run-id={args.run_id}: a label is letters, digits and - _ . : + (at most 64)")
     try:

@@ -289,6 +289,7 @@ def run_gate(args, rows, failures):
     limits = gate.Limits(k=args.k, floor=args.noise_floor, mem_factor=args.mem_factor, acc_tol=args.acc_tol,
                          vs_expected=args.vs_expected, memory_vs_expected=args.memory_vs_expected,
                          expected_fails=args.expected_fails, rule=args.rule, min_history=args.min_history,
+                         confirm=args.confirm,
                          alpha=args.alpha, min_change=args.min_change, recent=args.recent,
                          matrix=args.matrix or "MATRIX")
     lines, regressions = gate.check(rows, history, failures, limits)
@@ -368,6 +369,8 @@ def parse_args():
                    "3 with --rule=fixed)")
     p.add_argument("--rule", choices=["changepoint", "fixed"], default="changepoint",
                    help="gate: change points and each entry's own noise (default), or the former fixed 5%% floor")
+    p.add_argument("--confirm", type=int, default=1,
+                   help="changepoint rule: nights in a row (tonight included) the one-bad-night rule needs (default 1)")
     p.add_argument("--min-history", type=int, default=5,
                    help="gate: earlier nights an entry needs for the changepoint rule (fewer: not enough history)")
     p.add_argument("--alpha", type=float, default=0.01, help="gate: a change point's largest corrected p-value")
@@ -388,6 +391,8 @@ def parse_args():
     p.add_argument("--mem-factor", type=float, default=1.05, help="gate: peak memory above factor x reference")
     p.add_argument("--acc-tol", type=float, default=0.02, help="gate: accuracy below reference - tol")
     args = p.parse_args()
+    if args.confirm < 1:
+        p.error(f"--confirm={args.confirm}: must be at least 1 (tonight)")
     if args.min_history < 2:
         p.error(f"--min-history={args.min_history}: must be at least 2 (a spread needs two nights)")
     if not 0 < args.alpha < 1:

@@ -646,6 +646,7 @@ TEST(Inject, EachKindParsesIntoItsFields) {
   EXPECT_EQ(d.phase, Phase::kBackward);
   EXPECT_EQ(d.ms, 50);
   EXPECT_EQ(d.every, 2);
+  EXPECT_DOUBLE_EQ(ParseInjection("delay:rank=0,phase=forward,ms=0.4").ms, 0.4);  // sub-millisecond slowdowns
   const Injection s = ParseInjection("slow-data:rank=0,ms=7");
   EXPECT_EQ(s.kind, Injection::Kind::kDelay);
   EXPECT_EQ(s.phase, Phase::kData);
@@ -665,7 +666,9 @@ TEST(Inject, BadSpecsAreOneMessageEach) {
       {"delay:rank=1,phase=communication,ms=5", "phase=communication is not a phase every strategy times; accepted: "
                                                 "data, forward, backward, optimizer"},
       {"delay:rank=1,phase=forward", "ms is missing"},
-      {"delay:rank=1,phase=forward,ms=0", "ms=0 is not a whole number >= 1"},
+      {"delay:rank=1,phase=forward,ms=0", "ms=0 is not a number of milliseconds > 0 (at most 3600000)"},
+      {"delay:rank=1,phase=forward,ms=1.5x", "ms=1.5x is not a number of milliseconds > 0"},
+      {"slow-data:rank=1,ms=nan", "ms=nan is not a number of milliseconds > 0"},
       {"delay:rank=-1,phase=forward,ms=5", "rank=-1 is not a whole number >= 0"},
       {"delay:rank=x,phase=forward,ms=5", "rank=x is not a whole number >= 0"},
       {"hang:rank=1", "step is missing"},

@@ -14,6 +14,12 @@ the nights (rule "changepoint", the default):
                   than every earlier night (a shared machine's nights have
                   heavier tails than a MAD sees).
 
+A night run with a reference build (scripts/nightly.py --reference-bin:
+the same entry from a pinned build, launched interleaved with tonight's) also
+has throughput_vs_reference, tonight's throughput over the reference's, in
+which the machine's own drift cancels; where tonight has it, that ratio is
+gated and the absolute throughput and step time are printed but not counted.
+
 With fewer nights the entry is "not enough history" (not a regression). Rule
 "fixed" is the former one: throughput < median - k x max(1.4826 x MAD,
 0.05 x median). Beside them, on any history:
@@ -55,6 +61,7 @@ class Limits:
     expected_fails: bool = False
     rule: str = "changepoint"   # or "fixed": the former throughput rule
     min_history: int = 5        # earlier nights the changepoint rule needs
+    confirm: int = 1            # nights in a row the one-bad-night rule needs (tonight included)
     alpha: float = 0.01         # a change point's corrected p-value below this
     min_change: float = 0.02    # a change smaller than this fraction is not a regression
     recent: int = 3             # a change point alarms while its first bad night is this recent
@@ -65,6 +72,8 @@ class Limits:
             self.k = 3.0 if self.rule == "fixed" else 5.0
         if self.floor is None:
             self.floor = 0.05 if self.rule == "fixed" else 0.005
+        if self.confirm < 1:
+            raise ValueError(f"confirm={self.confirm}: must be at least 1")
 
 
 def expected_rule(row, limits):
@@ -154,15 +163,20 @@ def likely_causes(row, history):
 
 
 def spread_rule(key, series, limits):
-    """tonight (the last night) worse than the earlier nights' median by more than k x their own spread."""
-    values = [n.value for n in series[:-1]]
+    """The last `confirm` nights (tonight and the ones before it) each worse than the earlier
+    nights' median by more than k x their own spread, and than every earlier night."""
+    streak, values = series[-limits.confirm:], [n.value for n in series[:-limits.confirm]]
+    if len(values) < limits.min_history:
+        return None
     tonight, median = series[-1].value, statistics.median(values)
     spread = max(1.4826 * statistics.median(abs(v - median) for v in values), limits.floor * median)
     lower = N.FIGURES[key] == "lower"
     bound = median - limits.k * spread if lower else median + limits.k * spread
     worst = min(values) if lower else max(values)
-    if (tonight < min(bound, worst)) if lower else (tonight > max(bound, worst)):
-        return (f"{key}: tonight {tonight:.2f}, outside this entry's noise: median {median:.2f} of "
+    if all((n.value < min(bound, worst)) if lower else (n.value > max(bound, worst)) for n in streak):
+        nights = f"tonight {tonight:.2f}" if limits.confirm == 1 else \
+            f"the last {limits.confirm} nights {', '.join(f'{n.value:.2f}' for n in streak)}"
+        return (f"{key}: {nights}, outside this entry's noise: median {median:.2f} of "
                 f"{len(values)} nights, bound {bound:.2f} = median {'-' if lower else '+'} "
                 f"{limits.k:g} x {spread:.2f}, worst night {worst:.2f}")
     return None
@@ -204,6 +218,10 @@ def history_lines(row, past, limits):
         one_night = spread_rule(key, series, limits) if key != "peak_mem_mb" else None
         if not bad and one_night:
             bad = [f"REGRESSION {R.experiment(row)} {one_night}"]
+        if bad and key in N.ABSOLUTE_SPEED and N.has_reference(row):
+            bad = [f"machine  {line.split(' ', 1)[1]} (not counted: the reference build ran beside it; "
+                   f"throughput_vs_reference is the gated figure)" for line in bad[:1]]
+            other, bad = bad + other, []
         lines += bad + other
         regressions += 1 if bad else 0
     return lines, regressions
@@ -227,7 +245,7 @@ def check(tonight, history, failures, limits):
         by_key.setdefault(R.workload(h), []).append(h)
     rules = RULES if limits.rule == "fixed" else RULES[1:]
     lines, regressions = [], 0
-    for row in tonight:
+    for row in N.one_per_workload(tonight):
         for flagged in (expected_rule(row, limits), memory_expected_rule(row, limits), other_workloads(row, history)):
             if flagged:
                 lines.append(flagged)

@@ -6,6 +6,7 @@ environment fingerprint. Standard library only.
 import csv
 import glob
 import os
+import statistics
 
 
 class RowsError(Exception):
@@ -79,7 +80,7 @@ def load(paths):
             raise RowsError(f"{path}: not a ddpbench results file (no throughput_img_s column)")
         for i, row in enumerate(body):
             check_cells(path, i + 2, row)
-        rows.extend(body)
+        rows.extend(attach_reference(path, body))
     return rows
 
 
@@ -133,16 +134,40 @@ def row_problem(path, reader, row):
     return ""
 
 
+def reference_path(night_csv):
+    """Where scripts/nightly.py --reference-bin keeps a night's reference rows."""
+    return (night_csv[:-4] if night_csv.endswith(".csv") else night_csv) + ".reference.csv"
+
+
+def attach_reference(night_csv, rows):
+    """Sets each row's reference_throughput_img_s: the median throughput of the
+    reference build's launches of the same entry that night (interleaved with
+    the night's own launches), when the night has them. Returns rows."""
+    path = reference_path(night_csv)
+    if not os.path.exists(path):
+        return rows
+    by_entry = {}
+    for ref in night_rows(path, []):
+        if num(ref, "throughput_img_s") is not None:
+            by_entry.setdefault(ref.get("entry", ""), []).append(num(ref, "throughput_img_s"))
+    for row in rows:
+        values = sorted(by_entry.get(row.get("entry", ""), []))
+        if values:
+            row["reference_throughput_img_s"] = repr(statistics.median(values))
+    return rows
+
+
 def load_history(directory, tonight, skipped=None):
     """The rows of the nights under directory (one CSV per night) made before
     tonight's rows (by timestamp), tonight's own run_id excluded; rows that
     cannot be read are named in `skipped` (a list) and left out."""
     run_id = tonight[0].get("run_id") if tonight else None
     start = min((r.get("timestamp", "") for r in tonight), default="")
-    paths = sorted(p for p in glob.glob(os.path.join(directory, "*.csv")) if not p.endswith(".failures.csv"))
+    paths = sorted(p for p in glob.glob(os.path.join(directory, "*.csv"))
+                   if not p.endswith(".failures.csv") and not p.endswith(".reference.csv"))
     rows, skipped = [], [] if skipped is None else skipped
     for path in paths:
-        rows += night_rows(path, skipped)
+        rows += attach_reference(path, night_rows(path, skipped))
     return [r for r in rows if r.get("run_id") and r.get("run_id") != run_id and r.get("timestamp", "") < start]
 
 

@@ -112,6 +112,23 @@ grep -q "^REGRESSION single-1x1 throughput_img_s: tonight .*, outside this entry
   || fail "no throughput regression named: $(cat "$TMP/gate.out")"
 grep -q "gate: 1 row against 2 earlier nights .*: 2 regressions$" "$TMP/gate.out" || fail "gate summary: $(cat "$TMP/gate.out")"
 
+# An entry run as several processes: a row and a log per launch; a requeued
+# night (same run id) runs only the launches it lacks.
+L=(--bin="$BIN" --out-dir="$TMP/launch" --matrix="$TMP/m.toml" --only=single-1x1 --run-id=two --no-report)
+"$PY" "$SRC/scripts/nightly.py" "${L[@]}" --launches=2 --reference-bin="$BIN" >"$TMP/l.out" 2>&1 \
+  || fail "2 launches: $(cat "$TMP/l.out")"
+grep -q "^== single-1x1: .* (2 launches)$" "$TMP/l.out" || fail "launches not said: $(cat "$TMP/l.out")"
+[ "$(tail -n +2 "$TMP/launch/two.reference.csv" | wc -l)" = 2 ] || fail "a reference launch beside each launch"
+"$PY" "$SRC/scripts/nightly.py" "${L[@]}" --launches=3 >"$TMP/l.out" 2>&1 || fail "3rd launch: $(cat "$TMP/l.out")"
+[ "$(tail -n +2 "$TMP/launch/two.csv" | wc -l)" = 3 ] || fail "3 launches, 3 rows: $(cat "$TMP/launch/two.csv")"
+ls "$TMP/launch/two/single-1x1.log" "$TMP/launch/two/single-1x1.2.log" "$TMP/launch/two/single-1x1.3.log" >/dev/null \
+  || fail "a log per launch: $(ls "$TMP/launch/two")"
+if "$PY" "$SRC/scripts/nightly.py" "${L[@]}" --launches=0 2>"$TMP/err"; then fail "--launches=0 accepted"; fi
+grep -q "argument error: --launches=0: must be an integer >= 1\|--launches=0: must be an integer >= 1" "$TMP/err" \
+  || fail "--launches=0 message: $(cat "$TMP/err")"
+if "$PY" "$SRC/scripts/nightly.py" "${L[@]}" --reference-bin="$TMP/none" 2>"$TMP/err"; then fail "no reference build accepted"; fi
+grep -q -- "--reference-bin=$TMP/none: not an executable file" "$TMP/err" || fail "--reference-bin message: $(cat "$TMP/err")"
+
 # The committed matrices parse and give the commands they should.
 nightly --matrix="$SRC/scripts/matrix/gpu.toml" --run-id=dry --dry-run >"$TMP/dry.out" || fail "gpu.toml: $(cat "$TMP/dry.out")"
 grep -q "^== ddp-1x2: srun --nodes=2 --ntasks=2 --ntasks-per-node=1 .* --strategy=ddp .*--entry=ddp-1x2" "$TMP/dry.out" \

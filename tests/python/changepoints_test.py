@@ -87,6 +87,18 @@ class GateRuleTest(unittest.TestCase):
         self.assertRegex(lines[0], r"^REGRESSION ddp-2x1 throughput_img_s: tonight 80.00, outside this entry's noise: "
                                    r"median .* of 12 nights, bound .* = median - 5 x .*, worst night ")
 
+    def test_confirm_needs_that_many_bad_nights_in_a_row(self):
+        quiet = level([100] * 12)
+        limits = gate.Limits(k=3, confirm=2, alpha=1e-12, matrix="m.toml")  # the streak alone, no change points
+        self.assertEqual(gate_lines(nights(quiet + [80]), limits)[1], 0)        # one bad night: not yet
+        self.assertEqual(gate_lines(nights(quiet + [80, 100]), limits)[1], 0)   # and a good one after it
+        lines, n = gate_lines(nights(quiet + [92, 91]), limits)
+        self.assertGreaterEqual(n, 1, lines)
+        self.assertTrue(any(l.startswith("REGRESSION ddp-2x1 throughput_img_s: the last 2 nights 92.00, 91.00, "
+                                         "outside this entry's noise: median") for l in lines), lines)
+        with self.assertRaises(ValueError):
+            gate.Limits(confirm=0)
+
     def test_old_change_no_longer_alarms(self):
         lines, n = gate_lines(nights(level([100] * 10 + [94] * 8), bad_from=10))
         self.assertEqual(n, 0, lines)
@@ -114,6 +126,40 @@ class GateRuleTest(unittest.TestCase):
         self.assertEqual(n, 0, lines)
         self.assertIn("note     ddp-2x1: earlier rows of this entry with another workload (width=8) are not mixed in",
                       lines)
+
+
+class ReferenceTest(unittest.TestCase):
+    """Nights run beside a reference build: the ratio is gated, the machine's drift is not."""
+
+    def with_ref(self, tputs, refs):
+        return [dict(r, reference_throughput_img_s=f"{ref:.2f}") for r, ref in zip(nights(tputs), refs)]
+
+    def test_machine_slowdown_moving_both_builds_is_said_not_counted(self):
+        steady = level([100] * 10)
+        history = self.with_ref(steady + [70, 70, 70], steady + [70, 70, 70])
+        lines, n = gate_lines(history)
+        self.assertEqual(n, 0, lines)
+        self.assertTrue(any(l.startswith("machine  ddp-2x1 throughput_img_s:") and "(not counted: the reference "
+                            "build ran beside it" in l for l in lines), lines)
+
+    def test_tonights_build_slower_than_the_reference_is_a_regression(self):
+        refs = level([100] * 13)
+        history = self.with_ref([r * (0.95 if i >= 10 else 1.0) for i, r in enumerate(refs)], refs)
+        lines, n = gate_lines(history)
+        self.assertEqual(n, 1, lines)
+        self.assertTrue(any(l.startswith("REGRESSION ddp-2x1 throughput_vs_reference: change point -5.0%")
+                            for l in lines), lines)
+
+    def test_reference_rows_are_attached_by_entry_and_kept_out_of_the_history(self):
+        with tempfile.TemporaryDirectory() as d:
+            header = "run_id,timestamp,entry,gpus,throughput_img_s\n"
+            with open(os.path.join(d, "n1.csv"), "w") as f:
+                f.write(header + "n1,t1,a,2,90\nn1,t1,b,2,50\n")
+            with open(os.path.join(d, "n1.reference.csv"), "w") as f:
+                f.write(header + "n1,t1,a,2,100\nn1,t1,a,2,98\nn1,t1,a,2,120\n")
+            got = R.load_history(d, [{"run_id": "tonight", "timestamp": "t9"}])
+            self.assertEqual([(r["entry"], r.get("reference_throughput_img_s")) for r in got],
+                             [("a", "100.0"), ("b", None)])
 
 
 class HistoryPageTest(unittest.TestCase):

@@ -86,6 +86,57 @@ class GateTest(unittest.TestCase):
         self.assertEqual(n, 1)
         self.assertIn("REGRESSION pmp-2x1 run: failed tonight (exit 2): --chunks=0: must be at least 1", lines)
 
+    def test_a_nights_launches_are_judged_once_by_their_median(self):
+        history = [row("n1", 100), row("n2", 100)]
+        tonight = [row("t", 99), row("t", 70), row("t", 101)]  # one slow launch: the median, 99, is judged
+        lines, n = gate.check(tonight, history, [], gate.Limits(rule="fixed"))
+        self.assertEqual(n, 0, lines)
+        lines, n = gate.check([row("t", 70), row("t", 72), row("t", 101)], history, [], gate.Limits(rule="fixed"))
+        self.assertEqual(n, 1)
+        self.assertEqual(sum(l.startswith("REGRESSION") for l in lines), 1)
+        self.assertIn("tonight 72.00", lines[0])
+
+    def test_one_launchs_parity_failure_is_not_folded_away(self):
+        tonight = [row("t", 99), row("t", 100, parity_ok="false", parity_max_abs_diff="3e-2"), row("t", 101)]
+        lines, n = gate.check(tonight, [row("n1", 100)], [], gate.Limits(rule="fixed"))
+        self.assertEqual(n, 1)
+        self.assertIn("REGRESSION ddp-2x1 parity: tonight 3e-2", lines[0])
+
+
+class MatrixLaunchesTest(unittest.TestCase):
+    def load(self, text):
+        import os
+        import tempfile
+        import nightly
+        with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+            f.write(text)
+        try:
+            return nightly.load_matrix(f.name)
+        finally:
+            os.unlink(f.name)
+
+    def test_launches_is_the_drivers_key_not_a_flag(self):
+        import nightly
+        defaults, runs = self.load('[defaults]\nlaunches = 3\nsteps = 6\n[[run]]\nname = "a"\nstrategy = "single"\n'
+                                   '[[run]]\nname = "b"\nstrategy = "single"\nlaunches = 1\n')
+        self.assertEqual(nightly.as_flags(defaults), ["--steps=6"])
+        args = type("Args", (), {"launches": None})()
+        self.assertEqual([nightly.launches_of(args, defaults, r) for r in runs], [3, 1])
+        args.launches = 5
+        self.assertEqual(nightly.launches_of(args, defaults, runs[1]), 5)
+
+    def test_bad_launches_are_named(self):
+        import nightly
+        for text, says in [('launches = 0\n', "launches=0: must be an integer >= 1"),
+                           ('launches = "3"\n', "launches='3': must be an integer >= 1"),
+                           ('launches = true\n', "launches=True: must be an integer >= 1")]:
+            with self.assertRaises(nightly.MatrixError) as e:
+                self.load(f'[[run]]\nname = "a"\nstrategy = "single"\n{text}')
+            self.assertIn(says, str(e.exception))
+        with self.assertRaises(nightly.MatrixError) as e:
+            self.load('[defaults]\nlaunches = -2\n[[run]]\nname = "a"\nstrategy = "single"\n')
+        self.assertIn("[defaults] launches=-2: must be an integer >= 1", str(e.exception))
+
 
 if __name__ == "__main__":
     unittest.main()
