@@ -218,6 +218,7 @@ class ImageFolderMaker final : public BatchMaker {
     std::vector<GpuDecodeJob> jobs(rows.size());
     for (size_t i = 0; i < rows.size(); ++i) used[i] = Plan(rows[i], epoch, train, &bytes[i], &jobs[i], &clock);
     const auto on_cpu = [&](const std::vector<int64_t>& refused) {
+      clock.Mark(LoadStage::kDecode);  // nvJPEG's share so far; the CPU's stages follow
       torch::Tensor host = torch::empty({static_cast<int64_t>(refused.size()), 3, size_, size_}, torch::kUInt8);
       for (size_t j = 0; j < refused.size(); ++j) {
         int64_t& row = used[static_cast<size_t>(refused[j])];
