@@ -347,7 +347,8 @@ std::string GpuDecodeRefusal(const std::string& device) {
   if (device == "cpu")
     return "--decode=gpu with --device=cpu: GPU decode runs on a CUDA device's JPEG decoder (nvJPEG), which a "
            "CPU run has none of; accepted: --decode=cpu (the default) or --device=cuda";
-  return "--decode=gpu: this build has no nvJPEG decode path yet; JPEGs are decoded by the CPU pool "
+  return "--decode=gpu: this binary was built without nvJPEG (CMake found no nvjpeg.h and libnvjpeg beside "
+         "LibTorch's CUDA; scripts/setup.sh installs PyPI's nvidia-nvjpeg); JPEGs are decoded by the CPU pool "
          "(--data-workers); accepted: --decode=cpu";
 }
 

@@ -18,7 +18,7 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config);
 void ValidateConfig(const RunConfig& config);
 
 // Why --decode=gpu cannot run on the (resolved) `device`: the CPU has no
-// JPEG engine, and this build has no nvJPEG path yet. A ConfigError's message.
+// JPEG engine; on CUDA, this build has no nvJPEG. A ConfigError's message.
 std::string GpuDecodeRefusal(const std::string& device);
 
 // The strategies that read a strategy-specific flag (each strategy's traits

@@ -25,6 +25,7 @@
 #include "harness/cuda_support.h"
 #include "app/calibrate.h"
 #include "app/cli.h"
+#include "datasets/gpu_decode.h"
 #include "app/data_only.h"
 #include "app/expected.h"
 #include "harness/dist.h"
@@ -222,7 +223,8 @@ PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, c
                       "checked for CPU devices over Gloo; accepted: --device=cpu, or leave --stage-ranks out");
   if (config.device == "cuda" && !CudaAvailable())
     throw ConfigError("--device=cuda: no CUDA device is available here; accepted: --device=cpu or auto");
-  if (config.decode == "gpu") throw ConfigError(GpuDecodeRefusal(config.device));  // --device=auto resolved
+  if (config.decode == "gpu" && (config.device != "cuda" || !GpuDecodeBuilt()))  // --device=auto resolved
+    throw ConfigError(GpuDecodeRefusal(config.device));
   CheckExpectedProfile(config);
   run.devices = ResolveDevices(config, entry.info, dist, &run.oversubscribed);
 
@@ -238,6 +240,7 @@ PreparedRun PrepareRun(const RunConfig& config_in, const StrategyEntry& entry, c
   spec.val_fraction = config.val_fraction;
   spec.data_workers = config.data_workers > 0 ? config.data_workers : DefaultDataWorkers(config, entry.info, dist);
   spec.skip_bad_images = config.skip_bad_images;
+  spec.gpu_decode = config.decode == "gpu";
   run.replicas = entry.info.parallelism() == Parallelism::kDataInProcess      ? config.gpus
                  : entry.info.parallelism() == Parallelism::kDataMultiProcess ? dist.world
                  : RunsRankPerDevice(entry.info, config)                      ? ReplicateDegree(config, entry.info)

@@ -56,6 +56,8 @@ struct DataSpec {
   // and replaced by the next readable one instead of stopping the run.
   int data_workers = 1;
   bool skip_bad_images = false;
+  // ImageFolder on a CUDA device: JPEGs decoded there by nvJPEG (--decode=gpu).
+  bool gpu_decode = false;
   // Synthetic only:
   int64_t synthetic_classes = 1000;
   int64_t synthetic_channels = 3;

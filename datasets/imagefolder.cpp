@@ -11,8 +11,12 @@
 // not the one doing it for every worker, into memory reused batch after
 // batch (datasets/batch_pool.h). Every sample is a pure function of
 // (seed, epoch, index). Each worker's time is clocked per stage (read,
-// header, decode, resize, normalise, collate) for the row's figures.
+// header, decode, resize, normalise, collate) for the row's figures. With
+// --decode=gpu a worker reads the files and draws the crops, and nvJPEG
+// decodes, crops and resizes the batch on the device (datasets/gpu_decode.h;
+// its decode stage holds that wait), the CPU decoding what nvJPEG refuses.
 #include "datasets/batch_pool.h"
+#include "datasets/gpu_decode.h"
 #include "datasets/image_transforms.h"
 #include "datasets/internal.h"
 
@@ -176,10 +180,13 @@ class ImageFolderMaker final : public BatchMaker {
         in_worker_(!spec.device.is_cuda()),
         channels_last_(spec.channels_last),
         workers_(spec.data_workers),
+        gpu_decode_(spec.gpu_decode),
+        device_index_(spec.device.has_index() ? spec.device.index() : 0),
         mean_(torch::tensor(kImageNetMean, torch::kFloat).view({1, 3, 1, 1}).to(spec.device)),
         std_(torch::tensor(kImageNetStd, torch::kFloat).view({1, 3, 1, 1}).to(spec.device)) {}
 
   Batch Make(const std::vector<int64_t>& rows, int64_t epoch, bool train) const override {
+    if (gpu_decode_) return MakeOnGpu(rows, epoch, train);
     StageClock clock(&stage_ns_);
     const auto n = static_cast<int64_t>(rows.size());
     torch::Tensor images = torch::empty({n, 3, size_, size_}, torch::kUInt8);
@@ -198,6 +205,33 @@ class ImageFolderMaker final : public BatchMaker {
       images = images.pin_memory();
       labels = labels.pin_memory();
     }
+    clock.Mark(LoadStage::kCollate);
+    return {images, labels};
+  }
+
+  // --decode=gpu: files read and crops drawn here, the batch decoded on the
+  // device; a file nvJPEG refuses is decoded here as without the flag.
+  Batch MakeOnGpu(const std::vector<int64_t>& rows, int64_t epoch, bool train) const {
+    StageClock clock(&stage_ns_);
+    std::vector<int64_t> used(rows.size());  // the row each sample came from
+    std::vector<std::string> bytes(rows.size());
+    std::vector<GpuDecodeJob> jobs(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) used[i] = Plan(rows[i], epoch, train, &bytes[i], &jobs[i], &clock);
+    const auto on_cpu = [&](const std::vector<int64_t>& refused) {
+      clock.Mark(LoadStage::kDecode);  // nvJPEG's share so far; the CPU's stages follow
+      torch::Tensor host = torch::empty({static_cast<int64_t>(refused.size()), 3, size_, size_}, torch::kUInt8);
+      for (size_t j = 0; j < refused.size(); ++j) {
+        int64_t& row = used[static_cast<size_t>(refused[j])];
+        row = Sample(row, epoch, train, host[static_cast<int64_t>(j)], &clock);
+      }
+      return host;
+    };
+    DecoderLease decoder(this);
+    torch::Tensor images = decoder->Decode(jobs, size_, on_cpu);
+    clock.Mark(LoadStage::kDecode);
+    torch::Tensor labels = torch::empty({static_cast<int64_t>(rows.size())}, torch::kLong);
+    for (size_t i = 0; i < used.size(); ++i) labels[static_cast<int64_t>(i)] = index_->labels[static_cast<size_t>(used[i])];
+    labels = labels.pin_memory();
     clock.Mark(LoadStage::kCollate);
     return {images, labels};
   }
@@ -226,20 +260,16 @@ class ImageFolderMaker final : public BatchMaker {
     return channels_last_ ? x.contiguous(at::MemoryFormat::ChannelsLast) : x;
   }
 
-  // Writes row's sample into `out`; returns the row used (the next readable
-  // one when --skip-bad-images replaced an undecodable image).
-  int64_t Sample(int64_t row, int64_t epoch, bool train, torch::Tensor out, StageClock* clock) const {
-    const StageMark mark = [clock](LoadStage stage) { clock->Mark(stage); };
+  // The first row from `row` on for which use(row) does not throw
+  // DataError: `row` itself, or with --skip-bad-images the next readable one
+  // (each one passed over counted).
+  template <typename Use>
+  int64_t FirstUsable(int64_t row, const Use& use) const {
     const auto total = static_cast<int64_t>(index_->files.size());
     for (int64_t tried = 0;; ++tried) {
       const int64_t r = (row + tried) % total;
-      const std::string& path = index_->files[static_cast<size_t>(r)];
       try {
-        const std::string bytes = ReadFileBytes(path);
-        clock->Mark(LoadStage::kRead);
-        const uint64_t key = HashCombine(HashCombine(SplitMix64(seed_), static_cast<uint64_t>(epoch)),
-                                         static_cast<uint64_t>(r));
-        out.copy_(train ? TrainSample(path, bytes, size_, key, mark) : EvalSample(path, bytes, size_, mark));
+        use(r);
         return r;
       } catch (const DataError&) {
         if (!skip_bad_) throw;
@@ -249,16 +279,77 @@ class ImageFolderMaker final : public BatchMaker {
     }
   }
 
+  // Every random choice of row r's sample in `epoch`.
+  uint64_t KeyOf(int64_t epoch, int64_t r) const {
+    return HashCombine(HashCombine(SplitMix64(seed_), static_cast<uint64_t>(epoch)), static_cast<uint64_t>(r));
+  }
+
+  // Writes row's sample into `out`; returns the row used.
+  int64_t Sample(int64_t row, int64_t epoch, bool train, torch::Tensor out, StageClock* clock) const {
+    const StageMark mark = [clock](LoadStage stage) { clock->Mark(stage); };
+    return FirstUsable(row, [&](int64_t r) {
+      const std::string& path = index_->files[static_cast<size_t>(r)];
+      const std::string bytes = ReadFileBytes(path);
+      clock->Mark(LoadStage::kRead);
+      const uint64_t key = KeyOf(epoch, r);
+      out.copy_(train ? TrainSample(path, bytes, size_, key, mark) : EvalSample(path, bytes, size_, mark));
+    });
+  }
+
+  // --decode=gpu: row's bytes and its crop (drawn from the header, as the CPU
+  // path draws it) into *bytes and *job; returns the row used.
+  int64_t Plan(int64_t row, int64_t epoch, bool train, std::string* bytes, GpuDecodeJob* job, StageClock* clock) const {
+    return FirstUsable(row, [&](int64_t r) {
+      const std::string& path = index_->files[static_cast<size_t>(r)];
+      *bytes = ReadFileBytes(path);
+      clock->Mark(LoadStage::kRead);
+      const ImageHeader header = ReadImageHeader(path, *bytes);
+      const uint64_t key = KeyOf(epoch, r);
+      job->bytes = bytes;
+      job->box = train ? RandomResizedCropBox(header.height, header.width, key)
+                       : EvalCropBox(header.height, header.width, size_);
+      job->flip = train && FlipOf(key);
+      clock->Mark(LoadStage::kHeader);
+    });
+  }
+
+  // One worker's nvJPEG decoder, taken from the maker's (made on first use)
+  // and given back when done: each worker thread decodes with its own.
+  class DecoderLease {
+   public:
+    explicit DecoderLease(const ImageFolderMaker* maker) : maker_(maker) {
+      std::lock_guard<std::mutex> lock(maker_->decoders_mu_);
+      if (!maker_->decoders_.empty()) {
+        decoder_ = std::move(maker_->decoders_.back());
+        maker_->decoders_.pop_back();
+      }
+      if (!decoder_) decoder_ = std::make_unique<GpuJpegDecoder>(maker_->device_index_);
+    }
+    ~DecoderLease() {
+      std::lock_guard<std::mutex> lock(maker_->decoders_mu_);
+      maker_->decoders_.push_back(std::move(decoder_));
+    }
+    GpuJpegDecoder* operator->() const { return decoder_.get(); }
+
+   private:
+    const ImageFolderMaker* maker_;
+    std::unique_ptr<GpuJpegDecoder> decoder_;
+  };
+
   std::shared_ptr<const FolderIndex> index_;
   const int64_t size_;
   const uint64_t seed_;
   const bool skip_bad_, pin_, in_worker_, channels_last_;
   const int workers_;
+  const bool gpu_decode_;
+  const int device_index_;
   const torch::Tensor mean_, std_;
   mutable std::atomic<int64_t> bad_{0};
   mutable StageClock::Totals stage_ns_{};
   // The float batches' memory, reused: enough for every batch queued (2 per
   // worker), being built (1 per worker) and held by the loop (2).
+  mutable std::mutex decoders_mu_;
+  mutable std::vector<std::unique_ptr<GpuJpegDecoder>> decoders_;  // --decode=gpu: the idle ones
   const std::shared_ptr<BatchPool> pool_ = BatchPool::Make(static_cast<size_t>(3 * std::max(1, workers_) + 2));
 };
 

@@ -36,6 +36,11 @@
 #                                                         -> gpu-memory.csv, memory-snapshot.pickle
 #   conv-bn  --fuse=conv-bn: float64 --verify, then interleaved rounds against
 #            eager and bn-add-relu (ResNet-50 bf16 b256) -> gpu-conv-bn.csv
+#   decode   --decode=gpu (nvJPEG) against the CPU pool (--decode=cpu) and
+#            synthetic data: ResNet-50 bf16 batch 256 on an ImageFolder of
+#            ImageNet-sized JPEGs (333-500 px, scripts/make_imagefolder.py,
+#            made once into DECODE_DATA, default OUT_DIR/imagefolder-333-500),
+#            interleaved rounds                          -> gpu-decode.csv
 #   scripts/gpu_bench.sh [OUT_DIR [PART...]]   (env: ROUNDS=3, AMPS=bf16,
 #   MODELS="resnet50 resnet18", BIN, PY=python3); compare's rounds continue the numbering
 #   already in gpu-compare.csv
@@ -48,8 +53,8 @@ PARTS=("${@:-parity compare matrix}"); PARTS=(${PARTS[*]})
 ROUNDS="${ROUNDS:-3}"; AMPS="${AMPS:-bf16}"; MODELS="${MODELS:-resnet50 resnet18}"
 BIN="${BIN:-$ROOT/build-gpu/ddpbench}"; PY="${PY:-python3}"
 for p in "${PARTS[@]}"; do
-  case "$p" in parity|compare|compare-ddp|matrix|expected|fuse|fuse-parity|graphs-parity|ddp-graphs|profile|memory|conv-bn) ;;
-    *) echo "gpu_bench.sh: part '$p': want parity, compare, compare-ddp, matrix, expected, fuse, fuse-parity, graphs-parity, ddp-graphs, profile, memory or conv-bn" >&2; exit 2 ;;
+  case "$p" in parity|compare|compare-ddp|matrix|expected|fuse|fuse-parity|graphs-parity|ddp-graphs|profile|memory|conv-bn|decode) ;;
+    *) echo "gpu_bench.sh: part '$p': want parity, compare, compare-ddp, matrix, expected, fuse, fuse-parity, graphs-parity, ddp-graphs, profile, memory, conv-bn or decode" >&2; exit 2 ;;
   esac
 done
 [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_bench.sh: ROUNDS=$ROUNDS: want a whole number >= 1" >&2; exit 2; }
@@ -314,6 +319,27 @@ conv_bn() {
     CSV="$CSV" compare_one "$r" "conv-bn-resnet50-b256" --strategy=single --fuse=conv-bn "${b[@]}" "${W[@]}"
   done
   ratios "$CSV" conv-bn-resnet50-b256/eager-resnet50-b256 conv-bn-resnet50-b256/bn-add-relu-resnet50-b256
+}
+
+# Input at the GPU's speed: each round trains on synthetic data, then on the
+# JPEG folder decoded by nvJPEG, then by the CPU pool (rows appended as each
+# run ends, so a part cut short keeps its finished rounds).
+decode() {
+  local data="${DECODE_DATA:-$OUT_DIR/imagefolder-333-500}" CSV="$OUT_DIR/gpu-decode.csv" r first
+  local b=(--strategy=single --model=resnet50 --batch-size=256 "${W[@]}")
+  local f=(--dataset=imagefolder --data-dir="$data")
+  if [[ ! -d "$data/train" ]]; then
+    "$PY" scripts/make_imagefolder.py --out="$data" --classes=100 --train-per-class=80 --val-per-class=2 \
+      --min-size=333 --max-size=500 || { echo "FAILED: make_imagefolder.py --out=$data"; return; }
+  fi
+  first="$(next_round "$CSV")"
+  for r in $(seq "$first" $(( first + ROUNDS - 1 ))); do
+    CSV="$CSV" compare_one "$r" "synthetic-resnet50-b256" "${b[@]}"
+    CSV="$CSV" compare_one "$r" "gpu-decode-resnet50-b256" "${b[@]}" "${f[@]}" --decode=gpu
+    CSV="$CSV" compare_one "$r" "cpu-decode-resnet50-b256" "${b[@]}" "${f[@]}" --decode=cpu
+  done
+  ratios "$CSV" gpu-decode-resnet50-b256/synthetic-resnet50-b256 cpu-decode-resnet50-b256/synthetic-resnet50-b256 \
+    gpu-decode-resnet50-b256/cpu-decode-resnet50-b256
 }
 
 for p in "${PARTS[@]}"; do

@@ -31,6 +31,8 @@ fi
 # Gloo and NCCL) in a git-ignored virtual environment.
 TORCH_VERSION=2.11.0
 TORCHVISION_VERSION=0.26.0   # the torchvision release built against torch 2.11
+# nvJPEG's header and library for --decode=gpu (torch's CUDA 13.0 wheel has neither).
+NVJPEG='nvidia-nvjpeg==13.0.*'
 PY="${PYTHON:-python3}"
 if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
@@ -38,11 +40,12 @@ fi
 if ! .venv/bin/python -c "import torch,sys; sys.exit(0 if torch.__version__.split('+')[0]=='$TORCH_VERSION' else 1)" 2>/dev/null; then
   echo "setup: installing torch==$TORCH_VERSION into .venv (large download)"
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" numpy matplotlib pillow
+  .venv/bin/pip install -q "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" numpy matplotlib pillow "$NVJPEG"
 fi
 # torchvision: the reference ImageFolder order test and the loader benchmark.
-.venv/bin/python -c "import numpy, matplotlib, PIL, torchvision" 2>/dev/null ||
-  .venv/bin/pip install -q "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" numpy matplotlib pillow
+{ .venv/bin/python -c "import numpy, matplotlib, PIL, torchvision" 2>/dev/null &&
+  compgen -G ".venv/lib/python3*/site-packages/nvidia/cu13/include/nvjpeg.h" >/dev/null; } ||
+  .venv/bin/pip install -q "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" numpy matplotlib pillow "$NVJPEG"
 
 [[ "${DDPBENCH_SKIP_BUILD:-0}" == 1 ]] && exit 0
 

@@ -3,11 +3,15 @@
 // order on a made-up tree (tests/data/imagefolder_order.txt, checked against
 // torchvision by tests/python/imagefolder_order_test.py); each bad layout has
 // its message; crop and flip geometry against hand-computed cases; samples
-// are a pure function of (seed, epoch, index), also after a resume.
+// are a pure function of (seed, epoch, index), also after a resume; what
+// --decode=gpu offers nvJPEG and its refusals.
+#include "app/cli.h"
 #include "datasets/batch_pool.h"
 #include "datasets/dataset.h"
+#include "datasets/gpu_decode.h"
 #include "datasets/image_transforms.h"
 #include "datasets/internal.h"
+#include "harness/cuda_support.h"
 #include "tests/test_util.h"
 
 #include <gmock/gmock.h>
@@ -324,6 +328,47 @@ TEST(ImageFolderSourceTest, BadImageStopsTheRunOrIsSkippedAndCounted) {
   auto source = MakeTrainSource(spec, 0, 1);
   EXPECT_EQ(source->Next().images.size(0), 12);
   EXPECT_GE(source->Stats().bad_images, 1);  // more once the next epoch's batch is prefetched
+}
+
+// --decode=gpu (datasets/gpu_decode.h) without a GPU: which files are
+// offered to nvJPEG at all (whole JPEGs; a cut-short one, a PNG, an empty
+// file go to the CPU decoder, which names them), that the binary says whether
+// it has nvJPEG as CMake found it, and the messages where it cannot start.
+TEST(GpuDecodeTest, OffersOnlyWholeJpegs) {
+  for (const char* name : {"baseline.jpg", "progressive.jpg", "subsampled.jpg", "gray.jpg", "cmyk.jpg"})
+    EXPECT_TRUE(LooksLikeWholeJpeg(ReadFile(kData + "images/" + name))) << name;
+  const std::string jpeg = ReadFile(kData + "images/" + "baseline.jpg");
+  EXPECT_TRUE(LooksLikeWholeJpeg(jpeg + std::string(16, '\0')));  // padded after the end marker
+  EXPECT_FALSE(LooksLikeWholeJpeg(jpeg.substr(0, jpeg.size() - 2)));  // the end marker cut off
+  EXPECT_FALSE(LooksLikeWholeJpeg(jpeg.substr(0, jpeg.size() / 2)));
+  EXPECT_FALSE(LooksLikeWholeJpeg(jpeg + std::string(64, '\0')));  // too much after it: the CPU decides
+  EXPECT_FALSE(LooksLikeWholeJpeg(ReadFile(kData + "images/" + "rgb.png")));
+  EXPECT_FALSE(LooksLikeWholeJpeg(ReadFile(kData + "images/" + "png_named.jpg")));
+  EXPECT_FALSE(LooksLikeWholeJpeg(""));
+  EXPECT_FALSE(LooksLikeWholeJpeg(jpeg.substr(0, 3)));
+}
+
+TEST(GpuDecodeTest, BinaryKnowsWhetherItHasNvjpeg) {
+  EXPECT_EQ(GpuDecodeBuilt(), static_cast<bool>(DDPBENCH_HAVE_NVJPEG))
+      << "CMake " << (DDPBENCH_HAVE_NVJPEG ? "found" : "did not find") << " nvJPEG";
+}
+
+TEST(GpuDecodeTest, DecoderSaysWhatIsMissing) {
+  if (GpuDecodeBuilt() && CudaAvailable()) GTEST_SKIP() << "nvJPEG and a CUDA device are here: the decoder starts";
+  try {
+    GpuJpegDecoder decoder(0);
+    ADD_FAILURE() << "a decoder started without " << (GpuDecodeBuilt() ? "a CUDA device" : "nvJPEG");
+  } catch (const std::runtime_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr(GpuDecodeBuilt() ? "--decode=gpu: no CUDA device 0 here"
+                                                     : "--decode=gpu: this binary was built without nvJPEG"));
+  }
+}
+
+TEST(GpuDecodeTest, RefusalsNameWhatIsAccepted) {
+  EXPECT_THAT(GpuDecodeRefusal("cpu"), HasSubstr("--decode=gpu with --device=cpu"));
+  EXPECT_THAT(GpuDecodeRefusal("cpu"), HasSubstr("accepted: --decode=cpu (the default) or --device=cuda"));
+  EXPECT_THAT(GpuDecodeRefusal("cuda"), HasSubstr("built without nvJPEG"));
+  EXPECT_THAT(GpuDecodeRefusal("cuda"), HasSubstr("accepted: --decode=cpu"));
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ refused() {  # expected-text, then env assignments and arguments
   [[ $(wc -l <<<"$out") -eq 1 ]] && grep -q "$expect" <<<"$out" || fail "$*: want one line with '$expect': $out"
 }
 G="$SRC/scripts/gpu_bench.sh"
-refused "part 'bogus': want parity, compare, compare-ddp, matrix, expected, fuse, fuse-parity, graphs-parity, ddp-graphs, profile, memory or conv-bn" bash "$G" "$TMP/out" parity bogus
+refused "part 'bogus': want parity, compare, compare-ddp, matrix, expected, fuse, fuse-parity, graphs-parity, ddp-graphs, profile, memory, conv-bn or decode" bash "$G" "$TMP/out" parity bogus
 refused "ROUNDS=0: want a whole number >= 1" ROUNDS=0 bash "$G" "$TMP/out" compare
 refused "$TMP/none is missing; run scripts/gpu_build.sh build first" BIN="$TMP/none" bash "$G" "$TMP/out"
 if [[ "$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)" != 0 ]]; then

@@ -76,6 +76,11 @@ bad_input single "train: no class folders" --data-dir="$TMP/none"
 bad_input single "no such folder" --data-dir="$TMP/missing"
 bad_input single "--data-workers=-1" --data-dir="$DATA" --data-workers=-1
 bad_input single "--decode=gpu with --device=cpu: GPU decode runs on a CUDA device" --data-dir="$DATA" --decode=gpu
+if [[ ! -e /dev/nvidiactl ]]; then  # no GPU: --device=auto resolves to the CPU, and the same refusal follows
+  COMMON=(--dataset=imagefolder --image-size=48 --progress=off)
+  bad_input single "--decode=gpu with --device=cpu: GPU decode runs on a CUDA device" --data-dir="$DATA" --decode=gpu --device=auto
+  COMMON=(--device=cpu --dataset=imagefolder --image-size=48 --progress=off)
+fi
 bad_input single "--decode=vpu" --data-dir="$DATA" --decode=vpu
 COMMON=(--device=cpu --dataset=synthetic --image-size=32 --progress=off)
 bad_input single "only --dataset=imagefolder decodes images" --data-workers=2
