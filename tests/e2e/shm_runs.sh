@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # --cpu-backend=shm end to end on ddp's 2 ranks: two runs started together on
 # one host each finish with their own correct row (their segments never
-# collide); a rank killed with SIGKILL mid-run ends the run with exit 7 naming
+# collide; one steps its optimizer bucket by bucket from the shared-memory
+# backend's completions, with gradient accumulation, at float64 parity); a rank killed with SIGKILL mid-run ends the run with exit 7 naming
 # it, both under ddpbench's own spawn (the launcher names it) and with the
 # ranks started by hand (the survivor's shared-memory wait sees the dead pid and
 # names it itself); afterwards /dev/shm holds no segment of the run.
@@ -17,9 +18,12 @@ export OMP_NUM_THREADS=1
 # The segments of the processes given (a segment is named by the pid of its group's rank 0).
 segments_of() { for pid in "$@"; do ls /dev/shm 2>/dev/null | grep "^ddpbench-$pid-" || true; done; }
 
-# Two runs at once, with parity: each its own segment, its own row.
+# Two runs at once, with parity: each its own segment, its own row; the first
+# with its optimizer overlapped.
+EXTRA1=(--overlap-optimizer --grad-accum=2 --bucket-cap-mb=0.05); EXTRA2=()
 for k in 1 2; do
-  timeout 120 "$BIN" "${COMMON[@]}" --steps=4 --verify --out="$TMP/run$k.csv" >"$TMP/run$k.log" 2>&1 &
+  extra="EXTRA$k[@]"
+  timeout 120 "$BIN" "${COMMON[@]}" --steps=4 --verify "${!extra}" --out="$TMP/run$k.csv" >"$TMP/run$k.log" 2>&1 &
   eval "JOB$k=$!"
 done
 for k in 1 2; do
