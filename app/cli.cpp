@@ -167,6 +167,27 @@ void CheckCudaGraphs(const RunConfig& c) {
                                 "--cuda-graphs out", c.strategy, why, Join(StrategiesReading("--cuda-graphs"))));
 }
 
+// --overlap-optimizer: refused, with the reason, where stepping a bucket as
+// soon as it is reduced would not be the plain step's maths, or where the
+// strategy has no per-bucket completion to step from.
+void CheckOverlapOptimizer(const RunConfig& c) {
+  if (!c.overlap_optimizer) return;
+  auto refuse = [&](const std::string& why, const std::string& instead) {
+    throw ConfigError(fmt::format("--overlap-optimizer with {}; accepted: {}, or leave --overlap-optimizer out", why,
+                                  instead));
+  };
+  if (!TraitsOf(c).Reads("--overlap-optimizer"))
+    refuse(fmt::format("--strategy={}: it steps each gradient bucket as its all-reduce completes, which {} does not "
+                       "do yet (its optimizer waits for the whole backward)", c.strategy, c.strategy),
+           "--strategy=" + Join(StrategiesReading("--overlap-optimizer")));
+  if (c.amp == "fp16")
+    refuse("--amp=fp16: the loss scaler must see every gradient (inf/NaN anywhere skips the whole step) before any "
+           "parameter steps", "--amp=bf16|off");
+  if (c.cuda_graphs)
+    refuse("--cuda-graphs: the optimizer would run inside the all-reduces' completion callbacks, which a captured "
+           "graph does not replay", "eager steps");
+}
+
 // --replicate-degree: at least 1 and, where the rank count is known here
 // (--gpus, spawned ranks), a divisor of it that leaves groups of 2 or more
 // (CheckMeshOfWorld repeats this against a launcher's world).
@@ -457,6 +478,7 @@ void ValidateConfig(const RunConfig& c) {
   CheckShapeTrials(c);
   CheckReplicateDegree(c);
   CheckCudaGraphs(c);
+  CheckOverlapOptimizer(c);
   CheckRecompute(c);
   CheckStageRanks(c);
   if (c.given.count("--chunks")) CheckAtLeast("--chunks", c.chunks, int64_t{1});
@@ -601,6 +623,9 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--cpu-backend", c.cpu_backend,
                  "gloo|shm|auto: CPU collectives over Gloo, or through shared memory for ranks on one host "
                  "(auto: where a group's ranks share a host)");
+  app.add_flag("--overlap-optimizer", c.overlap_optimizer,
+               "ddp: step each gradient bucket's parameters as soon as its all-reduce completes, overlapping the "
+               "optimizer with the rest of backward (the same update)");
   app.add_option("--balance", c.balance, "mp/pmp: time (measured forward+backward per unit)|params");
   app.add_option("--split", c.split, "mp/pmp: units per stage, e.g. 4,6");
   app.add_option("--units", c.units,

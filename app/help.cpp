@@ -21,7 +21,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Topics() {
                           "--batch-size", "--augment", "--prefetch", "--data-workers", "--skip-bad-images", "--decode", "--data-only", "--num-classes", "--amp", "--optimizer", "--lr",
                           "--lr-scaling", "--momentum", "--weight-decay", "--memory-format", "--optimizer-impl",
                           "--cpu-malloc", "--cpu-device-memory-mb", "--recompute", "--memory-budget-mb"}},
-      {"Strategy-specific", {"--bucket-cap-mb", "--grad-accum", "--compression", "--timeout", "--zero-reduce", "--cpu-backend", "--replicate-degree",
+      {"Strategy-specific", {"--bucket-cap-mb", "--grad-accum", "--compression", "--timeout", "--zero-reduce", "--cpu-backend", "--overlap-optimizer", "--replicate-degree",
                              "--balance", "--split", "--units", "--chunks", "--schedule", "--virtual-stages",
                              "--fill-waits", "--rebalance", "--shape-trials", "--stage-ranks"}},
       {"Outputs", {"--out", "--baseline", "--trace", "--profile", "--memory-snapshot", "--export", "--run-id", "--entry", "--no-eval", "--eval-batches"}},

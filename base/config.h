@@ -117,6 +117,7 @@ struct RunConfig {
   std::vector<std::string> inject;   // --inject faults (harness/inject.h), as given
   std::string zero_reduce = "reduce-scatter";  // reduce-scatter|all-reduce
   std::string cpu_backend = "gloo";  // gloo|shm|auto: CPU collectives (harness/shm_backend.h)
+  bool overlap_optimizer = false;    // step each bucket as its all-reduce completes (harness/partial_step.h)
 
   // Model parallel (mp, pmp).
   std::string balance = "time";      // time|params

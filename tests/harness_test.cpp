@@ -209,6 +209,20 @@ TEST(Config, StrategyFlagsOnlyWhereTheyApply) {
             std::string::npos);
   EXPECT_NE(ParseError({"--strategy=pmp", "--device=cuda", "--cuda-graphs"}).find("accepted: --strategy=single|ddp,"),
             std::string::npos);
+  // --overlap-optimizer: ddp only, refused saying why where the maths would differ.
+  EXPECT_EQ(ParseError({"--strategy=ddp", "--overlap-optimizer", "--grad-accum=2", "--amp=bf16"}), "");
+  EXPECT_NE(ParseError({"--strategy=zero3", "--overlap-optimizer"})
+                .find("--overlap-optimizer with --strategy=zero3: it steps each gradient bucket as its all-reduce "
+                      "completes, which zero3 does not do yet"),
+            std::string::npos);
+  EXPECT_NE(ParseError({"--strategy=single", "--overlap-optimizer"}).find("accepted: --strategy=ddp, or leave"),
+            std::string::npos);
+  EXPECT_NE(ParseError({"--strategy=ddp", "--overlap-optimizer", "--amp=fp16"})
+                .find("--overlap-optimizer with --amp=fp16: the loss scaler must see every gradient"),
+            std::string::npos);
+  EXPECT_NE(ParseError({"--strategy=ddp", "--device=cuda", "--overlap-optimizer", "--cuda-graphs"})
+                .find("--overlap-optimizer with --cuda-graphs: "),
+            std::string::npos);
   // --fuse: bn-add-relu CUDA only, conv-bn on any device, both BatchNorm only.
   EXPECT_EQ(ParseError({"--device=cuda", "--fuse=bn-add-relu"}), "");
   EXPECT_EQ(ParseError({"--device=cpu", "--fuse=conv-bn"}), "");

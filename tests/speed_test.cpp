@@ -3,7 +3,8 @@
 // channels-last weights and images give the same parameters as contiguous
 // ones (float64), and the FLOP count behind MFU matches torchvision's
 // published figures; --repeat's median and spread are the textbook ones;
-// --cpu-malloc=reuse keeps freed tensor pages mapped.
+// --cpu-malloc=reuse keeps freed tensor pages mapped; --overlap-optimizer's
+// bucket-at-a-time steps equal one whole step.
 #include <gtest/gtest.h>
 #include <malloc.h>
 #include <torch/torch.h>
@@ -15,6 +16,7 @@
 #include "harness/memory.h"
 #include "harness/mfu.h"
 #include "harness/multi_tensor_optim.h"
+#include "harness/partial_step.h"
 #include "app/run_result.h"
 #include "harness/training.h"
 #include "models/resnet.h"
@@ -113,6 +115,48 @@ TEST(MultiTensorOptimizer, MakeOptimizerFollowsTheFlag) {
   EXPECT_NE(dynamic_cast<torch::optim::Adam*>(MakeOptimizer(config, params, 0.1).get()), nullptr);
   EXPECT_EQ(ResolveOptimizerImpl(config, torch::kCPU), "per-param");
   EXPECT_EQ(ResolveOptimizerImpl(config, torch::Device(torch::kCUDA, 0)), "fused");
+}
+
+// --overlap-optimizer: the optimizer stepped one bucket at a time, in
+// backward's order (the last parameters first), with the reduced gradients
+// lent from a flat buffer, gives the same parameters in float64 as step() on
+// the whole model, for every optimizer and kernel kind; the parameters' own
+// .grad are left as they were.
+TEST(PartialStepper, BucketAtATimeEqualsOneWholeStep) {
+  for (const std::string optimizer : {"sgd", "adam"}) {
+    for (const std::string impl : {"per-param", "foreach", "fused"}) {
+      RunConfig config;
+      config.optimizer = optimizer;
+      config.optimizer_impl = impl;
+      config.momentum = 0.9;
+      config.weight_decay = 1e-2;
+      auto base = MakeParams();
+      auto whole = Clone(base), parts = Clone(base);
+      auto reference = MakeOptimizer(config, whole, 0.05);
+      auto overlapped = MakeOptimizer(config, parts, 0.05);
+      PartialStepper stepper(*overlapped);
+      torch::manual_seed(11);
+      for (int step = 0; step < 4; ++step) {
+        std::vector<torch::Tensor> grads, own;
+        for (const auto& p : whole) grads.push_back(torch::randn_like(p));
+        torch::Tensor buffer = torch::cat({grads[2].flatten(), grads[1].flatten(), grads[0].flatten()});
+        auto views = buffer.split({grads[2].numel(), grads[1].numel(), grads[0].numel()});
+        for (size_t i = 0; i < whole.size(); ++i) {
+          whole[i].mutable_grad() = grads[i];
+          parts[i].mutable_grad() = torch::full_like(grads[i], 1e6);  // a rank's own, unreduced gradient
+          own.push_back(parts[i].grad());
+        }
+        reference->step();
+        stepper.Step({parts[2]}, {views[0].view_as(parts[2])});
+        stepper.Step({parts[1], parts[0]}, {views[1].view_as(parts[1]), views[2].view_as(parts[0])});
+        for (size_t i = 0; i < parts.size(); ++i) EXPECT_TRUE(parts[i].grad().is_same(own[i]));
+      }
+      for (size_t i = 0; i < whole.size(); ++i)
+        EXPECT_TRUE(torch::equal(whole[i], parts[i])) << optimizer << " " << impl << " parameter " << i << ": "
+                                                      << (whole[i] - parts[i]).abs().max().item<double>();
+      EXPECT_EQ(overlapped->param_groups().front().params().size(), parts.size());
+    }
+  }
 }
 
 // Two SGD steps of a float64 ResNet from the same seed, channels-last or not.

@@ -8,7 +8,11 @@
 // micro-steps (no_sync). The one addition is a communication hook that does
 // exactly what torch's allreduce_hook / fp16_compress_hook / bf16_compress_hook
 // do and also timestamps every bucket, so the row can say how long all-reduce
-// took and how much of it was hidden behind backward.
+// took and how much of it was hidden behind backward, and, with
+// --overlap-optimizer, steps the bucket's parameters as soon as its
+// all-reduce completes (on the thread that completes it), so the optimizer
+// runs while backward computes the earlier layers' gradients; backward ends
+// when every bucket is reduced and stepped, as the Reducer waits for the hook.
 #include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/logger.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
@@ -25,6 +29,7 @@
 #include "base/log.h"
 #include "harness/cuda_graph.h"
 #include "harness/dist.h"
+#include "harness/partial_step.h"
 #include "harness/phase.h"
 #include "harness/training.h"
 #include "strategies/data/data_parallel.h"
@@ -37,13 +42,16 @@ namespace {
 using Clock = CommClock;
 
 // torch's allreduce_hook (divide by the world, all-reduce the bucket), or its
-// fp16/bf16 compress hooks (the same on a half-precision copy), timestamped.
+// fp16/bf16 compress hooks (the same on a half-precision copy), timestamped;
+// with a `stepper`, the bucket's parameters are stepped with its reduced
+// gradients once the all-reduce is done.
 class TimedAllReduceHook final
     : public c10d::CppCommHookInterface<c10::intrusive_ptr<c10d::ProcessGroup>> {
  public:
   TimedAllReduceHook(c10::intrusive_ptr<c10d::ProcessGroup> group, std::optional<at::ScalarType> wire,
-                     std::shared_ptr<CommTimeline> timeline)
-      : CppCommHookInterface(std::move(group)), wire_(wire), timeline_(std::move(timeline)) {}
+                     std::shared_ptr<CommTimeline> timeline, std::shared_ptr<PartialStepper> stepper)
+      : CppCommHookInterface(std::move(group)), wire_(wire), timeline_(std::move(timeline)),
+        stepper_(std::move(stepper)) {}
 
   c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
     // Marks the launch of this bucket's all-reduce in Nsight (the transfer
@@ -62,11 +70,19 @@ class TimedAllReduceHook final
     auto timeline = timeline_;
     const bool copy_back = wire_.has_value();
     const int64_t index = static_cast<int64_t>(bucket.getIndex());
+    auto stepper = stepper_;
+    std::vector<at::Tensor> params, grads;  // grads: views into `buffer`
+    if (stepper) {
+      params = bucket.getParameters();
+      grads = bucket.getGradients();
+    }
     return future->then(
-        [buffer, copy_back, timeline, start, cuda_start, device, index](c10::ivalue::Future& done) {
+        [buffer, copy_back, timeline, start, cuda_start, device, index, stepper, params, grads](
+            c10::ivalue::Future& done) {
           at::Tensor reduced = done.value().toTensorVector()[0];
           if (copy_back) buffer.copy_(reduced);
           if (timeline) timeline->End(start, cuda_start, device, "all-reduce", index);
+          if (stepper) stepper->Step(params, grads);
           return c10::IValue(buffer);
         },
         c10::TensorType::get());
@@ -75,6 +91,7 @@ class TimedAllReduceHook final
  private:
   std::optional<at::ScalarType> wire_;
   std::shared_ptr<CommTimeline> timeline_;
+  std::shared_ptr<PartialStepper> stepper_;
 };
 
 class DdpStrategy final : public Strategy {
@@ -135,11 +152,13 @@ class DdpStrategy final : public Strategy {
     std::optional<at::ScalarType> wire;
     if (config_->compression == "fp16") wire = at::kHalf;
     if (config_->compression == "bf16") wire = at::kBFloat16;
-    reducer_->register_comm_hook(
-        std::make_unique<TimedAllReduceHook>(dist_->group, wire, config_->cuda_graphs ? nullptr : timeline_));
-
     optimizer_ = MakeOptimizer(*config_, model_->parameters(), ctx.lr);
     scaler_ = std::make_unique<LossScaler>(config_->amp, device_);
+    // --overlap-optimizer: the CLI refuses it where the step is not per
+    // bucket (fp16's loss scaler, CUDA graphs).
+    if (config_->overlap_optimizer) stepper_ = std::make_shared<PartialStepper>(*optimizer_);
+    reducer_->register_comm_hook(std::make_unique<TimedAllReduceHook>(
+        dist_->group, wire, config_->cuda_graphs ? nullptr : timeline_, stepper_));
   }
 
   StepResult Step(const Batch& batch) override {
@@ -201,7 +220,9 @@ class DdpStrategy final : public Strategy {
     }
     {
       auto scope = phase(Phase::kOptimizer);
-      if (scaler_->enabled()) {
+      if (stepper_) {
+        // Every bucket was stepped as its all-reduce completed, in backward.
+      } else if (scaler_->enabled()) {
         // Gradients are identical on every rank after the all-reduce, so
         // every rank takes the same skip-or-step decision.
         scaler_->StepAndUpdate(*optimizer_, scaler_->Unscale(params_));
@@ -313,6 +334,7 @@ class DdpStrategy final : public Strategy {
   std::shared_ptr<CommTimeline> timeline_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<LossScaler> scaler_;
+  std::shared_ptr<PartialStepper> stepper_;  // --overlap-optimizer
   OverlapStats overlap_;
   std::unique_ptr<WholeStepGraph> graph_;
 };

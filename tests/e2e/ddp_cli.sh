@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # DDP end to end through the real binary, ranks spawned by ddpbench itself:
-# parity with single on 2 ranks (also with gradient accumulation), the row's
+# parity with single on 2 ranks (also with gradient accumulation, and with the
+# optimizer stepped bucket by bucket in backward: --overlap-optimizer), the row's
 # distributed columns and scaling efficiency; bad inputs give one message and
 # no row; a rank killed with SIGKILL, and a rank stuck in a collective (past
 # --timeout), end the whole run with exit 7 within 30 s, naming the rank (the
@@ -18,12 +19,14 @@ COMMON=(--device=cpu --small-input --width=8 --image-size=16 --batch-size=16 --w
 "$BIN" --strategy=ddp --gpus=2 "${COMMON[@]}" --steps=6 --verify --out="$TMP/r.csv"
 "$BIN" --strategy=ddp --gpus=2 "${COMMON[@]}" --steps=4 --grad-accum=2 --verify --out="$TMP/r.csv"
 "$BIN" --strategy=ddp --gpus=2 "${COMMON[@]}" --steps=4 --compression=bf16 --bucket-cap-mb=0.05 --out="$TMP/r.csv"
+# The optimizer stepped bucket by bucket from Gloo's completions: the same parameters.
+"$BIN" --strategy=ddp --gpus=2 "${COMMON[@]}" --steps=4 --overlap-optimizer --bucket-cap-mb=0.05 --verify --out="$TMP/r.csv"
 "$PY" - "$TMP/r.csv" <<'PYEOF'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-assert len(rows) == 4, len(rows)
-single, ddp, accum, bf16 = rows
-for r in (ddp, accum, bf16):
+assert len(rows) == 5, len(rows)
+single, ddp, accum, bf16, overlap = rows
+for r in (ddp, accum, bf16, overlap):
     assert r["strategy"] == "ddp" and r["gpus"] == "2" and r["world_size"] == "2", r
     assert r["launcher"] == "spawn" and r["global_batch"] == "32" and r["per_device_batch"] == "16", r
     assert len(r["mem_per_device_mb"].split("/")) == 2, r["mem_per_device_mb"]  # one device per rank
@@ -31,7 +34,8 @@ for r in (ddp, accum, bf16):
     assert float(r["communication_ms"]) > 0, r["communication_ms"]
     assert 0.0 <= float(r["allreduce_hidden_frac"]) <= 1.0, r["allreduce_hidden_frac"]
     assert r["optimizer_state_mb"] and float(r["optimizer_state_mb"].split("/")[0]) > 0, r
-for r in (ddp, accum):
+assert "--overlap-optimizer" in overlap["command"], overlap["command"]
+for r in (ddp, accum, overlap):
     assert r["parity_ok"] == "true", (r["parity_max_abs_diff"], r["parity_model"])
     assert float(r["parity_max_abs_diff"]) <= 1e-10, r["parity_max_abs_diff"]  # float64 check
     assert r["parity_model"] == "resnet18 norm=group amp=off dtype=float64", r["parity_model"]
