@@ -374,7 +374,7 @@ std::vector<int64_t> Ints(const torch::Tensor& t) {
 // and --virtual-stages.
 std::optional<SnapshotStore::Loaded> FindSnapshot(SnapshotStore* store, DistContext& dist, RunConfig* config) {
   if (!store) return std::nullopt;
-  auto loaded = store->LoadNewest(dist, /*can_reshard=*/!config->stage_ranks && !config->data_only);
+  auto loaded = store->LoadNewest(dist, /*can_reshard=*/!config->data_only);
   if (!loaded && config->resume) store->RefuseResume();
   if (!loaded) return loaded;
   const auto& t = loaded->tensors;
@@ -396,9 +396,8 @@ TensorMap ReshardedState(SnapshotStore& store, const SnapshotStore::Loaded& load
                          DistContext& dist) {
   const StateLayout layout = strategy.DescribeState();
   if (!layout.reshardable)
-    throw ConfigError(fmt::format("--snapshot-dir: {} was written by {}; --stage-ranks keeps each stage's tensors on "
-                                  "its own rank and cannot read another layout's snapshot; accepted: the same layout",
-                                  loaded.name, loaded.from));
+    throw ConfigError(fmt::format("--snapshot-dir: {} was written by {}, and this strategy cannot read another "
+                                  "layout's snapshot; accepted: the same layout", loaded.name, loaded.from));
   return store.Reshard(loaded, strategy.SaveState(), layout, dist);
 }
 
@@ -440,21 +439,34 @@ Adopted AdoptSnapshotLayout(const RunConfig& config_in, const StrategyEntry& ent
   Adopted adopted;
   const RunConfig& c = run->config;
   if (c.snapshot_dir.empty()) return adopted;
-  const auto layout = SnapshotStore(c.snapshot_dir, RunIdentity(c, dist.world), c.snapshot_keep).NewestLayout();
+  const SnapshotStore store(c.snapshot_dir, RunIdentity(c, dist.world), c.snapshot_keep);
+  const auto layout = store.NewestLayout();
   if (auto lr = layout.find("lr"); lr != layout.end()) adopted.lr = std::stod(lr->second);
-  auto it = layout.find("global-batch");
-  if (it == layout.end() || std::stoll(it->second) == run->global_batch) return adopted;
-  const int64_t global = std::stoll(it->second), replicas = run->replicas;
-  if (global % replicas != 0 || (global / replicas) % c.grad_accum != 0)
-    throw ConfigError(fmt::format("--snapshot-dir={}: its global batch of {} does not split into {} equal "
-                                  "per-device batches of whole --grad-accum={} micro-batches; accepted: a number of "
-                                  "replicas that divides it", c.snapshot_dir, global, replicas, c.grad_accum));
   RunConfig adjusted = config_in;
-  adjusted.batch_size = global / replicas;
-  adopted.batch = fmt::format("{}->{}", c.batch_size, adjusted.batch_size);
-  if (dist.is_root())
-    LogInfo("the snapshot's global batch is {}: per-device batch {} -> {} on {} replica(s)", global, c.batch_size,
-            adjusted.batch_size, replicas);
+  // --units=auto takes the cut of a snapshot of another layout (its tensors
+  // are named by its units; one of this layout gives its own, meta.units).
+  std::map<std::string, std::string> ours, theirs;
+  for (const auto& [flag, value] : RunIdentity(c, dist.world))
+    if (IsLayoutFlag(flag)) ours[flag] = value;
+  for (const auto& [flag, value] : layout)
+    if (IsLayoutFlag(flag)) theirs[flag] = value;
+  const bool same_layout = ours == theirs;
+  const std::string cut = c.units == "auto" && !same_layout ? store.NewestCut() : "";
+  if (!cut.empty()) adjusted.units = cut;
+  auto it = layout.find("global-batch");
+  const int64_t global = it == layout.end() ? run->global_batch : std::stoll(it->second), replicas = run->replicas;
+  if (global != run->global_batch) {
+    if (global % replicas != 0 || (global / replicas) % c.grad_accum != 0)
+      throw ConfigError(fmt::format("--snapshot-dir={}: its global batch of {} does not split into {} equal "
+                                    "per-device batches of whole --grad-accum={} micro-batches; accepted: a number "
+                                    "of replicas that divides it", c.snapshot_dir, global, replicas, c.grad_accum));
+    adjusted.batch_size = global / replicas;
+    adopted.batch = fmt::format("{}->{}", c.batch_size, adjusted.batch_size);
+    if (dist.is_root())
+      LogInfo("the snapshot's global batch is {}: per-device batch {} -> {} on {} replica(s)", global, c.batch_size,
+              adjusted.batch_size, replicas);
+  }
+  if (cut.empty() && adopted.batch.empty()) return adopted;
   *run = PrepareRun(adjusted, entry, dist);
   return adopted;
 }

@@ -168,6 +168,18 @@ StateDescription StateFromJson(const json& j) {
   return d;
 }
 
+// "half-blocks" when a described state's model is cut in half blocks (a unit
+// "layer1_0a" holds a residual block's first half, models/resnet.h), else "blocks".
+std::string CutOf(const json& state) {
+  const std::string prefix = "model.units.";
+  for (const auto& [name, t] : state.at("logical").items()) {
+    if (!StartsWith(name, prefix)) continue;
+    const std::string unit = name.substr(prefix.size(), name.find('.', prefix.size()) - prefix.size());
+    if (StartsWith(unit, "layer") && (unit.back() == 'a' || unit.back() == 'b')) return "half-blocks";
+  }
+  return "blocks";
+}
+
 // "zero2x2": a layout's strategy and ranks.
 std::string LayoutName(const json& layout) {
   return fmt::format("{}x{}", layout.value("strategy", "?"), layout.value("world", "?"));
@@ -298,11 +310,8 @@ std::optional<SnapshotStore::Loaded> SnapshotStore::LoadNewest(DistContext& dist
           throw std::runtime_error(fmt::format("it has {} rank files, this run {} ranks", files.size(), dist.world));
         loaded.tensors = Unpickle(ReadRankFile(dir_, m.body, dist.rank));
       } else {
-        if (!m.body.contains("state"))
-          throw std::runtime_error(fmt::format("it was written by {}, whose state cannot be resharded", loaded.from));
-        if (!can_reshard)
-          throw std::runtime_error(fmt::format("it was written by {}, and {} cannot read another layout's state",
-                                               loaded.from, LayoutName(layout)));
+        if (const std::string why_not = WhyNotResharded(m.body, can_reshard); !why_not.empty())
+          throw std::runtime_error(why_not);
         for (size_t r = dist.rank; r < files.size(); r += dist.world) ReadRankFile(dir_, m.body, static_cast<int>(r));
         loaded.layout_json = theirs.dump();
         loaded.state_json = m.body.at("state").dump();
@@ -334,18 +343,39 @@ TensorMap SnapshotStore::Reshard(const Loaded& loaded, const TensorMap& fresh, c
   return out;
 }
 
+std::string SnapshotStore::WhyNotResharded(const json& manifest, bool can_reshard) const {
+  const std::string from = LayoutName(manifest.value("layout", json::object()));
+  if (!manifest.contains("state")) return fmt::format("it was written by {}, whose state cannot be resharded", from);
+  if (!can_reshard) return fmt::format("it was written by {}, and --data-only cannot read another layout's state", from);
+  const std::string units = layout_.count("units") ? layout_.at("units") : "auto", cut = CutOf(manifest.at("state"));
+  if (units != "auto" && units != cut)
+    return fmt::format("it was written by {}, whose model is cut in {} (its tensors are named by them), this run's "
+                       "in {}; accepted: --units={} or auto", from, cut, units, cut);
+  return "";
+}
+
 std::string SnapshotStore::WhyNoLayoutFits(bool can_reshard) const {
   std::string why;
   const json layout = layout_;
   for (const auto& m : ReadManifests(dir_)) {
     if (StepOf(m.name, hash_, ".json") < 0 || !m.error.empty()) continue;
-    const json theirs = m.body.value("layout", json::object());
-    if (theirs == layout || (can_reshard && m.body.contains("state"))) return "";
-    why = fmt::format("{}/{} was written by {}, {}", dir_, m.name, LayoutName(theirs),
-                      m.body.contains("state") ? "and --stage-ranks cannot read another layout's state"
-                                               : "whose state cannot be resharded; accepted: the same layout");
+    if (m.body.value("layout", json::object()) == layout) return "";
+    why = WhyNotResharded(m.body, can_reshard);
+    if (why.empty()) return "";
+    why = fmt::format("{}/{}: {}", dir_, m.name, why);
   }
   return why;
+}
+
+std::string SnapshotStore::NewestCut() const {
+  const auto steps = CompleteSteps();
+  if (steps.empty()) return "";
+  try {
+    const json m = json::parse(ReadWholeFile(fmt::format("{}/{}-step{:09d}.json", dir_, hash_, steps.back())));
+    return m.contains("state") ? CutOf(m.at("state")) : "";
+  } catch (const std::exception&) {
+    return "";  // an unreadable manifest: LoadNewest names it
+  }
 }
 
 std::map<std::string, std::string> SnapshotStore::NewestLayout() const {
@@ -400,27 +430,29 @@ std::string SnapshotStore::Write(const LoopState& loop, const std::map<std::stri
   }
   CrashPoint("snapshot: manifest written");
   dist.Barrier();  // the manifest exists before anything older is pruned
-  Prune(dist.rank, loop.step);
+  Prune(dist.world, dist.rank, loop.step);
   CrashPoint("snapshot: pruned");
   return manifest;
 }
 
 // Keeps the newest keep_ complete snapshots of this configuration: rank 0
 // removes older manifests (first, so a snapshot stops being complete before
-// its files go), every rank its own older or orphaned files.
-void SnapshotStore::Prune(int rank, int64_t newest) {
+// its files go), every rank its own older or orphaned files, and rank 0 also
+// those of ranks this world lacks (written by a larger world before a resume).
+void SnapshotStore::Prune(int world, int rank, int64_t newest) {
   std::vector<int64_t> complete = CompleteSteps();
   const size_t drop = complete.size() > static_cast<size_t>(keep_) ? complete.size() - keep_ : 0;
   const std::vector<int64_t> kept(complete.begin() + static_cast<std::ptrdiff_t>(drop), complete.end());
   auto is_kept = [&](int64_t step) { return std::find(kept.begin(), kept.end(), step) != kept.end(); };
   if (rank == 0)
     for (size_t i = 0; i < drop; ++i) ::unlink(fmt::format("{}/{}-step{:09d}.json", dir_, hash_, complete[i]).c_str());
-  const std::string suffix = fmt::format(".rank{}.pt", rank);
   for (const auto& name : ListDir(dir_)) {
-    int64_t step = StepOf(name, hash_, suffix);
-    if (step < 0 && name.find(suffix + ".tmp-") != std::string::npos)
-      step = StepOf(name.substr(0, name.find(suffix) + suffix.size()), hash_, suffix);  // a killed writer's
-    if (step >= 0 && step <= newest && !is_kept(step)) ::unlink((dir_ + "/" + name).c_str());
+    const size_t at = name.find(".rank");
+    if (at == std::string::npos) continue;
+    const int64_t step = StepOf(name.substr(0, at) + ".json", hash_, ".json");
+    const int file_rank = std::atoi(name.c_str() + at + 5);  // a killed writer's "...rankR.pt.tmp-..." too
+    const bool mine = file_rank == rank || (rank == 0 && file_rank >= world);
+    if (step >= 0 && mine && step <= newest && !is_kept(step)) ::unlink((dir_ + "/" + name).c_str());
   }
 }
 
@@ -432,7 +464,7 @@ void CheckResumable(const RunConfig& config, int world) {
     throw ConfigError(fmt::format("--resume: --snapshot-dir={} does not exist; nothing to resume from",
                                   config.snapshot_dir));
   if (store.CompleteSteps().empty()) store.RefuseResume();
-  const std::string why = store.WhyNoLayoutFits(/*can_reshard=*/!config.stage_ranks && !config.data_only);
+  const std::string why = store.WhyNoLayoutFits(/*can_reshard=*/!config.data_only);
   if (!why.empty()) throw ConfigError(fmt::format("--resume: {}; leave --resume out to start afresh", why));
 }
 

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "harness/state_layout.h"
 
 namespace ddpbench {
@@ -94,10 +96,14 @@ class SnapshotStore {
   void AddLayout(const std::string& key, const std::string& value) { layout_[key] = value; }
   // The newest manifest's layout entries of this configuration (any, intact or not); empty if none.
   std::map<std::string, std::string> NewestLayout() const;
+  // How the newest manifest's model is cut into units, by its tensors'
+  // names: "half-blocks", "blocks", or "" (none, or no described state). A
+  // model's tensors are named by its units, so a run reads another layout's
+  // snapshot only with the same cut (--units).
+  std::string NewestCut() const;
   // Why no snapshot of this configuration can be read by this run's layout
-  // (each of another layout and either without a described state or met by a
-  // run that cannot reshard, `can_reshard` false), naming the newest; "" when
-  // one can (or there is none: RefuseResume says that).
+  // (each of another layout that WhyNotResharded refuses), naming the
+  // newest; "" when one can (or there is none: RefuseResume says that).
   std::string WhyNoLayoutFits(bool can_reshard) const;
   // Rank 0 after each step: the step reached, so that a resume knows the steps lost.
   void MarkProgress(int64_t step) const;
@@ -120,7 +126,12 @@ class SnapshotStore {
   const std::string& hash() const { return hash_; }
 
  private:
-  void Prune(int rank, int64_t newest);
+  // Why this run cannot reshard the snapshot of another layout whose manifest
+  // is `manifest`: no described state, a run that cannot reshard
+  // (`can_reshard` false), or a model cut otherwise than this run's explicit
+  // --units; "" when it can.
+  std::string WhyNotResharded(const nlohmann::json& manifest, bool can_reshard) const;
+  void Prune(int world, int rank, int64_t newest);
 
   std::string dir_;
   std::string identity_json_;

@@ -46,6 +46,14 @@ ShardPiece FieldPiece(const ShardPiece& p, const std::string& optim_name, const 
   return {logical, p.begin, p.length, p.holder, stored, p.stored_offset};
 }
 
+// The dtype of optimizer field `field` on this rank (the same for every
+// parameter of one optimizer), for the fields of another rank's parameters.
+torch::ScalarType FieldDtype(const TensorMap& stored, const std::string& field) {
+  for (const auto& [key, value] : stored)
+    if (SplitOptimKey(key).second == field) return value.scalar_type();
+  throw std::logic_error("state layout: no optimizer field " + field + " on the describing rank");
+}
+
 }  // namespace
 
 bool IsLogicalKey(const std::string& key) {
@@ -55,24 +63,27 @@ bool IsLogicalKey(const std::string& key) {
 StateDescription DescribeState(const StateLayout& layout, const TensorMap& stored, int world) {
   StateDescription d;
   d.world = world;
-  std::set<std::string> sliced_names;
+  std::set<std::string> sliced_names, sliced_keys;
   for (const auto& [key, name] : layout.optim_name) sliced_names.insert(name);
+  for (const auto& p : layout.params) sliced_keys.insert(p.stored);
   for (const auto& [key, value] : stored) {
-    if (!IsLogicalKey(key) || layout.optim_name.count(key) || sliced_names.count(SplitOptimKey(key).first)) continue;
+    if (!IsLogicalKey(key) || sliced_keys.count(key) || sliced_names.count(SplitOptimKey(key).first)) continue;
     d.whole.push_back(key);
     d.logical[key] = {Shape(value), value.scalar_type()};
   }
   const auto fields = SlicedFields(layout, stored);
   for (const auto& p : layout.params) {
-    const torch::Tensor& param = stored.at(p.stored);
+    const torch::ScalarType dtype =
+        stored.count(p.stored) ? stored.at(p.stored).scalar_type() : layout.dtypes.at(p.logical);
     d.pieces.push_back({"model." + p.logical, p.begin, p.length, p.holder, p.stored, p.stored_offset});
-    d.logical["model." + p.logical] = {layout.shapes.at(p.logical), param.scalar_type()};
+    d.logical["model." + p.logical] = {layout.shapes.at(p.logical), dtype};
+    const auto optim_name = layout.optim_name.find(p.stored);
+    if (optim_name == layout.optim_name.end()) continue;  // a buffer
     for (const auto& field : fields) {
-      const ShardPiece f = FieldPiece(p, layout.optim_name.at(p.stored), field);
-      const torch::Tensor& value = stored.at(f.stored);
+      const ShardPiece f = FieldPiece(p, optim_name->second, field);
       d.pieces.push_back(f);
       d.logical[f.logical] = {IsScalarField(field) ? std::vector<int64_t>{} : layout.shapes.at(p.logical),
-                              value.scalar_type()};
+                              stored.count(f.stored) ? stored.at(f.stored).scalar_type() : FieldDtype(stored, field)};
     }
   }
   return d;
@@ -95,14 +106,18 @@ TensorMap AllocateTarget(const StateLayout& layout, const TensorMap& fresh,
     out[key] = zeros(t.shape, t.dtype);
     want->push_back({key, 0, Numel(t.shape), rank, key, 0});
   };
+  std::set<std::string> sliced, sliced_keys;
+  for (const auto& p : layout.params) {
+    sliced.insert(p.logical);
+    sliced_keys.insert(p.stored);
+  }
   for (const auto& [key, value] : fresh) {
     if (!IsLogicalKey(key)) out[key] = value;  // this layout's own description
-    else if (layout.optim_name.count(key)) out[key] = zeros(Shape(value), value.scalar_type());
+    else if (sliced_keys.count(key)) out[key] = zeros(Shape(value), value.scalar_type());
     else if (!HasPrefix(key, "optim.")) whole(key, {Shape(value), value.scalar_type()});
   }
-  // The optimizer's fields the snapshot holds, laid out as this strategy keeps them.
-  std::set<std::string> sliced;
-  for (const auto& p : layout.params) sliced.insert(p.logical);
+  // The optimizer's fields the snapshot holds, laid out as this strategy keeps
+  // them, for the stored tensors this rank holds.
   for (const auto& [name, t] : logical) {
     const auto [param, field] = SplitOptimKey(name);
     if (param.empty()) continue;
@@ -112,16 +127,18 @@ TensorMap AllocateTarget(const StateLayout& layout, const TensorMap& fresh,
     }
     for (const auto& [stored, optim_name] : layout.optim_name) {  // every stored slice has the field
       const std::string key = "optim." + optim_name + "." + field;
-      if (!out.count(key))
+      if (out.count(stored) && !out.count(key))
         out[key] = IsScalarField(field) ? zeros({}, t.dtype) : zeros(Shape(out.at(stored)), t.dtype);
     }
   }
   for (const auto& p : layout.params) {
     if (p.holder != rank) continue;
     want->push_back({"model." + p.logical, p.begin, p.length, rank, p.stored, p.stored_offset});
+    const auto optim_name = layout.optim_name.find(p.stored);
+    if (optim_name == layout.optim_name.end()) continue;  // a buffer
     for (const auto& [name, t] : logical) {
       const auto [param, field] = SplitOptimKey(name);
-      if (param == p.logical) want->push_back(FieldPiece(p, layout.optim_name.at(p.stored), field));
+      if (param == p.logical) want->push_back(FieldPiece(p, optim_name->second, field));
     }
   }
   return out;

@@ -29,12 +29,17 @@ struct StateLayout {
   // Slices of parameters: logical = the parameter's dotted name (no
   // "model."), stored = the SaveState() key holding it, holder = the
   // global rank storing it. Every rank's, so that rank 0 can describe all.
+  // A key without an `optim_name` entry has no optimizer fields (a buffer
+  // held by some ranks only: a stage rank's BatchNorm statistics).
   std::vector<ShardPiece> params;
   // The optimizer's name of each stored key in `params` ("shard.bucket3" ->
   // "bucket3"): its fields are "optim.<name>.<field>".
   std::map<std::string, std::string> optim_name;
   // The shape of each sliced parameter.
   std::map<std::string, std::vector<int64_t>> shapes;
+  // The dtype of each whose stored key the describing rank does not hold
+  // (another stage rank's layers); else the stored tensor's.
+  std::map<std::string, torch::ScalarType> dtypes;
 };
 
 struct LogicalTensor {

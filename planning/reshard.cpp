@@ -72,4 +72,21 @@ std::vector<ShardPiece> WholePieces(const std::map<std::string, int64_t>& numels
   return pieces;
 }
 
+std::vector<ShardPiece> StagePieces(const std::vector<std::map<std::string, int64_t>>& unit_tensors,
+                                    const std::vector<int>& stage_of, int stages, int replicas,
+                                    const std::string& stored_prefix) {
+  if (stage_of.size() != unit_tensors.size())
+    throw std::invalid_argument(fmt::format("resharding: {} units but {} stage assignments", unit_tensors.size(),
+                                            stage_of.size()));
+  std::vector<ShardPiece> pieces;
+  for (int replica = 0; replica < replicas; ++replica)
+    for (size_t u = 0; u < unit_tensors.size(); ++u) {
+      if (stage_of[u] < 0 || stage_of[u] >= stages)
+        throw std::invalid_argument(fmt::format("resharding: unit {} is on stage {} of {}", u, stage_of[u], stages));
+      for (const auto& [name, numel] : unit_tensors[u])
+        pieces.push_back({name, 0, numel, replica * stages + stage_of[u], stored_prefix + name, 0});
+    }
+  return pieces;
+}
+
 }  // namespace ddpbench

@@ -57,6 +57,14 @@ std::vector<int> HoldersRead(const std::vector<SliceCopy>& copies);
 // Layouts strategies describe themselves by.
 // Every tensor whole on rank `holder`, stored under its own name.
 std::vector<ShardPiece> WholePieces(const std::map<std::string, int64_t>& numels, int holder);
+// A pipeline's layers over its stage ranks (pmp/mp --stage-ranks): unit u's
+// tensors (logical name -> numel) whole on the rank running stage
+// stage_of[u], in each of `replicas` pipelines of `stages` consecutive ranks
+// (rank = replica * stages + stage), stored as stored_prefix + name. Throws
+// std::invalid_argument for a unit on no stage of the pipeline.
+std::vector<ShardPiece> StagePieces(const std::vector<std::map<std::string, int64_t>>& unit_tensors,
+                                    const std::vector<int>& stage_of, int stages, int replicas,
+                                    const std::string& stored_prefix);
 // The slices rank `rank` holds under a ZeRO partition: param i of `names`
 // (in the partition's input order) is logical `names[i]`; bucket b's slice is
 // stored as stored_of(b).

@@ -5,6 +5,7 @@
 // and reads nothing more.
 #include "planning/reshard.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -50,14 +51,23 @@ Layout Zero(const ZeroPartition& p, const std::string& what) {
   return l;
 }
 
-// Tensor i on rank i % world (a pipeline's stages).
-Layout Stages(int world) {
-  Layout l{"stages x" + std::to_string(world), std::vector<std::vector<ShardPiece>>(world)};
-  int i = 0;
-  for (const auto& [name, numel] : kNumels) {
-    const int r = i++ % world;
-    l.ranks[r].push_back({name, 0, numel, r, "stage." + name, 0});
-  }
+// The made-up tensors as a pipeline's units: {a, b}, {c}, {d, e}, {f}.
+std::vector<std::map<std::string, int64_t>> Units() {
+  return {{{"a", 7}, {"b", 0}}, {{"c", 13}}, {{"d", 1}, {"e", 40}}, {{"f", 5}}};
+}
+
+// Stage of each of `units` units cut into `stages` contiguous ranges (the first ones longer).
+std::vector<int> ContiguousStages(int units, int stages) {
+  std::vector<int> stage_of;
+  for (int s = 0; s < stages; ++s)
+    for (int n = 0; n < units / stages + (s < units % stages ? 1 : 0); ++n) stage_of.push_back(s);
+  return stage_of;
+}
+
+// A pipeline's layers on `stages` stage ranks, `replicas` times (pmp --stage-ranks).
+Layout Stages(int stages, int replicas = 1) {
+  Layout l{fmt::format("stages {}x{}", replicas, stages), std::vector<std::vector<ShardPiece>>(stages * replicas)};
+  for (const auto& p : StagePieces(Units(), ContiguousStages(4, stages), stages, replicas, "stage.")) l.ranks[p.holder].push_back(p);
   return l;
 }
 
@@ -79,6 +89,7 @@ std::vector<Layout> AllLayouts() {
   for (int world : {1, 2, 3, 4}) {
     all.push_back(Replicated(world));
     all.push_back(Stages(world));
+    all.push_back(Stages(world, 2));
     all.push_back(Rows(world));
     all.push_back(Zero(PartitionForZero(Numels(), 4, 64, 16, world), "zero by size x" + std::to_string(world)));
     all.push_back(Zero(PartitionForZero(Numels(), 4, 1 << 20, 1 << 20, world, 4),
@@ -144,6 +155,29 @@ TEST(Reshard, PrefersTheReadersOwnCopy) {
   for (int r = 0; r < 3; ++r) EXPECT_EQ(HoldersRead(PlanReshard(have, WholePieces(kNumels, r), r)), std::vector<int>{r});
   // A rank the old world lacked reads the lowest rank's copy.
   EXPECT_EQ(HoldersRead(PlanReshard(have, WholePieces(kNumels, 5), 5)), std::vector<int>{0});
+}
+
+// A new split reads each layer from the stage rank that held it: 4 stages to
+// 2 reads ranks {0, 1} and {2, 3}; 2 to 4 reads one old rank each; 2 replicated
+// pipelines to one pipeline of 4 read the reader's own rank where it held the layer.
+TEST(Reshard, StageRanksReadTheRanksHoldingTheirLayers) {
+  auto have = [](int stages, int replicas) {
+    return StagePieces(Units(), ContiguousStages(4, stages), stages, replicas, "old.");
+  };
+  auto want = [](int stages, int rank) {
+    std::vector<ShardPiece> mine;
+    for (const auto& p : StagePieces(Units(), ContiguousStages(4, stages), stages, 1, "new."))
+      if (p.holder == rank) mine.push_back(p);
+    return mine;
+  };
+  EXPECT_EQ(HoldersRead(PlanReshard(have(4, 1), want(2, 0), 0)), (std::vector<int>{0, 1}));
+  EXPECT_EQ(HoldersRead(PlanReshard(have(4, 1), want(2, 1), 1)), (std::vector<int>{2, 3}));
+  const std::vector<std::vector<int>> from_two = {{0}, {0}, {1}, {1}};
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(HoldersRead(PlanReshard(have(2, 1), want(4, r), r)), from_two[r]) << r;
+  const std::vector<std::vector<int>> from_two_by_two = {{0}, {0}, {1}, {3}};  // rank 3 held units 2-3 in replica 1
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(HoldersRead(PlanReshard(have(2, 2), want(4, r), r)), from_two_by_two[r]) << r;
+  EXPECT_THROW(StagePieces(Units(), {0, 1, 2, 4}, 4, 1, ""), std::invalid_argument);  // no stage 4
+  EXPECT_THROW(StagePieces(Units(), {0, 1}, 2, 1, ""), std::invalid_argument);        // units unplaced
 }
 
 TEST(Reshard, NamesWhatNoPieceHolds) {

@@ -115,5 +115,55 @@ TEST(StateLayout, ZeroStateReadIntoAnotherWorld) {
   }
 }
 
+// A pipeline over stage ranks: units u0 {w, bn.mean (a buffer)} and u1 {b},
+// contiguous on `stages` ranks; rank r's map holds its units' tensors, their
+// Adam fields and the loss scale.
+StateLayout StageLayout(int stages) {
+  StateLayout l;
+  std::vector<std::map<std::string, int64_t>> units = {{{"u0.w", 6}, {"u0.bn.mean", 4}}, {{"u1.b", 3}}};
+  l.shapes = {{"u0.w", {3, 2}}, {"u0.bn.mean", {4}}, {"u1.b", {3}}};
+  l.dtypes = {{"u0.w", torch::kFloat}, {"u0.bn.mean", torch::kFloat}, {"u1.b", torch::kFloat}};
+  l.optim_name = {{"model.u0.w", "u0.w"}, {"model.u1.b", "u1.b"}};
+  l.params = StagePieces(units, stages == 1 ? std::vector<int>{0, 0} : std::vector<int>{0, 1}, stages, 1, "model.");
+  return l;
+}
+TensorMap StageStored(int stages, int rank) {
+  TensorMap m = {{"scaler.scale", Value("scaler.scale")}, {"meta.place", torch::tensor({int64_t{rank}})}};
+  if (rank == 0) {
+    m["model.u0.w"] = Value("model.w");
+    m["model.u0.bn.mean"] = Value("model.bn.running_mean");
+    m["optim.u0.w.exp_avg"] = Value("optim.w.exp_avg");
+    m["optim.u0.w.step"] = torch::tensor(int64_t{5});
+  }
+  if (rank == stages - 1) {
+    m["model.u1.b"] = Value("model.b");
+    m["optim.u1.b.exp_avg"] = Value("optim.b.exp_avg");
+    m["optim.u1.b.step"] = torch::tensor(int64_t{5});
+  }
+  return m;
+}
+
+// Written by 2 stage ranks, read by 1 (both units) and back by 2: each rank
+// gets its units' tensors and fields, reading only the files holding them.
+TEST(StateLayout, StageRanksReadIntoAnotherSplit) {
+  for (const auto [from, to] : {std::pair{2, 1}, std::pair{1, 2}}) {
+    Written w;
+    for (int r = 0; r < from; ++r) w.files[r] = StageStored(from, r);
+    w.d = DescribeState(StageLayout(from), w.files[0], from);  // rank 0 describes rank 1's unit too
+    EXPECT_EQ(w.d.whole, std::vector<std::string>{"scaler.scale"});
+    EXPECT_EQ(w.d.logical.at("model.u1.b").dtype, torch::kFloat);
+    EXPECT_FALSE(w.d.logical.count("optim.u0.bn.mean.exp_avg"));  // a buffer has no optimizer fields
+    for (int rank = 0; rank < to; ++rank) {
+      SCOPED_TRACE(std::to_string(from) + " -> " + std::to_string(to) + " stages, rank " + std::to_string(rank));
+      TensorMap fresh = StageStored(to, rank);
+      for (auto it = fresh.begin(); it != fresh.end();) it = it->first.rfind("optim.", 0) == 0 ? fresh.erase(it) : std::next(it);
+      const TensorMap got = Read(w, StageLayout(to), fresh, rank);
+      const TensorMap expected = StageStored(to, rank);
+      ASSERT_EQ(got.size(), expected.size());
+      for (const auto& [key, value] : expected) EXPECT_TRUE(got.at(key).equal(value)) << key;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ddpbench

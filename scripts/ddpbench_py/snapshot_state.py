@@ -4,8 +4,9 @@ wrote it: the manifest's "state" says which slices of each logical tensor
 holds (harness/state_layout.h); this module puts them back together.
 
   logical_state(MANIFEST) -> {name: tensor}
-  python3 scripts/ddpbench_py/snapshot_state.py A.json B.json [--atol=X]
-      compares two snapshots' model tensors; exits 1 beyond atol
+  python3 scripts/ddpbench_py/snapshot_state.py A.json B.json [--atol=X] [--all]
+      compares two snapshots' model tensors (--all: every logical tensor,
+      the optimizer's and the loss scaler's too); exits 1 beyond atol (0: bit-identical)
 """
 import json
 import os
@@ -24,7 +25,7 @@ def logical_state(manifest):
     """The logical tensors of the snapshot whose manifest is `manifest`."""
     body = json.load(open(manifest))
     if "state" not in body:
-        raise ValueError(f"{manifest}: no state description (a pipeline across ranks wrote it)")
+        raise ValueError(f"{manifest}: no state description (written by a build that did not describe its state)")
     folder = os.path.dirname(manifest)
     files = {}
 
@@ -43,16 +44,17 @@ def logical_state(manifest):
     return {name: flat[name].reshape(shape) for name, (_, shape) in state["logical"].items()}
 
 
-def max_model_difference(a, b):
-    """Largest |a - b| over the model tensors of two logical states (same names)."""
-    names = sorted(n for n in a if n.startswith("model."))
-    if names != sorted(n for n in b if n.startswith("model.")):
-        raise ValueError("the snapshots hold different model tensors")
+def max_model_difference(a, b, prefix="model."):
+    """Largest |a - b| over the tensors named prefix... of two logical states (same names)."""
+    names = sorted(n for n in a if n.startswith(prefix))
+    if names != sorted(n for n in b if n.startswith(prefix)):
+        raise ValueError(f"the snapshots hold different {prefix or 'logical'} tensors")
     return max((a[n].double() - b[n].double()).abs().max().item() for n in names if a[n].numel())
 
 
 if __name__ == "__main__":
     atol = float(next((x.split("=", 1)[1] for x in sys.argv[3:] if x.startswith("--atol=")), "0"))
-    diff = max_model_difference(logical_state(sys.argv[1]), logical_state(sys.argv[2]))
-    print(f"max |model difference| = {diff:.3e}")
+    every = "--all" in sys.argv[3:]
+    diff = max_model_difference(logical_state(sys.argv[1]), logical_state(sys.argv[2]), "" if every else "model.")
+    print(f"max |{'logical state' if every else 'model'} difference| = {diff:.3e}")
     sys.exit(0 if diff <= atol else 1)

@@ -177,10 +177,28 @@ class PipelineStrategy final : public Strategy {
 
   void LoadState(const TensorMap& state) override;
   // In one process the model's tensors are stored whole under their own
-  // names (the default); across ranks each holds only its stages' units.
+  // names (the default); across ranks each rank holds its stages' units
+  // whole (their parameters with their optimizer fields, their buffers), in
+  // every replica of the pipeline.
   StateLayout DescribeState() override {
     StateLayout l;
-    l.reshardable = !transport_->AcrossRanks();
+    if (!transport_->AcrossRanks()) return l;
+    std::vector<std::map<std::string, int64_t>> unit_tensors;
+    for (const auto& unit : e_.model->units()->named_children()) {
+      auto& tensors = unit_tensors.emplace_back();
+      const std::string prefix = "units." + unit.key() + ".";
+      auto add = [&](const std::string& name, const torch::Tensor& t) {
+        tensors[prefix + name] = t.numel();
+        l.shapes[prefix + name] = t.sizes().vec();
+        l.dtypes[prefix + name] = t.scalar_type();
+      };
+      for (const auto& p : unit.value()->named_parameters()) {
+        add(p.key(), p.value());
+        l.optim_name["model." + prefix + p.key()] = prefix + p.key();
+      }
+      for (const auto& b : unit.value()->named_buffers()) add(b.key(), b.value());
+    }
+    l.params = StagePieces(unit_tensors, e_.unit_device, e_.table.devices, e_.dist->mesh.replicas, "model.");
     return l;
   }
 

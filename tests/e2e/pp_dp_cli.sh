@@ -53,13 +53,14 @@ bad_input pmp "--replicate-degree=2 with --strategy=pmp: a pipeline is replicate
 bad_input pmp "--replicate-degree=4: 4 ranks in 4 groups leave 1 rank a group, a pipeline of one stage" --gpus=4 --oversubscribe --stage-ranks --replicate-degree=4
 bad_input hsdp "--replicate-degree=3: 4 ranks do not divide into 3 equal groups" --gpus=4 --oversubscribe --replicate-degree=3
 bad_input mp "--gpus=24 with --replicate-degree=2: 12 stages, but --strategy=mp puts at least one of the model's 10 units on each stage; accepted: at most 10 stages (--gpus<=20)" --gpus=24 --oversubscribe --stage-ranks --replicate-degree=2
-# A snapshot of another mesh: the pipelines' snapshots (each stage's tensors
-# on its own rank, no resharding), resumed by a run of the same ranks that is
-# not replicated, are named and refused.
+# A snapshot of another mesh: two replicated pipelines of 2 stages (global
+# batch 16), resumed as one pipeline of 4 stage ranks (per-device batch 8 -> 16),
+# each new stage rank reading its layers from the old rank that held them.
 run pmp --stage-ranks --replicate-degree=2 --steps=2 --chunks=4 --schedule=1f1b --snapshot-dir="$TMP/snap"
+run pmp --stage-ranks --steps=4 --chunks=4 --schedule=1f1b --snapshot-dir="$TMP/snap"
+grep -q "resharded from pmpx4" "$TMP/log" && grep -q "per-device batch 8 -> 16 on 1 replica" "$TMP/log" ||
+  fail "one pipeline of 4 stages did not reshard the replicated pipelines' snapshot: $(grep -i snapshot "$TMP/log")"
 snapshot_results
-bad_input pmp "was written by pmpx4" --gpus=4 --oversubscribe \
-  --stage-ranks --chunks=4 --schedule=1f1b --snapshot-dir="$TMP/snap" --resume
 # hsdp asks for node-aligned groups: under a launcher whose nodes hold 2 ranks
 # each, a degree whose groups span nodes is refused before the rendezvous
 # (rank 0 alone exits 2, no other rank needed).

@@ -6,8 +6,12 @@
 # file was corrupted (named, the previous one used). With --norm=group the
 # final model equals the uninterrupted zero2 run's to float32 round-off, and
 # the row names the worlds, the restarts, the steps lost and the batch change.
-# hsdp 2x2 resumed as zero3 on 2 ranks ends alike. Also: a snapshot of
-# another width is refused in one line (exit 2).
+# hsdp 2x2 resumed as zero3 on 2 ranks ends alike. pmp --stage-ranks (each
+# rank a contiguous range of layers) on 4 stage ranks, killed, resumed on 2
+# (each new rank reading only the old ranks holding its layers), killed,
+# finished on 4 again: bit-identical to the uninterrupted 4-rank run, every
+# parameter and Adam tensor. Also refused in one line (exit 2): a snapshot of
+# another width, and one cut in other units than an explicit --units.
 set -euo pipefail
 BIN="$1"; SRC="$2"
 TMP="$(mktemp -d)"; trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
@@ -21,13 +25,14 @@ RUN=(--steps=17 --snapshot-every=3)  # 18 steps
 newest_step() { ls "$1"/*-step*.json 2>/dev/null | sed 's/.*-step0*\([0-9][0-9]*\)\.json/\1/' | sort -n | tail -1; }
 
 # Runs FLAGS... in $TMP/run until it has a snapshot of step N, then kills a rank with -9.
+SNAP="$TMP/run"
 run_and_kill() {
   local n="$1"; shift
-  DDPBENCH_TEST_STEP_DELAY_MS=250 "$BIN" "${COMMON[@]}" "${RUN[@]}" "$@" --snapshot-dir="$TMP/run" \
+  DDPBENCH_TEST_STEP_DELAY_MS=250 "$BIN" "${COMMON[@]}" "${RUN[@]}" "$@" --snapshot-dir="$SNAP" \
     --out="$TMP/r.csv" 2>>"$TMP/run.log" &
   local pid=$!
-  for _ in $(seq 600); do [[ $(newest_step "$TMP/run") -ge $n ]] && break; sleep 0.05; done
-  [[ $(newest_step "$TMP/run") -ge $n ]] || fail "$*: no snapshot $n: $(tail -5 "$TMP/run.log")"
+  for _ in $(seq 600); do [[ $(newest_step "$SNAP") -ge $n ]] && break; sleep 0.05; done
+  [[ $(newest_step "$SNAP") -ge $n ]] || fail "$*: no snapshot $n: $(tail -5 "$TMP/run.log")"
   local victim; victim="$(pgrep -P "$pid" | tail -1 || true)"
   kill -9 "${victim:-$pid}"
   set +e; wait "$pid"; local rc=$?; set -e
@@ -75,8 +80,34 @@ grep -q "resharded from hsdpx4" "$TMP/h.log" || fail "zero3 did not reshard hsdp
 "$PY" "$SRC/scripts/ddpbench_py/snapshot_state.py" "$TMP"/href/*-step000000012.json \
   "$TMP"/hrun/*-step000000012.json --atol=1e-5 || fail "hsdp 2x2 -> zero3 x2 differs from the uninterrupted run"
 
+# pmp across stage ranks: 4 stages -> kill -9 -> 2 stages -> kill -9 -> 4 stages, 12 steps.
+P=(--strategy=pmp --stage-ranks --oversubscribe --chunks=4 --schedule=1f1b --units=blocks)
+P4=("${P[@]}" --gpus=4 --split=3,2,2,3); P2=("${P[@]}" --gpus=2 --split=5,5)
+RUN=(--steps=11 --snapshot-every=3)
+"$BIN" "${COMMON[@]}" "${RUN[@]}" "${P4[@]}" --snapshot-dir="$TMP/pref" --out="$TMP/p.csv" 2>"$TMP/p.log" ||
+  fail "pmp on 4 stage ranks: $(tail -3 "$TMP/p.log")"
+SNAP="$TMP/prun"
+run_and_kill 3 "${P4[@]}"
+run_and_kill 6 "${P2[@]}"
+grep -q "rank 1: resharded .*(pmpx4 -> pmpx2): .* from rank file(s) 2,3$" "$TMP/run.log" ||
+  fail "2 stage ranks did not read only the old ranks holding their layers: $(grep resharded "$TMP/run.log")"
+"$BIN" "${COMMON[@]}" "${RUN[@]}" "${P4[@]}" --snapshot-dir="$SNAP" --out="$TMP/p.csv" 2>"$TMP/p.log" ||
+  fail "pmp back on 4 stage ranks: $(tail -3 "$TMP/p.log")"
+grep -q "resharded from pmpx2" "$TMP/p.log" || fail "4 stage ranks did not reshard the 2-rank snapshot"
+"$PY" "$SRC/scripts/ddpbench_py/snapshot_state.py" "$TMP"/pref/*-step000000012.json "$TMP"/prun/*-step000000012.json \
+  --all || fail "pmp 4 -> 2 -> 4 stage ranks is not bit-identical to the uninterrupted run"
+"$PY" - "$TMP/p.csv" <<'PYEOF' || fail "the pmp row does not describe the world changes"
+import csv, sys
+r = list(csv.DictReader(open(sys.argv[1])))[-1]
+assert r["worlds"] == "pmp:4x8,pmp:2x8,pmp:4x8" and r["restarts"] == "2", (r["worlds"], r["restarts"])
+PYEOF
+ls "$SNAP" | grep -q "step00000000[0-3]\.rank[23]\.pt" && fail "old rank files of the 4-rank world were never pruned"
+
 source "$SRC/tests/e2e/lib/bad_input.sh"
 snapshot_results
 COMMON=("${COMMON[@]/--width=4/--width=8}")
 bad_input ddp "belongs to another configuration (--width: 4 there, 8 here)" --snapshot-dir="$TMP/run" --resume
+COMMON=("${COMMON[@]/--width=8/--width=4}")
+bad_input pmp "whose model is cut in blocks (its tensors are named by them), this run's in half-blocks; accepted: --units=blocks or auto" \
+  --stage-ranks --oversubscribe --gpus=2 --chunks=4 --units=half-blocks --snapshot-dir="$TMP/prun" --resume
 echo "reshard: all checks passed"
