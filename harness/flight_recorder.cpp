@@ -33,12 +33,21 @@ struct Channel {  // send/recv order: (group, source, destination, tag)
   }
 };
 
+int64_t WallMinusSteadyNs() {
+  using namespace std::chrono;
+  return duration_cast<nanoseconds>(system_clock::now().time_since_epoch()).count() -
+         duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
 struct Recorder {
   std::mutex mutex;
   int rank = 0;
   size_t capacity = 0;
   std::string path;
-  int64_t offset_ns = 0;  // system clock - steady clock, read once
+  // System clock - steady clock: read when the process starts (so that a
+  // process that never records, the launcher, still reads ranks' times as
+  // wall-clock times) and again by Configure.
+  int64_t offset_ns = WallMinusSteadyNs();
   std::vector<GroupInfo> groups;
   std::vector<uint64_t> group_seq;
   std::map<Channel, uint64_t> channel_seq;
@@ -117,8 +126,7 @@ void Configure(int rank, size_t capacity, const std::string& path) {
   g.rank = rank;
   g.path = path;
   g.capacity = capacity;
-  g.offset_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                    std::chrono::system_clock::now().time_since_epoch()).count() - SteadyNs();
+  g.offset_ns = WallMinusSteadyNs();
   g.groups.clear();
   g.group_seq.clear();
   g.channel_seq.clear();

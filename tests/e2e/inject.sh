@@ -29,6 +29,8 @@ snapshot_results
 set +e; out="$(run --inject=crash:rank=1,step=3 2>&1)"; rc=$?; set -e
 [[ $rc -ne 0 ]] || fail "crash: exited 0"
 grep -q "rank 1 (pid [0-9]*) was killed by signal 9" <<<"$out" || fail "crash not named: $out"
+# what it was last doing, and how long before: an age of wall-clock seconds, never negative
+grep -q "signal 9 (Killed); it was last .* ([0-9][0-9.]* s before)" <<<"$out" || fail "its last progress and age: $out"
 unchanged "crash"
 # A hang: the others' collective times out (--timeout=5), the run ends, no row.
 start=$(date +%s)
