@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "base/config.h"
+#include "planning/held_activations.h"
 #include "projection/timeline.h"
 #include "planning/pipeline_plan.h"
 #include "planning/traits.h"
@@ -394,45 +395,63 @@ ChunkTimes PipelineChunkTimes(const Profile& p, const PipelineTable& table, cons
   return times;
 }
 
-// Per device: the parameter bytes of its chunks, and the units of its chunk
-// with the most activation bytes per image.
+// Per device: the parameter bytes of its chunks; per chunk: its first and
+// last unit.
 struct DeviceBytes {
-  std::vector<double> params, largest_chunk_activation;
-  std::vector<std::pair<size_t, size_t>> largest_chunk;  // its first and last unit
+  std::vector<double> params;
+  std::vector<std::pair<size_t, size_t>> chunk_units;
 };
 DeviceBytes BytesPerDevice(const Profile& p, const PipelineTable& table, const std::vector<int>& counts) {
-  const auto n = static_cast<size_t>(table.devices);
-  DeviceBytes d{std::vector<double>(n, 0), std::vector<double>(n, -1), std::vector<std::pair<size_t, size_t>>(n)};
+  DeviceBytes d{std::vector<double>(static_cast<size_t>(table.devices), 0), {}};
   int first = 0;
   for (size_t c = 0; c < counts.size(); ++c) {
-    double pb = 0, ab = 0;
-    for (int u = first; u < first + counts[c]; ++u) pb += p.units[u].ParamBytes(), ab += p.units[u].activation_bytes;
-    const auto dev = static_cast<size_t>(table.DeviceOf(static_cast<int>(c)));
-    d.params[dev] += pb;
-    if (ab > d.largest_chunk_activation[dev]) {
-      d.largest_chunk_activation[dev] = ab;
-      d.largest_chunk[dev] = {static_cast<size_t>(first), static_cast<size_t>(first + counts[c] - 1)};
-    }
+    double pb = 0;
+    for (int u = first; u < first + counts[c]; ++u) pb += p.units[u].ParamBytes();
+    d.params[static_cast<size_t>(table.DeviceOf(static_cast<int>(c)))] += pb;
+    d.chunk_units.emplace_back(static_cast<size_t>(first), static_cast<size_t>(first + counts[c] - 1));
     first += counts[c];
   }
   return d;
 }
 
+// The backward's peak on `device`: at each of its backwards, one
+// micro-batch's walk through that chunk (BackwardPeakBytes) beside the
+// activations of every other (micro-batch, chunk) it holds then, each at its
+// own chunk's bytes. Why per backward and per chunk: under interleaving and
+// the V a device's chunks differ, and its peak can come in a chunk with few
+// activations but large weights (their gradients) while a larger chunk's
+// micro-batches wait; pricing the most pairs held at the largest chunk missed
+// it (interleaved measured 1.11-1.14x that prediction).
+double DeviceActivationPeakBytes(const Profile& p, const PipelineTable& table, const DeviceBytes& bytes, int device,
+                                 double micro) {
+  std::vector<double> chunk_bytes;  // per image
+  for (const auto& [first, last] : bytes.chunk_units) {
+    double all = 0;
+    for (size_t u = first; u <= last; ++u) all += p.units[u].activation_bytes;
+    chunk_bytes.push_back(all);
+  }
+  double peak = 0;
+  for (const BackwardHeld& b : HeldAtBackwards(table, device)) {
+    double others = -chunk_bytes[static_cast<size_t>(b.chunk)] * micro;  // the running one is the walk's
+    for (size_t c = 0; c < b.held.size(); ++c) others += b.held[c] * chunk_bytes[c] * micro;
+    const auto [first, last] = bytes.chunk_units[static_cast<size_t>(b.chunk)];
+    peak = std::max(peak, BackwardPeakBytes(p, first, last, micro, 0, /*grads_made=*/false) + others);
+  }
+  return peak;
+}
+
 // Memory of the fullest device: its chunks' parameters and optimizer state,
-// and the backward's peak of its largest chunk (BackwardPeakBytes: one
-// micro-batch's backward beside the others the schedule holds at once; the
-// pipelines zero .grad rather than free it, so it is a model state here).
-void SetPipelineMemory(const Profile& p, const DeviceBytes& bytes, const PipelineSimulation& sim, int64_t micro,
+// and its backward's peak (DeviceActivationPeakBytes; the pipelines zero
+// .grad rather than free it, so it is a model state here).
+void SetPipelineMemory(const Profile& p, const PipelineTable& table, const DeviceBytes& bytes, int64_t micro,
                        int64_t batch, StepPrediction* out) {
   const std::vector<double>& params = bytes.params;
   const ModelStateBytes per = StateBytes(p);
   for (size_t d = 0; d < params.size(); ++d) {
     const auto elements = static_cast<int64_t>(params[d] / static_cast<double>(p.element_bytes));
     const double states = ZeroExpectedMb(0, elements, 1, per);  // .grad too: zeroed, never freed
-    const auto m = static_cast<double>(micro);
-    const double others = std::max(0.0, sim.peak_in_flight[d] - 1.0) * m;
-    const auto [first, last] = bytes.largest_chunk[d];
-    const double acts = BackwardPeakBytes(p, first, last, m, others, /*grads_made=*/false) / kMiB;
+    const double acts =
+        DeviceActivationPeakBytes(p, table, bytes, static_cast<int>(d), static_cast<double>(micro)) / kMiB;
     if (states + acts > out->memory_mb) {
       out->memory_mb = states + acts;
       out->states_mb = states;
@@ -499,7 +518,7 @@ StepPrediction PredictPipeline(const Profile& p, const StepQuery& q, const Strat
   out.exposed_comm_ms = std::max(0.0, out.step_ms - (plain.makespan + opt + p.step_overhead_ms));
   out.images = q.batch * R;
   out.micro_batches = M, out.virtual_stages = V;
-  SetPipelineMemory(p, bytes, plain, micro, q.batch, &out);
+  SetPipelineMemory(p, table, bytes, micro, q.batch, &out);
   return out;
 }
 

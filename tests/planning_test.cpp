@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "base/config.h"
+#include "planning/held_activations.h"
 #include "planning/mesh.h"
 #include "planning/pipeline_plan.h"
 #include "planning/schedules.h"
@@ -496,6 +497,43 @@ TEST(ShmChunks, OneHostWhenEveryRankIsOnTheFirstOnesNode) {
   EXPECT_FALSE(OnOneHost({0, 2}, 2));  // a replicate group across two hosts
   EXPECT_TRUE(OnOneHost({0, 1, 2, 3}, 4));
   EXPECT_FALSE(OnOneHost({0, 1}, 0));
+}
+
+// The activations a device holds at each of its backwards (hand-computed, 2
+// devices, 2 micro-batches): the memory model prices each held pair at its
+// own chunk's bytes.
+std::vector<std::vector<int>> HeldOf(PipelineSchedule schedule, int V, int device, std::vector<int>* chunks) {
+  std::vector<std::vector<int>> held;
+  for (const BackwardHeld& b : HeldAtBackwards(BuildPipelineTable(schedule, 2, V, 2), device)) {
+    held.push_back(b.held);
+    chunks->push_back(b.chunk);
+  }
+  return held;
+}
+
+TEST(HeldActivations, PerScheduleAtEachBackward) {
+  std::vector<int> chunks;
+  // GPipe: both forwards first, so the first backward runs beside the other micro-batch.
+  EXPECT_EQ(HeldOf(PipelineSchedule::kGPipe, 1, 0, &chunks), (std::vector<std::vector<int>>{{2, 0}, {1, 0}}));
+  // 1F1B: the first device runs F0 F1 b0 b1; the last F0 b0 F1 b1, one at a time.
+  chunks.clear();
+  EXPECT_EQ(HeldOf(PipelineSchedule::k1F1B, 1, 0, &chunks), (std::vector<std::vector<int>>{{2, 0}, {1, 0}}));
+  EXPECT_EQ(HeldOf(PipelineSchedule::k1F1B, 1, 1, &chunks), (std::vector<std::vector<int>>{{0, 1}, {0, 1}}));
+  // Zero bubble: B keeps the graph for W, so only W releases a micro-batch.
+  chunks.clear();
+  const auto zb = HeldOf(PipelineSchedule::kZeroBubble, 1, 1, &chunks);
+  ASSERT_EQ(zb.size(), 4u);  // B0 W0 B1 W1 (in some order)
+  int most = 0;
+  for (const auto& h : zb) most = std::max(most, h[1]);
+  EXPECT_EQ(zb.front(), (std::vector<int>{0, 1}));
+  EXPECT_LE(most, 2);
+  // Interleaved, 2 chunks a device: the last device holds both micro-batches
+  // of its first chunk (1) while the last chunk (3) runs its backward.
+  chunks.clear();
+  const auto inter = HeldOf(PipelineSchedule::kInterleaved, 2, 1, &chunks);
+  ASSERT_FALSE(inter.empty());
+  EXPECT_EQ(chunks.front(), 3);
+  EXPECT_EQ(inter.front(), (std::vector<int>{0, 2, 0, 1}));
 }
 
 }  // namespace
