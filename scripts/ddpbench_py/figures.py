@@ -115,9 +115,10 @@ def history_lines(histories, path):
                 ax.annotate(f"{100 * (c.ratio - 1):+.1f}%\n{series[c.index - 1].git_sha[:8]}..{series[c.index].git_sha[:8]}",
                             (c.index - 0.5, ax.get_ylim()[1]), fontsize=7, va="top", ha="left")
         ax.set_xticks(range(len(series)), [n.run_id for n in series], fontsize=6, rotation=30, ha="right")
-        ax.set_ylabel("img/s", fontsize=8)
+        ax.set_ylabel("x reference" if name.endswith(history_page.OVER_REFERENCE) else "img/s", fontsize=8)
         ax.set_title(name, fontsize=9, loc="left")
-    fig.suptitle("Throughput over the nights; dashed: change points (red slower, green faster)", fontsize=9)
+    fig.suptitle("Throughput over the nights (beside a reference build: the ratio to it); dashed: change points "
+                 "(red slower, green faster)", fontsize=9)
     return save(fig, path)
 
 

@@ -171,6 +171,17 @@ class HistoryPageTest(unittest.TestCase):
         self.assertEqual(body[0][:2] + body[0][5:7], ["ddp-2x1", "regression", "n09 (a1)", "n10 (b2)"])
         self.assertIn("a1..b2 (not in this checkout)", body[0][7])
 
+    def test_with_a_reference_the_history_is_the_ratio_and_launches_count_once(self):
+        refs = level([100] * 13)
+        rows = [dict(r, reference_throughput_img_s=f"{ref:.2f}")
+                for r, ref in zip(nights([r * (0.9 if i >= 10 else 1.0) for i, r in enumerate(refs)], bad_from=10), refs)]
+        *past, tonight = rows
+        histories = history_page.entry_histories([tonight, dict(tonight), dict(tonight)], past)  # 3 launches
+        self.assertEqual([h[0] for h in histories], ["ddp-2x1 (over the reference build)"])
+        body = history_page.section(histories)[2]
+        self.assertEqual(body[0][:3], ["ddp-2x1 (over the reference build)", "regression", "-10.0%"])
+        self.assertRegex(body[0][3], r"^1\.0\d\d -> 0\.9\d\d$")
+
     def test_no_change_says_so(self):
         *past, tonight = nights(level([100] * 8))
         body = history_page.section(history_page.entry_histories([tonight], past))[2]
