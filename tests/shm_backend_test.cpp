@@ -6,7 +6,6 @@
 // this process, joined through a TCPStore served here.
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
 #include <dirent.h>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "harness/dist.h"
+#include "tests/thread_ranks.h"
 
 namespace ddpbench {
 namespace {
@@ -33,19 +33,10 @@ class ThreadWorld {
     // groups on threads of one process (it crashes inserting); ddpbench's
     // recorder is its own (harness/flight_recorder.h).
     ::setenv("TORCH_FR_BUFFER_SIZE", "0", 1);
-    c10d::TCPStoreOptions opts;
-    opts.port = 0;
-    opts.isServer = true;
-    opts.waitWorkers = false;
-    store_ = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts);
+    store_ = testing::ServeStoreOnFreePort();
+    const int port = store_->getPort();
     Run([&](int r, DistContext& d) {
-      d.rank = d.local_rank = r;
-      d.world = d.local_world = world;
-      d.master_addr = "127.0.0.1";
-      d.master_port = store_->getPort();
-      d.store_served = true;
-      d.launcher = "spawn";
-      d.cpu_backend = backend;
+      testing::AsSpawnedRank(d, r, world, port, backend);
       d.shm_slot_bytes = slot_bytes;
       d.Connect(timeout_s, false, false);
       if (replicas > 1) d.ConnectMesh(replicas, false);

@@ -14,7 +14,6 @@
 // DDPBENCH_BENCH_RANKS sets the CPU world (default 2).
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
 #include <condition_variable>
@@ -28,6 +27,7 @@
 
 #include "harness/cuda_support.h"
 #include "harness/dist.h"
+#include "tests/thread_ranks.h"
 
 namespace ddpbench {
 namespace {
@@ -87,21 +87,11 @@ class Cluster {
  public:
   // `cpu_backend`: --cpu-backend (gloo or shm) of CPU ranks.
   Cluster(int world, bool cuda, const std::string& cpu_backend) : ranks_(world) {
-    c10d::TCPStoreOptions opts;
-    opts.port = 0;
-    opts.isServer = true;
-    opts.waitWorkers = false;
-    store_ = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts);
+    store_ = testing::ServeStoreOnFreePort();
     std::vector<std::thread> joining;
     for (int r = 0; r < world; ++r) {
       auto& d = ranks_[r];
-      d.rank = d.local_rank = r;
-      d.world = d.local_world = world;
-      d.master_addr = "127.0.0.1";
-      d.master_port = store_->getPort();
-      d.store_served = true;
-      d.launcher = "spawn";
-      d.cpu_backend = cpu_backend;
+      testing::AsSpawnedRank(d, r, world, store_->getPort(), cpu_backend);
       if (cuda) d.device = torch::Device(torch::kCUDA, r);
       joining.emplace_back([&d, cuda] { d.Connect(120.0, cuda, /*nccl=*/cuda); });
     }
