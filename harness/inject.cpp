@@ -10,6 +10,7 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -52,48 +53,54 @@ std::map<std::string, std::string> Fields(const std::string& spec, const std::st
   return out;
 }
 
-int64_t Whole(const std::string& spec, const std::map<std::string, std::string>& f, const std::string& key,
-              int64_t least) {
+// The value of `key`, or one ConfigError naming it as missing.
+const std::string& ValueOf(const std::string& spec, const std::map<std::string, std::string>& f,
+                           const std::string& key) {
   const auto it = f.find(key);
   if (it == f.end()) throw ConfigError(fmt::format("--inject={}: {} is missing; accepted: {}", spec, key, kUsage));
+  return it->second;
+}
+
+// `text` read whole by `parse` (std::stoll, std::stod), or nothing when it is
+// not a number or has more after one.
+template <typename T, typename Parse>
+std::optional<T> WholeText(const std::string& text, Parse parse) {
   size_t pos = 0;
-  int64_t v = 0;
   try {
-    v = std::stoll(it->second, &pos);
+    const T v = parse(text, &pos);
+    if (pos != 0 && pos == text.size()) return v;
   } catch (...) {
-    pos = 0;
   }
-  if (pos == 0 || pos != it->second.size() || v < least)
-    throw ConfigError(fmt::format("--inject={}: {}={} is not a whole number >= {}", spec, key, it->second, least));
-  return v;
+  return std::nullopt;
+}
+
+int64_t Whole(const std::string& spec, const std::map<std::string, std::string>& f, const std::string& key,
+              int64_t least) {
+  const std::string& text = ValueOf(spec, f, key);
+  const auto v = WholeText<int64_t>(text, [](const std::string& t, size_t* pos) { return std::stoll(t, pos); });
+  if (!v || *v < least)
+    throw ConfigError(fmt::format("--inject={}: {}={} is not a whole number >= {}", spec, key, text, least));
+  return *v;
 }
 
 // A delay's length: milliseconds, a decimal > 0 and at most an hour (0.4 is
 // a 5% slowdown of an 8 ms step).
 double Millis(const std::string& spec, const std::map<std::string, std::string>& f) {
-  const auto it = f.find("ms");
-  if (it == f.end()) throw ConfigError(fmt::format("--inject={}: ms is missing; accepted: {}", spec, kUsage));
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(it->second, &pos);
-  } catch (...) {
-    pos = 0;
-  }
-  if (pos == 0 || pos != it->second.size() || !(v > 0) || v > 3.6e6)
-    throw ConfigError(fmt::format("--inject={}: ms={} is not a number of milliseconds > 0 (at most 3600000)", spec,
-                                  it->second));
-  return v;
+  const std::string& text = ValueOf(spec, f, "ms");
+  const auto v = WholeText<double>(text, [](const std::string& t, size_t* pos) { return std::stod(t, pos); });
+  if (!v || !(*v > 0) || *v > 3.6e6)
+    throw ConfigError(
+        fmt::format("--inject={}: ms={} is not a number of milliseconds > 0 (at most 3600000)", spec, text));
+  return *v;
 }
 
 Phase PhaseOf(const std::string& spec, const std::map<std::string, std::string>& f) {
-  const auto it = f.find("phase");
-  if (it == f.end()) throw ConfigError(fmt::format("--inject={}: phase is missing; accepted: {}", spec, kUsage));
+  const std::string& text = ValueOf(spec, f, "phase");
   for (Phase p : {Phase::kData, Phase::kForward, Phase::kBackward, Phase::kOptimizer})
-    if (it->second == PhaseName(p)) return p;
+    if (text == PhaseName(p)) return p;
   throw ConfigError(fmt::format("--inject={}: phase={} is not a phase every strategy times; accepted: data, "
                                 "forward, backward, optimizer",
-                                spec, it->second));
+                                spec, text));
 }
 
 void OnlyKeys(const std::string& spec, const std::map<std::string, std::string>& f,

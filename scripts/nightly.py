@@ -252,8 +252,8 @@ def run_launches(argv, ref, entry, night, run_id, launches):
     first failure of tonight's build, which is recorded; -> 1 if one failed, else 0."""
     for i in launches:
         suffix = f".{i + 1}" if i else ""
-        runs = [(argv, "", suffix), (ref, ".ref", suffix)] if ref else [(argv, "", suffix)]
-        for cmd, kind, suffix in (runs if i % 2 == 0 else runs[::-1]):
+        runs = [(argv, ""), (ref, ".ref")] if ref else [(argv, "")]
+        for cmd, kind in (runs if i % 2 == 0 else runs[::-1]):
             if STOP:
                 return 0
             rc, reason = run_entry(cmd, entry, os.path.join(night, entry["name"] + kind + suffix + ".log"))

@@ -219,9 +219,9 @@ def history_lines(row, past, limits):
         if not bad and one_night:
             bad = [f"REGRESSION {R.experiment(row)} {one_night}"]
         if bad and key in N.ABSOLUTE_SPEED and N.has_reference(row):
-            bad = [f"machine  {line.split(' ', 1)[1]} (not counted: the reference build ran beside it; "
-                   f"throughput_vs_reference is the gated figure)" for line in bad[:1]]
-            other, bad = bad + other, []
+            other = [f"machine  {bad[0].split(' ', 1)[1]} (not counted: the reference build ran beside it; "
+                     f"throughput_vs_reference is the gated figure)"] + other
+            bad = []
         lines += bad + other
         regressions += 1 if bad else 0
     return lines, regressions

@@ -151,7 +151,7 @@ def attach_reference(night_csv, rows):
         if num(ref, "throughput_img_s") is not None:
             by_entry.setdefault(ref.get("entry", ""), []).append(num(ref, "throughput_img_s"))
     for row in rows:
-        values = sorted(by_entry.get(row.get("entry", ""), []))
+        values = by_entry.get(row.get("entry", ""))
         if values:
             row["reference_throughput_img_s"] = repr(statistics.median(values))
     return rows

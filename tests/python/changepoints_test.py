@@ -32,6 +32,12 @@ def nights(values, bad_from=None):
     return [row(f"n{i:02d}", v, "b2" if bad_from is not None and i >= bad_from else "a1") for i, v in enumerate(values)]
 
 
+def put(directory, name, text):
+    """Writes a night file by hand."""
+    with open(os.path.join(directory, name), "w") as f:
+        f.write(text)
+
+
 def gate_lines(history_rows, limits=None):
     *past, tonight = history_rows
     return gate.check([tonight], past, [], limits or gate.Limits(matrix="m.toml"))
@@ -153,10 +159,8 @@ class ReferenceTest(unittest.TestCase):
     def test_reference_rows_are_attached_by_entry_and_kept_out_of_the_history(self):
         with tempfile.TemporaryDirectory() as d:
             header = "run_id,timestamp,entry,gpus,throughput_img_s\n"
-            with open(os.path.join(d, "n1.csv"), "w") as f:
-                f.write(header + "n1,t1,a,2,90\nn1,t1,b,2,50\n")
-            with open(os.path.join(d, "n1.reference.csv"), "w") as f:
-                f.write(header + "n1,t1,a,2,100\nn1,t1,a,2,98\nn1,t1,a,2,120\n")
+            put(d, "n1.csv", header + "n1,t1,a,2,90\nn1,t1,b,2,50\n")
+            put(d, "n1.reference.csv", header + "n1,t1,a,2,100\nn1,t1,a,2,98\nn1,t1,a,2,120\n")
             got = R.load_history(d, [{"run_id": "tonight", "timestamp": "t9"}])
             self.assertEqual([(r["entry"], r.get("reference_throughput_img_s")) for r in got],
                              [("a", "100.0"), ("b", None)])
@@ -192,10 +196,8 @@ class HistoryFilesTest(unittest.TestCase):
     def test_corrupt_and_truncated_rows_are_named_and_skipped(self):
         with tempfile.TemporaryDirectory() as d:
             header = "run_id,timestamp,entry,gpus,throughput_img_s\n"
-            with open(os.path.join(d, "n1.csv"), "w") as f:
-                f.write(header + "n1,t1,a,2,100\nn1,t1,b,two,100\nn1,t1,c,2,fast\nn1,t1,d,2,99\nn1,t1,e")
-            with open(os.path.join(d, "other.csv"), "w") as f:
-                f.write("x,y\n1,2\n")
+            put(d, "n1.csv", header + "n1,t1,a,2,100\nn1,t1,b,two,100\nn1,t1,c,2,fast\nn1,t1,d,2,99\nn1,t1,e")
+            put(d, "other.csv", "x,y\n1,2\n")
             skipped = []
             got = R.load_history(d, [{"run_id": "tonight", "timestamp": "t9"}], skipped)
             self.assertEqual([r["entry"] for r in got], ["a", "d"])
