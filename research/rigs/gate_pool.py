@@ -2,8 +2,10 @@
 """A pool of real nights for measuring the nightly gate's error rates
 (research/rigs/gate_error_rates.py): the cpu-small matrix's ENTRIES run in
 rounds, each round a few clean nights and one night per injected slowdown
-(--inject=delay on rank 0's forward phase, sized to PCT% of the entry's clean
-step time p50 from CALIBRATE.csv, to 0.01 ms), the order rotated from
+(--inject=delay in every rank's forward phase, as a slower commit would slow
+each rank, sized to PCT% of the entry's clean step time p50 from
+CALIBRATE.csv, to 0.01 ms; --inject-ranks=0 slows rank 0 alone, which a
+data-parallel entry partly absorbs in its waits), the order rotated from
 round to round so that a busy minute on a shared machine falls on every
 variant alike. Each pass is scripts/nightly.py --no-report with run id
 <variant>-r<round>; the rows go to OUT_DIR/<variant>-r<round>.csv. With
@@ -33,7 +35,7 @@ def delays(calibrate, entries, pct):
     return {e: max(0.01, round(steps[e] * pct / 100, 2)) for e in entries}
 
 
-def matrix_with_delays(base, ms, path, repeat=None):
+def matrix_with_delays(base, ms, path, repeat=None, every_rank=True):
     """The base matrix with each named entry's --inject flag added to its flags,
     and `repeat` in its defaults if given (written back as TOML: JSON's
     strings, numbers, booleans and lists are TOML's)."""
@@ -43,7 +45,9 @@ def matrix_with_delays(base, ms, path, repeat=None):
     lines = ["[defaults]", *(f"{k} = {json.dumps(v)}" for k, v in defaults.items())]
     for entry in matrix["run"]:
         if entry["name"] in ms:
-            entry["flags"] = [*entry.get("flags", []), f"--inject=delay:rank=0,phase=forward,ms={ms[entry['name']]}"]
+            ranks = range(int(entry.get("gpus", 1))) if every_rank else [0]
+            entry["flags"] = [*entry.get("flags", []),
+                              *(f"--inject=delay:rank={r},phase=forward,ms={ms[entry['name']]}" for r in ranks)]
         lines += ["", "[[run]]", *(f"{k} = {json.dumps(v)}" for k, v in entry.items())]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -60,6 +64,7 @@ def main():
     p.add_argument("--repeat", type=int, default=None, help="timed sections per run (the matrix's own if left out)")
     p.add_argument("--launches", type=int, default=1, help="processes per entry and night (scripts/nightly.py --launches)")
     p.add_argument("--reference-bin", help="a build run beside each launch (scripts/nightly.py --reference-bin)")
+    p.add_argument("--inject-ranks", choices=["all", "0"], default="all", help="the ranks slowed (default: every rank)")
     p.add_argument("--bin", default=os.path.join(ROOT, "build/ddpbench"))
     p.add_argument("--matrix", default=os.path.join(ROOT, "scripts/matrix/cpu-small.toml"))
     args = p.parse_args()
@@ -75,7 +80,7 @@ def main():
     for pct in args.pcts.split(","):
         ms = delays(args.calibrate, entries, float(pct))
         path = os.path.join(args.out_dir, f"d{pct}.toml")
-        matrix_with_delays(args.matrix, ms, path, args.repeat)
+        matrix_with_delays(args.matrix, ms, path, args.repeat, every_rank=args.inject_ranks == "all")
         variants[f"d{pct}"] = path
         print(f"d{pct}: " + ", ".join(f"{e} {m} ms" for e, m in ms.items()), flush=True)
     names = list(variants)

@@ -1,7 +1,8 @@
 """Two builds of ddpbench on the same command in interleaved rounds (A B,
 B A, A B, ...): a slow minute on a shared machine hits both alike, so the
 per-round ratio B/A is far steadier than either build's own figure. The
-runner of research/rigs/build_ab.sh, as a part scripts/bisect_slow.py builds on.
+runner of scripts/bisect_slow.py and of research/rigs/build_ab.py (several
+strategies a round, so that their ratios to each other are interleaved too).
 """
 import csv
 import math
@@ -50,18 +51,32 @@ def run_once(argv, log_path, out_csv):
     return throughput(out_csv) if rc == 0 else None
 
 
+def run_rounds(builds, commands, rounds, work_dir):
+    """builds: [(label, binary)]; commands: {name: command(binary, out_csv, run_id) -> argv}.
+    Each round runs every command with every build, the builds' order reversed every
+    other round. -> {(label, name): {round: throughput}} of the runs that succeeded."""
+    os.makedirs(work_dir, exist_ok=True)
+    values = {(label, name): {} for label, _ in builds for name in commands}
+    for r in range(1, rounds + 1):
+        for name, command in commands.items():
+            for label, binary in builds if r % 2 else builds[::-1]:
+                stem = os.path.join(work_dir, f"{label}-{name}-r{r}" if len(commands) > 1 else f"{label}-r{r}")
+                if os.path.exists(stem + ".csv"):
+                    os.remove(stem + ".csv")
+                run_id = f"ab-{label}-{name}-r{r}" if len(commands) > 1 else f"ab-{label}-r{r}"
+                got = run_once(command(binary, stem + ".csv", run_id), stem + ".log", stem + ".csv")
+                if got is not None:
+                    values[(label, name)][r] = got
+    return values
+
+
+def ratio(values, top, bottom):
+    """Comparison of values[top] over values[bottom], round by round where both ran."""
+    return Comparison([values[top][r] / values[bottom][r] for r in values[bottom] if r in values[top]])
+
+
 def compare(a, b, command, rounds, work_dir):
     """a, b: (label, binary); command(binary, out_csv, run_id) -> argv.
     -> Comparison of b against a over the rounds in which both ran."""
-    os.makedirs(work_dir, exist_ok=True)
-    values = {a[0]: {}, b[0]: {}}
-    for r in range(1, rounds + 1):
-        for label, binary in (a, b) if r % 2 else (b, a):
-            stem = os.path.join(work_dir, f"{label}-r{r}")
-            if os.path.exists(stem + ".csv"):
-                os.remove(stem + ".csv")
-            got = run_once(command(binary, stem + ".csv", f"ab-{label}-r{r}"), stem + ".log", stem + ".csv")
-            if got is not None:
-                values[label][r] = got
-    both = [r for r in values[a[0]] if r in values[b[0]]]
-    return Comparison([values[b[0]][r] / values[a[0]][r] for r in both])
+    values = run_rounds([a, b], {"run": command}, rounds, work_dir)
+    return ratio(values, (b[0], "run"), (a[0], "run"))
