@@ -464,10 +464,9 @@ void ValidateConfig(const RunConfig& c) {
   if (!(c.timeout_s > 0)) throw ConfigError(fmt::format("--timeout={}: must be > 0 seconds", c.timeout_s));
   CheckAtLeast("--flight-recorder", c.flight_recorder, int64_t{0});
   CheckWrittenFilesApart(c);
-  if (!c.export_file.empty() && (c.stage_ranks || c.data_only))
-    throw ConfigError(fmt::format("--export={}: needs the whole model on rank 0, which {} does not train there; "
-                                  "accepted: a strategy without --stage-ranks (and without --data-only)",
-                                  c.export_file, c.stage_ranks ? "--stage-ranks" : "--data-only"));
+  if (!c.export_file.empty() && c.data_only)
+    throw ConfigError(fmt::format("--export={}: --data-only trains no model; accepted: a run without --data-only",
+                                  c.export_file));
   CheckLabel("--run-id", c.run_id);
   CheckLabel("--entry", c.entry);
   CheckMember("--zero-reduce", c.zero_reduce, {"reduce-scatter", "all-reduce"});

@@ -1,5 +1,5 @@
 // See export.h. The parameters come from Strategy::Parameters() (gathered
-// whole, in model order) and the buffers from rank 0's SaveState(); the
+// whole, in model order) and the buffers from rank 0's ModelBuffers(); the
 // names follow from a CPU model of the same options. The file is written by
 // the pickler with type tags off and the zip container torch.save uses.
 #include "app/export.h"
@@ -84,7 +84,7 @@ std::string TorchvisionName(const std::string& name) {
 
 void ExportWeights(const std::string& path, const ResNetOptions& options, Strategy& strategy, DistContext& dist) {
   const std::vector<torch::Tensor> params = strategy.Parameters();  // collective
-  const TensorMap state = strategy.SaveState();
+  const TensorMap state = strategy.ModelBuffers();  // collective with --stage-ranks
   if (!dist.is_root()) return;
   ResNet names(options);
   const auto named = names->named_parameters();

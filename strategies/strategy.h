@@ -81,6 +81,11 @@ class Strategy {
   // (to CPU) before the next step. zero1/2/3: this rank's shard of what is sharded, plus
   // whatever the rank holds in full. Pure (no collectives), callable between steps.
   virtual TensorMap SaveState() = 0;
+  // The whole model's buffers (BatchNorm's running statistics) by SaveState()'s
+  // "model.<name>" keys, as rank 0 holds them, for --export. The default:
+  // SaveState(); pipelines across ranks (--stage-ranks) first gather every
+  // stage's from the rank that runs it. Collective over the world there.
+  virtual TensorMap ModelBuffers() { return SaveState(); }
   // Restores a SaveState() map into a strategy after Setup(), before its first Step(): the
   // same keys, shapes and dtypes (values may be CPU tensors; copy them to the right device),
   // else throws std::runtime_error naming the first key that is missing, extra or differs.

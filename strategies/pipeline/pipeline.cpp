@@ -176,6 +176,13 @@ class PipelineStrategy final : public Strategy {
   }
 
   void LoadState(const TensorMap& state) override;
+  TensorMap ModelBuffers() override {
+    if (!transport_->AcrossRanks()) return SaveState();
+    transport_->GatherParameters(/*with_buffers=*/true);
+    TensorMap state;
+    for (const auto& b : e_.model->named_buffers()) state["model." + b.key()] = b.value();
+    return state;
+  }
   // In one process the model's tensors are stored whole under their own
   // names (the default); across ranks each rank holds its stages' units
   // whole (their parameters with their optimizer fields, their buffers), in

@@ -134,18 +134,23 @@ Boundaries MeasureBoundaries(ResNet model, int64_t image_size, const std::string
   return b;
 }
 
-void GatherUnitParameters(DistContext& dist, ResNet model, const std::vector<int>& owner, int stages) {
+void GatherUnitParameters(DistContext& dist, ResNet model, const std::vector<int>& owner, int stages,
+                          bool with_buffers) {
   torch::NoGradGuard no_grad;
   for (int r = 0; r < stages; ++r) {
     std::vector<torch::Tensor> here, moved;
+    auto add = [&](const torch::Tensor& t, bool as_double) {  // buffers travel as float64: exact, any backend
+      here.push_back(t.detach());
+      const auto options = t.options().device(dist.device).dtype(as_double ? torch::kDouble : t.scalar_type());
+      moved.push_back(r == dist.rank ? t.detach().to(options) : torch::empty(t.sizes(), options));
+    };
     for (size_t u = 0; u < owner.size(); ++u) {
       if (owner[u] != r) continue;
-      for (auto& p : model->units()->ptr(u)->parameters()) {
-        here.push_back(p.detach());
-        moved.push_back(r == dist.rank ? p.detach() : torch::empty_like(p, p.options().device(dist.device)));
-      }
+      for (auto& p : model->units()->ptr(u)->parameters()) add(p, false);
+      if (with_buffers)
+        for (auto& b : model->units()->ptr(u)->buffers()) add(b, true);
     }
-    dist.BroadcastFrom(r, moved, "pipeline parameters");
+    dist.BroadcastFrom(r, moved, with_buffers ? "pipeline parameters and buffers" : "pipeline parameters");
     if (r != dist.rank)
       for (size_t i = 0; i < here.size(); ++i) here[i].copy_(moved[i]);
   }

@@ -130,7 +130,9 @@ class RankTransport final : public Transport {
   }
 
   torch::Tensor Predict(const torch::Tensor& images) override;
-  void GatherParameters() override { GatherUnitParameters(*e_.dist, e_.model, e_.unit_device, e_.table.devices); }
+  void GatherParameters(bool with_buffers) override {
+    GatherUnitParameters(*e_.dist, e_.model, e_.unit_device, e_.table.devices, with_buffers);
+  }
   void ShareFigures() override;
 
  private:
