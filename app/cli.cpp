@@ -177,8 +177,9 @@ void CheckOverlapOptimizer(const RunConfig& c) {
                                   instead));
   };
   if (!TraitsOf(c).Reads("--overlap-optimizer"))
-    refuse(fmt::format("--strategy={}: it steps each gradient bucket as its all-reduce completes, which {} does not "
-                       "do yet (its optimizer waits for the whole backward)", c.strategy, c.strategy),
+    refuse(fmt::format("--strategy={}: it steps each gradient bucket's parameters as that bucket's reduction "
+                       "completes, which {} does not do yet (its optimizer steps after the whole backward)",
+                       c.strategy, c.strategy),
            "--strategy=" + Join(StrategiesReading("--overlap-optimizer")));
   if (c.amp == "fp16")
     refuse("--amp=fp16: the loss scaler must see every gradient (inf/NaN anywhere skips the whole step) before any "
@@ -623,8 +624,9 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
                  "gloo|shm|auto: CPU collectives over Gloo, or through shared memory for ranks on one host "
                  "(auto: where a group's ranks share a host)");
   app.add_flag("--overlap-optimizer", c.overlap_optimizer,
-               "ddp: step each gradient bucket's parameters as soon as its all-reduce completes, overlapping the "
-               "optimizer with the rest of backward (the same update)");
+               "ddp, zero1, zero2: step each gradient bucket's parameters (zero: this rank's slice) as soon as "
+               "its all-reduce or reduce-scatter completes, overlapping the optimizer with the rest of backward "
+               "(the same update)");
   app.add_option("--balance", c.balance, "mp/pmp: time (measured forward+backward per unit)|params");
   app.add_option("--split", c.split, "mp/pmp: units per stage, e.g. 4,6");
   app.add_option("--units", c.units,

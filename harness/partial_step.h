@@ -1,7 +1,9 @@
 // The optimizer stepped a part at a time, as each part's gradients become
 // final (--overlap-optimizer): ddp steps a bucket's parameters from the
-// completion of that bucket's all-reduce, on the thread that completed it,
-// while backward goes on computing the other buckets' gradients. Each
+// completion of that bucket's all-reduce, zero1 and zero2 this rank's slice of
+// a bucket from the completion of its reduce-scatter (or all-reduce), on the
+// thread that completed it, while backward goes on computing the other
+// buckets' gradients. Each
 // parameter's update is the one the whole optimizer's step() gives it (the
 // per-parameter state, the same options), so the maths is unchanged; it
 // needs an optimizer whose update of a parameter reads nothing of the others

@@ -44,11 +44,13 @@ const std::vector<StrategyTraits>& StrategyTraitsTable() {
       {"zero1",
        "ZeRO-1: one rank per device, optimizer state sharded 1/N (bucketed reduce-scatter or all-reduce "
        "overlapping backward, bucketed all-gather of the updated parameters overlapping the next forward)",
-       Family::kSharded, 1, true, false, Plus(kRankFlags, {"--zero-reduce", "--replicate-degree"}), kZeroNoGraphs},
+       Family::kSharded, 1, true, false,
+       Plus(kRankFlags, {"--zero-reduce", "--replicate-degree", "--overlap-optimizer"}), kZeroNoGraphs},
       {"zero2",
        "ZeRO-2: as zero1, and gradients sharded 1/N too (each bucket reduce-scattered into the shard, its buffer "
        "given back)",
-       Family::kSharded, 2, true, false, Plus(kRankFlags, {"--zero-reduce", "--replicate-degree"}), kZeroNoGraphs},
+       Family::kSharded, 2, true, false,
+       Plus(kRankFlags, {"--zero-reduce", "--replicate-degree", "--overlap-optimizer"}), kZeroNoGraphs},
       {"zero3",
        "ZeRO-3 (FSDP-style): parameters, gradients and optimizer state sharded 1/N; each unit all-gathered before "
        "its forward and backward, freed after, the next unit's gather prefetched",

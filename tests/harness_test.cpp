@@ -209,17 +209,22 @@ TEST(Config, StrategyFlagsOnlyWhereTheyApply) {
             std::string::npos);
   EXPECT_NE(ParseError({"--strategy=pmp", "--device=cuda", "--cuda-graphs"}).find("accepted: --strategy=single|ddp,"),
             std::string::npos);
-  // --overlap-optimizer: ddp only, refused saying why where the maths would differ.
+  // --overlap-optimizer: ddp, zero1 and zero2, refused saying why where the maths would differ.
   EXPECT_EQ(ParseError({"--strategy=ddp", "--overlap-optimizer", "--grad-accum=2", "--amp=bf16"}), "");
+  EXPECT_EQ(ParseError({"--strategy=zero1", "--overlap-optimizer", "--zero-reduce=all-reduce"}), "");
+  EXPECT_EQ(ParseError({"--strategy=zero2", "--overlap-optimizer", "--gpus=4", "--replicate-degree=2"}), "");
   EXPECT_NE(ParseError({"--strategy=zero3", "--overlap-optimizer"})
-                .find("--overlap-optimizer with --strategy=zero3: it steps each gradient bucket as its all-reduce "
-                      "completes, which zero3 does not do yet"),
+                .find("--overlap-optimizer with --strategy=zero3: it steps each gradient bucket's parameters as "
+                      "that bucket's reduction completes, which zero3 does not do yet"),
             std::string::npos);
-  EXPECT_NE(ParseError({"--strategy=single", "--overlap-optimizer"}).find("accepted: --strategy=ddp, or leave"),
+  EXPECT_NE(ParseError({"--strategy=single", "--overlap-optimizer"})
+                .find("accepted: --strategy=ddp|zero1|zero2, or leave"),
             std::string::npos);
-  EXPECT_NE(ParseError({"--strategy=ddp", "--overlap-optimizer", "--amp=fp16"})
-                .find("--overlap-optimizer with --amp=fp16: the loss scaler must see every gradient"),
-            std::string::npos);
+  for (const char* strategy : {"--strategy=ddp", "--strategy=zero2"})
+    EXPECT_NE(ParseError({strategy, "--overlap-optimizer", "--amp=fp16"})
+                  .find("--overlap-optimizer with --amp=fp16: the loss scaler must see every gradient"),
+              std::string::npos)
+        << strategy;
   EXPECT_NE(ParseError({"--strategy=ddp", "--device=cuda", "--overlap-optimizer", "--cuda-graphs"})
                 .find("--overlap-optimizer with --cuda-graphs: "),
             std::string::npos);

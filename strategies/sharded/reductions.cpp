@@ -35,9 +35,11 @@ class GradReadyHook final : public torch::autograd::FunctionPostHook {
 }  // namespace
 
 GradientReductions::GradientReductions(Layout& layout, ParameterGathers& gathers, DistContext* dist,
-                                       PhaseTimer& timer, bool reduce_scatter)
+                                       PhaseTimer& timer, bool reduce_scatter,
+                                       std::function<void(size_t)> step_bucket)
     : layout_(layout), gathers_(gathers), dist_(dist), timer_(timer), reduce_scatter_(reduce_scatter),
-      alltoall_(reduce_scatter && layout.group && BackendName(*layout.group) == "gloo"), timeline_(std::make_shared<CommTimeline>()) {
+      alltoall_(reduce_scatter && layout.group && BackendName(*layout.group) == "gloo"),
+      step_bucket_(std::move(step_bucket)), timeline_(std::make_shared<CommTimeline>()) {
   expected_.assign(layout_.buckets(), 0);
   for (size_t i = 0; i < layout_.params.size(); ++i) {
     ++expected_[layout_.partition.slots[i].bucket];
@@ -145,48 +147,71 @@ void GradientReductions::Launch(size_t b) {
   }
   works_[b] = work;
   in_flight_.push_back(b);
-  done_[b] = Track(work, start, cuda_start, !reduce_scatter_ ? "all-reduce" : alltoall_ ? "alltoall" : "reduce-scatter", b);
+  std::function<void()> then;
+  if (SettledOnCompletion())
+    then = [this, b] {
+      SumIntoSlice(b);
+      Settle(b);
+    };
+  done_[b] = Track(work, start, cuda_start, !reduce_scatter_ ? "all-reduce" : alltoall_ ? "alltoall" : "reduce-scatter",
+                   b, std::move(then));
 }
 
 // A future that stamps `work`'s end on the step's communication timeline.
 c10::intrusive_ptr<c10::ivalue::Future> GradientReductions::Track(const c10::intrusive_ptr<c10d::Work>& work,
                                                                   CommClock::time_point start,
                                                                   std::shared_ptr<CudaMark> cuda_start,
-                                                                  const char* op, size_t b) {
+                                                                  const char* op, size_t b,
+                                                                  std::function<void()> then) {
   auto timeline = timeline_;
   const int device = layout_.device.index();
   return work->getFuture()->then(
-      [timeline, start, cuda_start, device, op, b](c10::ivalue::Future&) {
+      [timeline, start, cuda_start, device, op, b, then = std::move(then)](c10::ivalue::Future&) {
         timeline->End(start, cuda_start, device, op, static_cast<int64_t>(b));
+        if (then) then();
         return c10::IValue();
       },
       c10::NoneType::get());
 }
 
 // Waits for bucket b's reduction and leaves this rank's gradient slice
-// holding the mean over ranks; with replicas, the slice (summed over the
-// group) is all-reduced across them first, started here and finished by
-// FinishReplicas.
+// holding the mean over ranks (--overlap-optimizer: stepped too); with
+// replicas, the slice (summed over the group) is all-reduced across them
+// first, started here and finished by FinishReplicas.
 void GradientReductions::FinishReduction(size_t b) {
   if (finished_[b]) return;
   finished_[b] = true;
-  const bool comm = layout_.comm;
-  if (comm) {
+  if (layout_.comm) {
     works_[b]->wait();
-    if (done_[b]) done_[b]->wait();  // the timestamp is taken
+    if (done_[b]) done_[b]->wait();  // the timestamp is taken (and the slice stepped)
     in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), b));
   }
+  const bool settled = SettledOnCompletion();
+  if (!settled) SumIntoSlice(b);
+  received_[b] = torch::Tensor();
+  if (layout_.stage >= 2) layout_.bucket_grads[b] = torch::Tensor();
+  if (ReplicateFollows()) return LaunchReplicate(b);
+  if (!settled) Settle(b);
+}
+
+// Leaves bucket b's gradient slice holding the sum over the group, once its
+// reduction is done: alltoall's received rows summed, or (whole-bucket
+// all-reduce, stages 2 and 3) copied out of the bucket.
+void GradientReductions::SumIntoSlice(size_t b) {
   torch::NoGradGuard no_grad;
   torch::Tensor& slice = layout_.slice_grads[b];
-  if (comm && alltoall_) {
+  if (layout_.comm && alltoall_)
     torch::sum_out(slice, received_[b].view({layout_.world, -1}), std::vector<int64_t>{0});
-    received_[b] = torch::Tensor();
-  } else if (layout_.stage >= 2 && !(comm && reduce_scatter_)) {
+  else if (layout_.stage >= 2 && !(layout_.comm && reduce_scatter_))
     slice.copy_(layout_.OwnSlice(layout_.bucket_grads[b], layout_.partition.buckets[b]));
-  }
-  if (layout_.stage >= 2) layout_.bucket_grads[b] = torch::Tensor();
-  if (comm && reduce_scatter_ && layout_.replicate) return LaunchReplicate(b);
-  if (comm) slice.div_(layout_.data_world);
+}
+
+// Bucket b's slice, summed over every rank, made the mean and, with
+// --overlap-optimizer, stepped.
+void GradientReductions::Settle(size_t b) {
+  torch::NoGradGuard no_grad;
+  if (layout_.comm) layout_.slice_grads[b].div_(layout_.data_world);
+  if (step_bucket_) step_bucket_(b);
 }
 
 // Bucket b's slice, summed over the group, summed across the replicas.
@@ -195,18 +220,20 @@ void GradientReductions::LaunchReplicate(size_t b) {
   auto cuda_start = CommTimeline::CudaStart(layout_.device.is_cuda(), layout_.device.index());
   std::vector<at::Tensor> tensors{layout_.slice_grads[b]};
   replicate_works_[b] = layout_.replicate->allreduce(tensors);
-  replicate_done_[b] = Track(replicate_works_[b], start, cuda_start, "replicate all-reduce", b);
+  std::function<void()> then;
+  if (step_bucket_) then = [this, b] { Settle(b); };
+  replicate_done_[b] = Track(replicate_works_[b], start, cuda_start, "replicate all-reduce", b, std::move(then));
 }
 
 // Every replicate all-reduce waited for, in the order they were started
-// (the same on every rank), and each slice made the mean over all ranks.
+// (the same on every rank), and each slice made the mean over all ranks
+// (--overlap-optimizer: by its completion, which stepped it too).
 void GradientReductions::FinishReplicas() {
-  torch::NoGradGuard no_grad;
   for (size_t b : layout_.launch_order) {
     if (!replicate_works_[b]) continue;
     replicate_works_[b]->wait();
     if (replicate_done_[b]) replicate_done_[b]->wait();
-    layout_.slice_grads[b].div_(layout_.data_world);
+    if (!step_bucket_) Settle(b);
     replicate_works_[b] = {};
     replicate_done_[b] = {};
   }

@@ -21,6 +21,14 @@
 // is then all-reduced across the group's replicas (HSDP), started as the
 // slice is ready so it overlaps what is left of backward; all-reduce mode
 // reduces whole buckets over every rank.
+//
+// --overlap-optimizer: a bucket's slice is stepped (the strategy's
+// `step_bucket`, a PartialStepper) as soon as its last reduction completes,
+// on the thread that completed it (the group's, or with replicas the
+// replicate all-reduce's), while backward goes on computing the earlier
+// layers' gradients; Backward returns once every slice is reduced and stepped.
+// The bucket's parameters are no longer read by the rest of backward: every
+// node using them has run once all their gradients are in.
 #pragma once
 
 #include <ATen/core/ivalue.h>
@@ -29,6 +37,7 @@
 #include <torch/types.h>
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -47,8 +56,11 @@ namespace sharded {
 class GradientReductions {
  public:
   // Registers the gradient hooks (this object must not move afterwards).
+  // `step_bucket` (may be empty): steps bucket b's slice once its gradient
+  // slice holds the mean over ranks; called on a communication thread, so it
+  // must be thread-safe.
   GradientReductions(Layout& layout, ParameterGathers& gathers, DistContext* dist, PhaseTimer& timer,
-                     bool reduce_scatter);
+                     bool reduce_scatter, std::function<void(size_t)> step_bucket = {});
   GradientReductions(const GradientReductions&) = delete;
   GradientReductions& operator=(const GradientReductions&) = delete;
 
@@ -70,8 +82,14 @@ class GradientReductions {
   void Launch(size_t b);
   c10::intrusive_ptr<c10::ivalue::Future> Track(const c10::intrusive_ptr<c10d::Work>& work, CommClock::time_point start,
                                                 std::shared_ptr<CudaMark> cuda_start, const char* op,
-                                                size_t b);
+                                                size_t b, std::function<void()> then = {});
   void FinishReduction(size_t b);
+  void SumIntoSlice(size_t b);
+  void Settle(size_t b);
+  // With replicas a reduce-scattered slice is all-reduced across them after.
+  bool ReplicateFollows() const { return layout_.comm && reduce_scatter_ && layout_.replicate; }
+  // --overlap-optimizer: the group reduction's completion settles and steps the slice.
+  bool SettledOnCompletion() const { return step_bucket_ && layout_.comm && !ReplicateFollows(); }
   void LaunchReplicate(size_t b);
   void FinishReplicas();
 
@@ -80,6 +98,7 @@ class GradientReductions {
   DistContext* dist_;
   PhaseTimer& timer_;
   const bool reduce_scatter_, alltoall_;
+  const std::function<void(size_t)> step_bucket_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   // Per step: gradients still missing per bucket, the next bucket to launch,
   // its work, timestamping future and (alltoall) received rows, whether it is

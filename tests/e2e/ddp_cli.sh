@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # DDP end to end through the real binary, ranks spawned by ddpbench itself:
 # parity with single on 2 ranks (also with gradient accumulation, and with the
-# optimizer stepped bucket by bucket in backward: --overlap-optimizer), the row's
+# optimizer stepped bucket by bucket in backward: --overlap-optimizer, which
+# zero1 and zero2 share, each rank stepping its slices: checked here too with
+# SGD and Adam, small buckets, all-reduce mode, shared memory, one rank, and
+# replicas), the row's
 # distributed columns and scaling efficiency; bad inputs give one message and
 # no row; a rank killed with SIGKILL, and a rank stuck in a collective (past
 # --timeout), end the whole run with exit 7 within 30 s, naming the rank (the
@@ -48,6 +51,29 @@ print("ddp rows ok: parity", ddp["parity_max_abs_diff"], accum["parity_max_abs_d
       "efficiency", eff, "hidden", ddp["allreduce_hidden_frac"])
 PYEOF
 
+# zero1 and zero2 with the optimizer stepped slice by slice from their reductions' completions.
+ADAM=(--optimizer=adam --lr=0.001 --weight-decay=0.01)
+zo() { "$BIN" --strategy="$1" "${COMMON[@]}" --steps=2 --overlap-optimizer --verify "${@:2}" --out="$TMP/z.csv"; }
+zo zero1 --gpus=2 --optimizer=sgd --bucket-cap-mb=0.02                             # Gloo: alltoall, summed
+zo zero2 --gpus=2 "${ADAM[@]}" --bucket-cap-mb=0.02
+zo zero1 --gpus=2 "${ADAM[@]}" --zero-reduce=all-reduce --bucket-cap-mb=0.05 --cpu-backend=shm
+# Shared memory's native reduce-scatter in each group, then stepped from the replicas' all-reduce.
+zo zero2 --gpus=4 --oversubscribe --replicate-degree=2 --optimizer=sgd --bucket-cap-mb=0.05 --cpu-backend=shm
+zo zero1 --gpus=1 --optimizer=sgd --bucket-cap-mb=0.05                             # no collective: stepped in line
+"$PY" - "$TMP/z.csv" <<'PYEOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert [r["strategy"] for r in rows] == ["zero1", "zero2", "zero1", "zero2", "zero1"], len(rows)
+assert [r["world_size"] for r in rows] == ["2", "2", "2", "4", "1"], [r["world_size"] for r in rows]
+for r in rows:
+    assert "--overlap-optimizer" in r["command"], r["command"]
+    assert r["parity_ok"] == "true", (r["command"], r["parity_max_abs_diff"])
+    assert float(r["parity_max_abs_diff"]) <= 1e-10, (r["command"], r["parity_max_abs_diff"])  # float64
+    assert r["parity_model"] == "resnet18 norm=group amp=off dtype=float64", r["parity_model"]
+assert rows[2]["zero_reduce"] == "all-reduce" and rows[3]["mesh"], (rows[2]["zero_reduce"], rows[3]["mesh"])
+print("zero1/zero2 --overlap-optimizer rows ok: parity", [r["parity_max_abs_diff"] for r in rows])
+PYEOF
+
 source "$(dirname "${BASH_SOURCE[0]}")/lib/bad_input.sh"
 snapshot_results
 bad() { bad_input ddp "$@"; }
@@ -60,6 +86,8 @@ bad "--bucket-cap-mb=-1: must be > 0" --gpus=2 --bucket-cap-mb=-1
 bad "data directory for 'cifar10' does not exist" --gpus=2 --dataset=cifar10 --data-dir="$TMP/none"
 set +e; out="$("$BIN" --strategy=single --grad-accum=2 --steps=1 2>&1)"; rc=$?; set -e
 [[ $rc -eq 2 ]] && grep -q "gradient accumulation is a ddp option" <<<"$out" || fail "grad-accum on single: $rc $out"
+bad_input zero2 "--overlap-optimizer with --amp=fp16: the loss scaler must see every gradient" --gpus=2 --overlap-optimizer --amp=fp16
+bad_input zero3 "--overlap-optimizer with --strategy=zero3: it steps each gradient bucket's parameters as that bucket's reduction completes, which zero3 does not do yet" --gpus=2 --overlap-optimizer
 
 # The rank of a child process, from its environment.
 rank_pid() {  # parent-pid rank
