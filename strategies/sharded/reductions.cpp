@@ -36,8 +36,12 @@ class GradReadyHook final : public torch::autograd::FunctionPostHook {
 
 GradientReductions::GradientReductions(Layout& layout, ParameterGathers& gathers, DistContext* dist,
                                        PhaseTimer& timer, bool reduce_scatter)
-    : layout_(layout), gathers_(gathers), dist_(dist), timer_(timer), reduce_scatter_(reduce_scatter),
-      alltoall_(reduce_scatter && layout.group && BackendName(*layout.group) == "gloo"), timeline_(std::make_shared<CommTimeline>()) {
+    : layout_(layout), gathers_(gathers), dist_(dist), timer_(timer), comm_(layout.world_comm()),
+      // A shard group of one rank: its reduce-scatter is a copy and the
+      // replicate all-reduce of the slice (the whole bucket) is the world's.
+      reduce_scatter_(reduce_scatter && layout.comm),
+      alltoall_(reduce_scatter_ && layout.group && BackendName(*layout.group) == "gloo"),
+      timeline_(std::make_shared<CommTimeline>()) {
   expected_.assign(layout_.buckets(), 0);
   for (size_t i = 0; i < layout_.params.size(); ++i) {
     ++expected_[layout_.partition.slots[i].bucket];
@@ -79,8 +83,8 @@ void GradientReductions::Backward(const torch::Tensor& loss, LossScaler& scaler)
     LaunchReady();
     for (size_t b : layout_.launch_order) FinishReduction(b);  // the order every rank starts replicate all-reduces in
     FinishReplicas();
-    if (layout_.comm && layout_.device.is_cuda()) return DeferCudaBackwardComm(*timeline_, timer_, overlap_);
-    if (layout_.comm) {
+    if (comm_ && layout_.device.is_cuda()) return DeferCudaBackwardComm(*timeline_, timer_, overlap_);
+    if (comm_) {
       std::tie(comm_ms, hidden_ms) = timeline_->BackwardMs();
       timer_.Add(Phase::kCommunication, comm_ms);
     }
@@ -126,7 +130,7 @@ void GradientReductions::LaunchReady() {
 
 void GradientReductions::Launch(size_t b) {
   if (layout_.stage >= 2) BucketBuffer(b);
-  if (!layout_.comm) return FinishReduction(b);
+  if (!comm_) return FinishReduction(b);
   NvtxRange range("communication");  // the launch, as ddp's hook marks it
   const auto start = CommClock::now();
   auto cuda_start = CommTimeline::CudaStart(layout_.device.is_cuda(), layout_.device.index());
@@ -170,7 +174,7 @@ c10::intrusive_ptr<c10::ivalue::Future> GradientReductions::Track(const c10::int
 void GradientReductions::FinishReduction(size_t b) {
   if (finished_[b]) return;
   finished_[b] = true;
-  const bool comm = layout_.comm;
+  const bool comm = comm_;
   if (comm) {
     works_[b]->wait();
     if (done_[b]) done_[b]->wait();  // the timestamp is taken

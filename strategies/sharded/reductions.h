@@ -20,7 +20,8 @@
 // reduce-scatter stay inside the rank's shard group and each reduced slice
 // is then all-reduced across the group's replicas (HSDP), started as the
 // slice is ready so it overlaps what is left of backward; all-reduce mode
-// reduces whole buckets over every rank.
+// reduces whole buckets over every rank, as does a shard group of one rank
+// (its reduce-scatter would be a copy, its slice the whole bucket).
 #pragma once
 
 #include <ATen/core/ivalue.h>
@@ -79,7 +80,9 @@ class GradientReductions {
   ParameterGathers& gathers_;
   DistContext* dist_;
   PhaseTimer& timer_;
-  const bool reduce_scatter_, alltoall_;
+  // Whether gradients are reduced over other ranks at all; by reduce-scatter
+  // in the shard group (else whole buckets over every rank); by alltoall.
+  const bool comm_, reduce_scatter_, alltoall_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   // Per step: gradients still missing per bucket, the next bucket to launch,
   // its work, timestamping future and (alltoall) received rows, whether it is
