@@ -190,7 +190,7 @@ void CheckOverlapOptimizer(const RunConfig& c) {
 }
 
 // --replicate-degree: at least 1 and, where the rank count is known here
-// (--gpus, spawned ranks), a divisor of it that leaves groups of 2 or more
+// (--gpus, spawned ranks), a divisor of it (a pipeline's leaving 2 or more stages)
 // (CheckMeshOfWorld repeats this against a launcher's world).
 void CheckReplicateDegree(const RunConfig& c) {
   if (c.replicate_degree < 1)

@@ -221,6 +221,8 @@ std::map<std::string, std::string> ExpectThisRun(const RunConfig& c, const ResNe
     from = c.expected;
   }
   if (!p.link && OnOneDevice(c, dist.world)) p.link = Link{"none", 0, 0, "one device: no collectives", {}};
+  if (!p.link && inter && dist.mesh.group_size == 1)  // groups of one rank: the replicate link joins every rank
+    p.link = inter->together;
   if (!p.link) return {};
   try {
     StepQuery q = QueryOf(c, dist, extras, *p.link);

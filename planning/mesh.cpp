@@ -38,19 +38,23 @@ bool GroupsWithinNodes(int group_size, int local_world) {
 void CheckMeshOfWorld(const RunConfig& config, int world) {
   const int64_t R = config.replicate_degree;
   if (R <= 1) return;
-  std::string divisors;
-  for (int d = 1; d < world; ++d)
-    if (world % d == 0 && world / d >= 2) divisors += (divisors.empty() ? "" : ", ") + std::to_string(d);
-  if (world % R != 0)
-    throw ConfigError(fmt::format("--replicate-degree={}: {} ranks do not divide into {} equal groups; accepted: "
-                                  "a divisor of {} that leaves groups of 2 or more ({})", R, world, R, world,
-                                  divisors));
+  // A shard group of one rank is plain replication (its gathers and
+  // reduce-scatters are copies, the replicate all-reduce is ddp's); a
+  // pipeline of one stage is no pipeline.
   const StrategyTraits* traits = FindTraits(config.strategy);
   const bool pipeline = traits && traits->family == Family::kPipeline;
-  if (world / R < 2)
-    throw ConfigError(fmt::format("--replicate-degree={}: {} ranks in {} groups leave 1 rank a group, {}; accepted: {}",
-                                  R, world, R, pipeline ? "a pipeline of one stage" : "with nothing to shard (that "
-                                  "is --strategy=ddp)", divisors));
+  const int least = pipeline ? 2 : 1;
+  std::string divisors;
+  for (int d = 1; d <= world; ++d)
+    if (world % d == 0 && world / d >= least) divisors += (divisors.empty() ? "" : ", ") + std::to_string(d);
+  const std::string accepted = fmt::format("a divisor of {}{} ({})", world,
+                                           pipeline ? " that leaves pipelines of 2 or more stages" : "", divisors);
+  if (world % R != 0)
+    throw ConfigError(fmt::format("--replicate-degree={}: {} ranks do not divide into {} equal groups; accepted: {}",
+                                  R, world, R, accepted));
+  if (world / R < least)
+    throw ConfigError(fmt::format("--replicate-degree={}: {} ranks in {} groups leave 1 rank a group, a pipeline of "
+                                  "one stage; accepted: {}", R, world, R, accepted));
 }
 
 }  // namespace ddpbench

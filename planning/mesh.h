@@ -42,8 +42,8 @@ MeshCoords MeshOf(int rank, int world, int replicas);
 bool GroupsWithinNodes(int group_size, int local_world);
 
 // --replicate-degree=R against a world of `world` ranks: a ConfigError naming
-// R unless it divides the world into groups of at least 2 ranks (groups of
-// one rank are plain replication: ddp).
+// R unless it divides the world (for a pipeline, into pipelines of at least 2
+// stages; a shard group may be one rank: plain replication).
 void CheckMeshOfWorld(const RunConfig& config, int world);
 
 }  // namespace ddpbench

@@ -455,6 +455,22 @@ TEST(Mesh, GroupsAreConsecutiveRanksAndReplicasShareAPlace) {
   EXPECT_FALSE(GroupsWithinNodes(3, 4));
 }
 
+// A shard group may be one rank (plain replication); a pipeline needs 2 stages.
+TEST(Mesh, ShardGroupsOfOneRankAreAcceptedPipelinesOfOneStageAreNot) {
+  RunConfig c;
+  c.strategy = "hsdp";
+  c.replicate_degree = 2;
+  EXPECT_EQ(ConfigErrorOf([&] { CheckMeshOfWorld(c, 2); }), "");
+  c.replicate_degree = 4;
+  EXPECT_EQ(ConfigErrorOf([&] { CheckMeshOfWorld(c, 2); }),
+            "--replicate-degree=4: 2 ranks do not divide into 4 equal groups; accepted: a divisor of 2 (1, 2)");
+  c.strategy = "pmp";
+  c.replicate_degree = 2;
+  EXPECT_EQ(ConfigErrorOf([&] { CheckMeshOfWorld(c, 2); }),
+            "--replicate-degree=2: 2 ranks in 2 groups leave 1 rank a group, a pipeline of one stage; accepted: a "
+            "divisor of 2 that leaves pipelines of 2 or more stages (1)");
+}
+
 }  // namespace
 }  // namespace ddpbench
 

@@ -1,5 +1,6 @@
 // The resharding arithmetic (planning/reshard.h) on made-up tensors: every
 // layout family (replicated, whole on one rank, ZeRO by size and by group,
+// HSDP meshes down to shard groups of one rank,
 // pipeline stages, even row blocks) at several worlds, written by one and
 // read back by every other; each rank gets exactly the elements it holds
 // and reads nothing more.
@@ -44,10 +45,15 @@ Layout Replicated(int world) {
   return l;
 }
 
-Layout Zero(const ZeroPartition& p, const std::string& what) {
+// zero1/2/3's slices; with `replicas`, the shard group repeated that many
+// times (hsdp: global rank g holds slice g % group size; a group of one rank
+// holds every slice).
+Layout Zero(const ZeroPartition& p, const std::string& what, int replicas = 1) {
   Layout l{what, {}};
-  for (int r = 0; r < p.world; ++r)
-    l.ranks.push_back(ZeroPieces(p, Names(), r, [](int64_t b) { return "bucket" + std::to_string(b); }));
+  for (int g = 0; g < p.world * replicas; ++g) {
+    l.ranks.push_back(ZeroPieces(p, Names(), g % p.world, [](int64_t b) { return "bucket" + std::to_string(b); }));
+    for (auto& piece : l.ranks.back()) piece.holder = g;
+  }
   return l;
 }
 
@@ -96,6 +102,8 @@ std::vector<Layout> AllLayouts() {
                        "zero one aligned bucket x" + std::to_string(world)));
     all.push_back(Zero(PartitionForZeroByGroup(Numels(), {0, 0, 1, 1, 2, 3}, world),
                        "zero by group x" + std::to_string(world)));
+    all.push_back(Zero(PartitionForZeroByGroup(Numels(), {0, 0, 1, 1, 2, 3}, world),
+                       "hsdp replicate=2,shard=" + std::to_string(world), 2));
   }
   all.push_back({"whole on rank 2 of 3", {{}, {}, WholePieces(kNumels, 2)}});
   return all;

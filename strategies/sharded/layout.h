@@ -47,8 +47,11 @@ struct Layout {
   // This rank's place in its shard group and the group's size: the world,
   // or with --replicate-degree one group of the mesh (planning/mesh.h).
   int rank = 0, world = 1;
-  bool comm = false;  // world > 1
+  bool comm = false;  // world > 1: the shard group's collectives (gathers, reduce-scatters)
   int data_world = 1;  // the ranks whose gradients are averaged: the group times its replicas
+  // Collectives over every rank (the gradients' reduction, rank 0's initial
+  // state and buffers): also with a shard group of one rank replicated.
+  bool world_comm() const { return data_world > 1; }
   c10d::ProcessGroup* group = nullptr;      // the shard group's collectives
   c10d::ProcessGroup* replicate = nullptr;  // across the replicas of the group (null: none)
   torch::Device device = torch::kCPU;

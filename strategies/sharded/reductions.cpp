@@ -37,8 +37,11 @@ class GradReadyHook final : public torch::autograd::FunctionPostHook {
 GradientReductions::GradientReductions(Layout& layout, ParameterGathers& gathers, DistContext* dist,
                                        PhaseTimer& timer, bool reduce_scatter,
                                        std::function<void(size_t)> step_bucket)
-    : layout_(layout), gathers_(gathers), dist_(dist), timer_(timer), reduce_scatter_(reduce_scatter),
-      alltoall_(reduce_scatter && layout.group && BackendName(*layout.group) == "gloo"),
+    : layout_(layout), gathers_(gathers), dist_(dist), timer_(timer), comm_(layout.world_comm()),
+      // A shard group of one rank: its reduce-scatter is a copy and the
+      // replicate all-reduce of the slice (the whole bucket) is the world's.
+      reduce_scatter_(reduce_scatter && layout.comm),
+      alltoall_(reduce_scatter_ && layout.group && BackendName(*layout.group) == "gloo"),
       step_bucket_(std::move(step_bucket)), timeline_(std::make_shared<CommTimeline>()) {
   expected_.assign(layout_.buckets(), 0);
   for (size_t i = 0; i < layout_.params.size(); ++i) {
@@ -81,8 +84,8 @@ void GradientReductions::Backward(const torch::Tensor& loss, LossScaler& scaler)
     LaunchReady();
     for (size_t b : layout_.launch_order) FinishReduction(b);  // the order every rank starts replicate all-reduces in
     FinishReplicas();
-    if (layout_.comm && layout_.device.is_cuda()) return DeferCudaBackwardComm(*timeline_, timer_, overlap_);
-    if (layout_.comm) {
+    if (comm_ && layout_.device.is_cuda()) return DeferCudaBackwardComm(*timeline_, timer_, overlap_);
+    if (comm_) {
       std::tie(comm_ms, hidden_ms) = timeline_->BackwardMs();
       timer_.Add(Phase::kCommunication, comm_ms);
     }
@@ -128,7 +131,7 @@ void GradientReductions::LaunchReady() {
 
 void GradientReductions::Launch(size_t b) {
   if (layout_.stage >= 2) BucketBuffer(b);
-  if (!layout_.comm) return FinishReduction(b);
+  if (!comm_) return FinishReduction(b);
   NvtxRange range("communication");  // the launch, as ddp's hook marks it
   const auto start = CommClock::now();
   auto cuda_start = CommTimeline::CudaStart(layout_.device.is_cuda(), layout_.device.index());
@@ -181,7 +184,7 @@ c10::intrusive_ptr<c10::ivalue::Future> GradientReductions::Track(const c10::int
 void GradientReductions::FinishReduction(size_t b) {
   if (finished_[b]) return;
   finished_[b] = true;
-  if (layout_.comm) {
+  if (comm_) {
     works_[b]->wait();
     if (done_[b]) done_[b]->wait();  // the timestamp is taken (and the slice stepped)
     in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), b));
@@ -200,9 +203,9 @@ void GradientReductions::FinishReduction(size_t b) {
 void GradientReductions::SumIntoSlice(size_t b) {
   torch::NoGradGuard no_grad;
   torch::Tensor& slice = layout_.slice_grads[b];
-  if (layout_.comm && alltoall_)
+  if (comm_ && alltoall_)
     torch::sum_out(slice, received_[b].view({layout_.world, -1}), std::vector<int64_t>{0});
-  else if (layout_.stage >= 2 && !(layout_.comm && reduce_scatter_))
+  else if (layout_.stage >= 2 && !(comm_ && reduce_scatter_))
     slice.copy_(layout_.OwnSlice(layout_.bucket_grads[b], layout_.partition.buckets[b]));
 }
 
@@ -210,7 +213,7 @@ void GradientReductions::SumIntoSlice(size_t b) {
 // --overlap-optimizer, stepped.
 void GradientReductions::Settle(size_t b) {
   torch::NoGradGuard no_grad;
-  if (layout_.comm) layout_.slice_grads[b].div_(layout_.data_world);
+  if (comm_) layout_.slice_grads[b].div_(layout_.data_world);
   if (step_bucket_) step_bucket_(b);
 }
 

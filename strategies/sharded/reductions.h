@@ -20,7 +20,8 @@
 // reduce-scatter stay inside the rank's shard group and each reduced slice
 // is then all-reduced across the group's replicas (HSDP), started as the
 // slice is ready so it overlaps what is left of backward; all-reduce mode
-// reduces whole buckets over every rank.
+// reduces whole buckets over every rank, as does a shard group of one rank
+// (its reduce-scatter would be a copy, its slice the whole bucket).
 //
 // --overlap-optimizer: a bucket's slice is stepped (the strategy's
 // `step_bucket`, a PartialStepper) as soon as its last reduction completes,
@@ -87,9 +88,9 @@ class GradientReductions {
   void SumIntoSlice(size_t b);
   void Settle(size_t b);
   // With replicas a reduce-scattered slice is all-reduced across them after.
-  bool ReplicateFollows() const { return layout_.comm && reduce_scatter_ && layout_.replicate; }
+  bool ReplicateFollows() const { return comm_ && reduce_scatter_ && layout_.replicate; }
   // --overlap-optimizer: the group reduction's completion settles and steps the slice.
-  bool SettledOnCompletion() const { return step_bucket_ && layout_.comm && !ReplicateFollows(); }
+  bool SettledOnCompletion() const { return step_bucket_ && comm_ && !ReplicateFollows(); }
   void LaunchReplicate(size_t b);
   void FinishReplicas();
 
@@ -97,7 +98,9 @@ class GradientReductions {
   ParameterGathers& gathers_;
   DistContext* dist_;
   PhaseTimer& timer_;
-  const bool reduce_scatter_, alltoall_;
+  // Whether gradients are reduced over other ranks at all; by reduce-scatter
+  // in the shard group (else whole buckets over every rank); by alltoall.
+  const bool comm_, reduce_scatter_, alltoall_;
   const std::function<void(size_t)> step_bucket_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   // Per step: gradients still missing per bucket, the next bucket to launch,

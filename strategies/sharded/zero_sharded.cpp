@@ -80,7 +80,7 @@ class ShardedStrategy final : public Strategy {
     torch::Tensor loss;
     {
       auto scope = timer_->Measure(Phase::kForward);
-      if (layout_.comm) dist_->BroadcastFromRoot(buffers_, labels_.buffers);
+      if (layout_.world_comm()) dist_->BroadcastFromRoot(buffers_, labels_.buffers);
       gathers_->StartDue();  // after the broadcast, which would otherwise queue behind them
       AutocastGuard amp(config_->amp, layout_.device);
       loss = ClassificationLoss(gathers_->RunUnits(batch.images.to(layout_.device), /*training=*/true),
@@ -188,7 +188,7 @@ class ShardedStrategy final : public Strategy {
   // Rank 0's parameters and buffers everywhere (DDP's _sync_module_states);
   // stage 3 then keeps only its slices.
   void ShareInitialState() {
-    if (layout_.comm) {
+    if (layout_.world_comm()) {
       std::vector<at::Tensor> states =
           layout_.stage < 3 ? std::vector<at::Tensor>{layout_.flat_params} : layout_.bucket_params;
       states.insert(states.end(), buffers_.begin(), buffers_.end());
@@ -225,7 +225,7 @@ class ShardedStrategy final : public Strategy {
       return;
     }
     torch::Tensor found_inf = scaler_->Unscale(shards_);
-    if (layout_.comm) {
+    if (layout_.world_comm()) {
       CollectiveLabel label(labels_.found_inf);
       std::vector<at::Tensor> t{found_inf};
       dist_->group->allreduce(t, c10d::AllreduceOptions{c10d::ReduceOp::MAX})->wait();

@@ -5,7 +5,9 @@
 # both --zero-reduce values and small buckets, so the replicate all-reduce
 # of each reduced shard is checked (parity fails without it); the row's mesh
 # and memory (zero3 holds half the model a rank, not the world-of-4 quarter);
-# bad inputs give one message and leave the results file unchanged.
+# shard groups of one rank (2 ranks, --replicate-degree=2: plain replication,
+# the gradients all-reduced over both) at the same parity; bad inputs give one
+# message and leave the results file unchanged.
 set -euo pipefail
 BIN="$1"; SRC="$2"
 TMP="$(mktemp -d)"; trap 'rm -rf "$TMP"' EXIT
@@ -43,10 +45,25 @@ assert near(f(z3, "zero_expected_mb"), 2 * f(flat, "zero_expected_mb")), (z3["ze
 print("hsdp rows ok: parity", [r["parity_max_abs_diff"] for r in hsdp], "param_mb", z3["param_mb"], "vs", flat["param_mb"])
 PYEOF
 
+# Groups of one rank: each rank holds the whole model; parity fails unless the gradients cross the replicas.
+one() { "$BIN" --strategy="$1" "${COMMON[@]}" --gpus=2 --replicate-degree=2 --steps=2 --verify "${@:2}" --out="$TMP/one.csv"; }
+one hsdp "${ADAM[@]}"
+one zero2 --optimizer=sgd --bucket-cap-mb=0.02
+one zero1 "${ADAM[@]}"
+"$PY" - "$TMP/one.csv" <<'PYEOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 3, len(rows)
+for r in rows:
+    assert r["parity_ok"] == "true" and float(r["parity_max_abs_diff"]) <= 1e-10, (r["command"], r["parity_max_abs_diff"])
+    assert r["mesh"] == "replicate=2,shard=1" and r["world_size"] == "2", (r["mesh"], r["world_size"])
+print("groups of one rank ok: parity", [r["parity_max_abs_diff"] for r in rows])
+PYEOF
+
 source "$(dirname "${BASH_SOURCE[0]}")/lib/bad_input.sh"
 snapshot_results
-bad_input zero3 "--replicate-degree=3: 4 ranks do not divide into 3 equal groups; accepted: a divisor of 4 that leaves groups of 2 or more (1, 2)" --gpus=4 --oversubscribe --replicate-degree=3
-bad_input zero3 "--replicate-degree=2: 2 ranks in 2 groups leave 1 rank a group" --gpus=2 --replicate-degree=2
+bad_input zero3 "--replicate-degree=3: 4 ranks do not divide into 3 equal groups; accepted: a divisor of 4 (1, 2, 4)" --gpus=4 --oversubscribe --replicate-degree=3
+bad_input hsdp "--replicate-degree=4: 2 ranks do not divide into 4 equal groups; accepted: a divisor of 2 (1, 2)" --gpus=2 --replicate-degree=4
 bad_input zero2 "--replicate-degree=0: accepted: 1 (no replication) or more" --gpus=2 --replicate-degree=0
 bad_input ddp "--replicate-degree=2: applies only to --strategy=mp|pmp|zero1|zero2|zero3|hsdp" --gpus=4 --oversubscribe --replicate-degree=2
 echo "hsdp_cli: all checks passed"

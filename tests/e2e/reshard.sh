@@ -6,7 +6,8 @@
 # file was corrupted (named, the previous one used). With --norm=group the
 # final model equals the uninterrupted zero2 run's to float32 round-off, and
 # the row names the worlds, the restarts, the steps lost and the batch change.
-# hsdp 2x2 resumed as zero3 on 2 ranks ends alike. pmp --stage-ranks (each
+# hsdp 2x2 killed and resumed as zero3 on 2 ranks, or as hsdp 2x1 (shard
+# groups of one rank), ends alike; the 2x1 row names the worlds and steps lost. pmp --stage-ranks (each
 # rank a contiguous range of layers) on 4 stage ranks, killed, resumed on 2
 # (each new rank reading only the old ranks holding its layers), killed,
 # finished on 4 again: bit-identical to the uninterrupted 4-rank run, every
@@ -67,23 +68,38 @@ assert int(r["steps_lost"]) >= 0, r["steps_lost"]
 print(f"worlds {r['worlds']}, steps lost {r['steps_lost']}")
 PYEOF
 
-# hsdp as 2 replicas of 2 shards (4 ranks), stopped after step 6, finished as
-# zero3 on 2 ranks (1 replica of 2 shards; the per-device batch doubled).
+# hsdp as 2 replicas of 2 shards (4 ranks), killed (kill -9) after step 6,
+# finished both as zero3 on 2 ranks (1 replica of 2 shards) and as hsdp on
+# 2 ranks in 2 replicas of 1 (shard groups of one rank); the per-device batch
+# doubled in both.
 H=(--strategy=hsdp --gpus=4 --replicate-degree=2 --oversubscribe)
-"$BIN" "${COMMON[@]}" "${H[@]}" --steps=11 --snapshot-every=3 --snapshot-dir="$TMP/href" --out="$TMP/h.csv" \
-  2>"$TMP/h.log" || fail "hsdp: $(tail -3 "$TMP/h.log")"
-"$BIN" "${COMMON[@]}" "${H[@]}" --steps=5 --snapshot-every=3 --snapshot-dir="$TMP/hrun" --out="$TMP/h.csv" \
-  2>"$TMP/h.log" || fail "hsdp to step 6: $(tail -3 "$TMP/h.log")"
-"$BIN" "${COMMON[@]}" --strategy=zero3 --gpus=2 --steps=11 --snapshot-every=3 --snapshot-dir="$TMP/hrun" \
-  --out="$TMP/h.csv" 2>"$TMP/h.log" || fail "zero3 from hsdp: $(tail -3 "$TMP/h.log")"
+RUN=(--steps=11 --snapshot-every=3)  # 12 steps
+"$BIN" "${COMMON[@]}" "${RUN[@]}" "${H[@]}" --snapshot-dir="$TMP/href" --out="$TMP/h.csv" 2>"$TMP/h.log" ||
+  fail "hsdp: $(tail -3 "$TMP/h.log")"
+SNAP="$TMP/hrun"
+run_and_kill 6 "${H[@]}"
+cp -r "$SNAP" "$TMP/h1run"
+"$BIN" "${COMMON[@]}" "${RUN[@]}" --strategy=zero3 --gpus=2 --snapshot-dir="$SNAP" --out="$TMP/h.csv" \
+  2>"$TMP/h.log" || fail "zero3 from hsdp: $(tail -3 "$TMP/h.log")"
 grep -q "resharded from hsdpx4" "$TMP/h.log" || fail "zero3 did not reshard hsdp's snapshot"
 "$PY" "$SRC/scripts/ddpbench_py/snapshot_state.py" "$TMP"/href/*-step000000012.json \
   "$TMP"/hrun/*-step000000012.json --atol=1e-5 || fail "hsdp 2x2 -> zero3 x2 differs from the uninterrupted run"
+"$BIN" "${COMMON[@]}" "${RUN[@]}" --strategy=hsdp --gpus=2 --replicate-degree=2 --snapshot-dir="$TMP/h1run" \
+  --out="$TMP/h1.csv" 2>"$TMP/h.log" || fail "hsdp 2x1 from hsdp 2x2: $(tail -3 "$TMP/h.log")"
+grep -q "resharded from hsdpx4" "$TMP/h.log" || fail "hsdp 2x1 did not reshard the 2x2 snapshot"
+"$PY" "$SRC/scripts/ddpbench_py/snapshot_state.py" "$TMP"/href/*-step000000012.json \
+  "$TMP"/h1run/*-step000000012.json --atol=1e-5 || fail "hsdp 2x2 -> 2x1 differs from the uninterrupted run"
+"$PY" - "$TMP/h1.csv" <<'PYEOF' || fail "the hsdp 2x1 row does not describe the world change"
+import csv, sys
+r = list(csv.DictReader(open(sys.argv[1])))[-1]
+assert r["worlds"] == "hsdp:4x8,hsdp:2x16" and r["mesh"] == "replicate=2,shard=1", (r["worlds"], r["mesh"])
+assert r["restarts"] == "1" and r["steps_done"] == "12" and int(r["steps_lost"]) >= 0, r
+print(f"hsdp 2x2 -> 2x1: worlds {r['worlds']}, steps lost {r['steps_lost']}")
+PYEOF
 
 # pmp across stage ranks: 4 stages -> kill -9 -> 2 stages -> kill -9 -> 4 stages, 12 steps.
 P=(--strategy=pmp --stage-ranks --oversubscribe --chunks=4 --schedule=1f1b --units=blocks)
 P4=("${P[@]}" --gpus=4 --split=3,2,2,3); P2=("${P[@]}" --gpus=2 --split=5,5)
-RUN=(--steps=11 --snapshot-every=3)
 "$BIN" "${COMMON[@]}" "${RUN[@]}" "${P4[@]}" --snapshot-dir="$TMP/pref" --out="$TMP/p.csv" 2>"$TMP/p.log" ||
   fail "pmp on 4 stage ranks: $(tail -3 "$TMP/p.log")"
 SNAP="$TMP/prun"
