@@ -8,7 +8,8 @@
 # pipeline. Interleaved rounds, the order reversed every other round; appends
 # every row to OUT.csv (run_id names the rate, entry the configuration) and
 # prints each configuration's median img/s per rate, hsdp / zero3 and
-# pp-dp / pp. Root only (namespaces, tc).
+# pp-dp / pp, and hsdp-shm (--cpu-backend=auto: shared memory inside each
+# namespace's shard group, Gloo across) / hsdp (Gloo for every group). Root only (namespaces, tc).
 #   research/rigs/mesh_two_hosts.sh OUT.csv [ROUNDS=3] [RATES="2gbit 100mbit"]   (BIN: build/ddpbench;
 #   ONLY="hsdp zero3": those entries alone)
 set -euo pipefail
@@ -34,6 +35,7 @@ one() {  # rate entry flags...
   for r in "${pids[@]}"; do wait "$r" || echo "failed: $rate $entry (rank exit $?)" >&2; done
 }
 entries=("zero3:--strategy=zero3" "hsdp:--strategy=zero3 --replicate-degree=2" "ddp:--strategy=ddp"
+         "hsdp-shm:--strategy=zero3 --replicate-degree=2 --cpu-backend=auto"
          "pp:--strategy=pmp --stage-ranks --chunks=8 --schedule=1f1b"
          "pp-dp:--strategy=pmp --stage-ranks --replicate-degree=2 --chunks=8 --schedule=1f1b")
 if [[ -n ${ONLY:-} ]]; then  # ONLY="hsdp pp-dp": those entries alone
@@ -62,7 +64,7 @@ for r in csv.DictReader(open(sys.argv[1])):
 for rate in sorted({k[0] for k in by}):
     med = {e: statistics.median(v) for (rr, e), v in by.items() if rr == rate}
     print(rate, {e: f"{m:.1f}" for e, m in sorted(med.items())},
-          *(f"{a}/{b} {med[a] / med[b]:.3f}" for a, b in (("hsdp", "zero3"), ("pp-dp", "pp")) if a in med and b in med))
+          *(f"{a}/{b} {med[a] / med[b]:.3f}" for a, b in (("hsdp", "zero3"), ("pp-dp", "pp"), ("hsdp-shm", "hsdp")) if a in med and b in med))
 for e, v in sorted(err.items()):
     a = sorted(abs(x) for x in v)
     print(f"projection error {e}: median |error| {100 * statistics.median(a):.1f}%, largest {100 * a[-1]:.1f}% "

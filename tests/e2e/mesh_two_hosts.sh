@@ -6,8 +6,10 @@
 # replicate groups cross the pair. Each run matches the single-device run
 # (float64 --verify), and the groups fall as designed, measured in bytes
 # through the pair:
-#  - HSDP (zero3 --replicate-degree=2): the all-gathers and reduce-scatters
-#    stay inside a namespace, so fewer bytes cross than plain zero3 sends;
+#  - HSDP (zero3 --replicate-degree=2, --cpu-backend=auto: each shard group
+#    through shared memory, the replicate groups over Gloo): the all-gathers
+#    and reduce-scatters stay inside a namespace, so fewer bytes cross than
+#    plain zero3 sends;
 #  - pipelines replicated (pmp --stage-ranks --replicate-degree=2): each
 #    pipeline's hand-offs stay inside its namespace and only the stages'
 #    gradient all-reduce crosses, far fewer bytes than when the same ranks
@@ -50,7 +52,7 @@ crossed() {  # [A0 A1 B0 B1]
   done
   CROSSED=$(( $(sent "$NA" "$VA") - a0 + $(sent "$NB" "$VB") - b0 ))
 }
-EXTRA=(--replicate-degree=2); crossed; HSDP=$CROSSED
+EXTRA=(--replicate-degree=2 --cpu-backend=auto); crossed; HSDP=$CROSSED
 grep -q "mesh: replicate=2,shard=2 (group ranks 2..3" "$TMP/rank3.log" || fail "rank 3's group: $(cat "$TMP/rank3.log")"
 EXTRA=(); crossed; FLAT=$CROSSED
 echo "bytes over the pair: zero3 with --replicate-degree=2 $HSDP, plain zero3 $FLAT"
