@@ -624,7 +624,8 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
                  "gloo|shm|auto: CPU collectives over Gloo, or through shared memory for ranks on one host "
                  "(auto: where a group's ranks share a host)");
   app.add_flag("--overlap-optimizer", c.overlap_optimizer,
-               "ddp, zero1, zero2: step each gradient bucket's parameters (zero: this rank's slice) as soon as "
+               "ddp, zero1, zero2, zero3, hsdp: step each gradient bucket's parameters (zero: this rank's slice) as "
+               "soon as "
                "its all-reduce or reduce-scatter completes, overlapping the optimizer with the rest of backward "
                "(the same update)");
   app.add_option("--balance", c.balance, "mp/pmp: time (measured forward+backward per unit)|params");

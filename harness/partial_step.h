@@ -1,6 +1,6 @@
 // The optimizer stepped a part at a time, as each part's gradients become
 // final (--overlap-optimizer): ddp steps a bucket's parameters from the
-// completion of that bucket's all-reduce, zero1 and zero2 this rank's slice of
+// completion of that bucket's all-reduce, the sharded strategies this rank's slice of
 // a bucket from the completion of its reduce-scatter (or all-reduce), on the
 // thread that completed it, while backward goes on computing the other
 // buckets' gradients. Each

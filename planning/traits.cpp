@@ -54,11 +54,13 @@ const std::vector<StrategyTraits>& StrategyTraitsTable() {
       {"zero3",
        "ZeRO-3 (FSDP-style): parameters, gradients and optimizer state sharded 1/N; each unit all-gathered before "
        "its forward and backward, freed after, the next unit's gather prefetched",
-       Family::kSharded, 3, true, false, Plus(kRankFlags, {"--zero-reduce", "--replicate-degree"}), kZeroNoGraphs},
+       Family::kSharded, 3, true, false, Plus(kRankFlags, {"--zero-reduce", "--replicate-degree", "--overlap-optimizer"}),
+       kZeroNoGraphs},
       {"hsdp",
        "HSDP: zero3 inside a shard group of each node's ranks, replicated across the nodes (--replicate-degree, "
        "default the number of nodes): only each reduced gradient shard's all-reduce crosses between nodes",
-       Family::kSharded, 3, true, false, Plus(kRankFlags, {"--zero-reduce", "--replicate-degree"}), kZeroNoGraphs,
+       Family::kSharded, 3, true, false, Plus(kRankFlags, {"--zero-reduce", "--replicate-degree", "--overlap-optimizer"}),
+       kZeroNoGraphs,
        /*replicate_by_node=*/true},
   };
   return table;

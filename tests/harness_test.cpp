@@ -209,16 +209,18 @@ TEST(Config, StrategyFlagsOnlyWhereTheyApply) {
             std::string::npos);
   EXPECT_NE(ParseError({"--strategy=pmp", "--device=cuda", "--cuda-graphs"}).find("accepted: --strategy=single|ddp,"),
             std::string::npos);
-  // --overlap-optimizer: ddp, zero1 and zero2, refused saying why where the maths would differ.
+  // --overlap-optimizer: ddp and the sharded strategies, refused saying why where the maths would differ.
   EXPECT_EQ(ParseError({"--strategy=ddp", "--overlap-optimizer", "--grad-accum=2", "--amp=bf16"}), "");
   EXPECT_EQ(ParseError({"--strategy=zero1", "--overlap-optimizer", "--zero-reduce=all-reduce"}), "");
   EXPECT_EQ(ParseError({"--strategy=zero2", "--overlap-optimizer", "--gpus=4", "--replicate-degree=2"}), "");
-  EXPECT_NE(ParseError({"--strategy=zero3", "--overlap-optimizer"})
-                .find("--overlap-optimizer with --strategy=zero3: it steps each gradient bucket's parameters as "
-                      "that bucket's reduction completes, which zero3 does not do yet"),
+  EXPECT_EQ(ParseError({"--strategy=zero3", "--overlap-optimizer"}), "");
+  EXPECT_EQ(ParseError({"--strategy=hsdp", "--overlap-optimizer", "--gpus=4", "--replicate-degree=2"}), "");
+  EXPECT_NE(ParseError({"--strategy=pmp", "--overlap-optimizer"})
+                .find("--overlap-optimizer with --strategy=pmp: it steps each gradient bucket's parameters as "
+                      "that bucket's reduction completes, which pmp does not do yet"),
             std::string::npos);
   EXPECT_NE(ParseError({"--strategy=single", "--overlap-optimizer"})
-                .find("accepted: --strategy=ddp|zero1|zero2, or leave"),
+                .find("accepted: --strategy=ddp|zero1|zero2|zero3|hsdp, or leave"),
             std::string::npos);
   for (const char* strategy : {"--strategy=ddp", "--strategy=zero2"})
     EXPECT_NE(ParseError({strategy, "--overlap-optimizer", "--amp=fp16"})

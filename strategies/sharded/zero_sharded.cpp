@@ -7,8 +7,8 @@
 // hyper-parameters) steps this rank's slices as flat tensors, which is the
 // per-parameter update because both are element-wise. fp16 loss scaling:
 // every rank unscales its own slices, so the inf/NaN verdict is all-reduced
-// (MAX) before the shared skip-or-step decision. --overlap-optimizer (stages
-// 1, 2): each bucket's slice is stepped by a PartialStepper as its reduction
+// (MAX) before the shared skip-or-step decision. --overlap-optimizer: each
+// bucket's slice is stepped by a PartialStepper as its reduction
 // completes (reductions.h), and the updated slices are all-gathered before
 // the next forward as without it.
 #include "strategies/sharded/zero_sharded.h"
@@ -62,7 +62,8 @@ class ShardedStrategy final : public Strategy {
     ShareInitialState();
     BuildOptimizer(ctx.lr);
     // --overlap-optimizer: the CLI refuses it where the step is not per
-    // bucket (fp16's loss scaler) and for stage 3.
+    // bucket (fp16's loss scaler). Stage 3 steps the persistent slice, not
+    // the gathered bucket, which the bucket's finished backward has released.
     std::function<void(size_t)> step_bucket;
     if (config_->overlap_optimizer) {
       stepper_ = std::make_unique<PartialStepper>(*optimizer_);

@@ -51,7 +51,7 @@ print("ddp rows ok: parity", ddp["parity_max_abs_diff"], accum["parity_max_abs_d
       "efficiency", eff, "hidden", ddp["allreduce_hidden_frac"])
 PYEOF
 
-# zero1 and zero2 with the optimizer stepped slice by slice from their reductions' completions.
+# zero1, zero2, zero3 and hsdp with the optimizer stepped slice by slice from their reductions' completions.
 ADAM=(--optimizer=adam --lr=0.001 --weight-decay=0.01)
 zo() { "$BIN" --strategy="$1" "${COMMON[@]}" --steps=2 --overlap-optimizer --verify "${@:2}" --out="$TMP/z.csv"; }
 zo zero1 --gpus=2 --optimizer=sgd --bucket-cap-mb=0.02                             # Gloo: alltoall, summed
@@ -60,18 +60,20 @@ zo zero1 --gpus=2 "${ADAM[@]}" --zero-reduce=all-reduce --bucket-cap-mb=0.05 --c
 # Shared memory's native reduce-scatter in each group, then stepped from the replicas' all-reduce.
 zo zero2 --gpus=4 --oversubscribe --replicate-degree=2 --optimizer=sgd --bucket-cap-mb=0.05 --cpu-backend=shm
 zo zero1 --gpus=1 --optimizer=sgd --bucket-cap-mb=0.05                             # no collective: stepped in line
+zo zero3 --gpus=2 "${ADAM[@]}"                                                     # each unit's persistent slice
+zo hsdp --gpus=2 --replicate-degree=2 --optimizer=sgd --cpu-backend=shm            # shard groups of one rank
 "$PY" - "$TMP/z.csv" <<'PYEOF'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-assert [r["strategy"] for r in rows] == ["zero1", "zero2", "zero1", "zero2", "zero1"], len(rows)
-assert [r["world_size"] for r in rows] == ["2", "2", "2", "4", "1"], [r["world_size"] for r in rows]
+assert [r["strategy"] for r in rows] == ["zero1", "zero2", "zero1", "zero2", "zero1", "zero3", "hsdp"], len(rows)
+assert [r["world_size"] for r in rows] == ["2", "2", "2", "4", "1", "2", "2"], [r["world_size"] for r in rows]
 for r in rows:
     assert "--overlap-optimizer" in r["command"], r["command"]
     assert r["parity_ok"] == "true", (r["command"], r["parity_max_abs_diff"])
     assert float(r["parity_max_abs_diff"]) <= 1e-10, (r["command"], r["parity_max_abs_diff"])  # float64
     assert r["parity_model"] == "resnet18 norm=group amp=off dtype=float64", r["parity_model"]
 assert rows[2]["zero_reduce"] == "all-reduce" and rows[3]["mesh"], (rows[2]["zero_reduce"], rows[3]["mesh"])
-print("zero1/zero2 --overlap-optimizer rows ok: parity", [r["parity_max_abs_diff"] for r in rows])
+print("zero1/2/3, hsdp --overlap-optimizer rows ok: parity", [r["parity_max_abs_diff"] for r in rows])
 PYEOF
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib/bad_input.sh"
@@ -87,7 +89,7 @@ bad "data directory for 'cifar10' does not exist" --gpus=2 --dataset=cifar10 --d
 set +e; out="$("$BIN" --strategy=single --grad-accum=2 --steps=1 2>&1)"; rc=$?; set -e
 [[ $rc -eq 2 ]] && grep -q "gradient accumulation is a ddp option" <<<"$out" || fail "grad-accum on single: $rc $out"
 bad_input zero2 "--overlap-optimizer with --amp=fp16: the loss scaler must see every gradient" --gpus=2 --overlap-optimizer --amp=fp16
-bad_input zero3 "--overlap-optimizer with --strategy=zero3: it steps each gradient bucket's parameters as that bucket's reduction completes, which zero3 does not do yet" --gpus=2 --overlap-optimizer
+bad_input pmp "--overlap-optimizer with --strategy=pmp: it steps each gradient bucket's parameters as that bucket's reduction completes, which pmp does not do yet" --gpus=2 --overlap-optimizer
 
 # The rank of a child process, from its environment.
 rank_pid() {  # parent-pid rank
