@@ -169,7 +169,9 @@ def run(binary, flags, work_dir, grow, kill_after=6, torchrun=None):
         lost, survivor = agents
         joined = lambda: all("joined 2 ranks" in a.text() for a in agents)
         if not _wait(joined, 120, agents):
-            return d.fail("the first group never joined 2 ranks")
+            return d.fail("the first group never joined 2 ranks (agents running: "
+                          f"{[a.proc.poll() is None for a in agents]}, their workers: "
+                          f"{[len(descendants(a.proc.pid)) for a in agents]})")
         if any("joined 1 ranks" in a.text() for a in agents):
             return d.fail("the first group formed on 1 rank before the second agent joined")
         if not _wait(lambda: _newest_snapshot(snap, 2) >= kill_after, 90, agents):
