@@ -21,6 +21,9 @@ Settings and why (torch 2.11):
 - The agent to be killed starts first, the one hosting the rendezvous store
   second: both are up before either's last call (2 s) ends, so the first
   group has 2 ranks even when starting Python takes seconds.
+- The returning agent's Python starts with the others and imports torch
+  then, but joins only when the drill opens its gate: on a loaded machine
+  importing torch took 13 s once, longer than the 1-rank group had left.
 
   PYTHONPATH=scripts python3 -m ddpbench_py.elastic_drill --binary build/ddpbench --dir DIR [--grow] -- FLAGS...
 """
@@ -74,17 +77,33 @@ def descendants(pid):
     return out
 
 
-class Agent:
-    """One torchrun agent with one ddpbench rank; its output goes to LOG."""
+# torchrun's own main, run once the gate file exists (torch imported before).
+GATED = ("import os, sys, time\n"
+         "from torch.distributed import run\n"
+         "while not os.path.exists(sys.argv[1]):\n"
+         "    time.sleep(0.05)\n"
+         "run.main(sys.argv[2:])\n")
 
-    def __init__(self, torchrun, port, is_host, cmd, log):
+
+def _python_of(script):
+    """The interpreter a console script (torchrun) names on its #! line."""
+    first = open(script).readline()
+    return first[2:].strip() if first.startswith("#!") else sys.executable
+
+
+class Agent:
+    """One torchrun agent with one ddpbench rank; its output goes to LOG. With a
+    gate, it waits (torch already imported) until that file exists."""
+
+    def __init__(self, torchrun, port, is_host, cmd, log, gate=None):
         self.log = log
         env = {k: v for k, v in os.environ.items() if not LAUNCH_VARS.match(k)}
         # LOGLEVEL=INFO: the agent logs its rendezvous rounds, so a drill that stalls says where.
         env.update(TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", DDPBENCH_TEST_STEP_DELAY_MS=str(PACE_MS), LOGLEVEL="INFO")
         conf = f"{RDZV_CONF},is_host={'true' if is_host else 'false'}"
+        launcher = [_python_of(torchrun), "-c", GATED, gate] if gate else [torchrun]
         self.proc = subprocess.Popen(
-            [torchrun, "--nnodes=1:2", "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+            launcher + ["--nnodes=1:2", "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
              "--rdzv-id=drill", "--max-restarts=3", f"--rdzv-conf={conf}", "--monitor-interval=0.5", "--no-python"]
             + cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
@@ -162,19 +181,24 @@ def run(binary, flags, work_dir, grow, kill_after=6, torchrun=None):
     snap, out_csv = os.path.join(work_dir, "snap"), os.path.join(work_dir, "run.csv")
     cmd = [binary] + flags + [f"--snapshot-dir={snap}", f"--out={out_csv}"]
     port, agents, d = free_port(), [], Drill(grow)
-    start = lambda n, host: agents.append(Agent(torchrun, port, host, cmd, os.path.join(work_dir, f"a{n}.log")))
+    gate = os.path.join(work_dir, "third-agent.go")
+    start = lambda n, host, gate=None: agents.append(
+        Agent(torchrun, port, host, cmd, os.path.join(work_dir, f"a{n}.log"), gate))
     try:
         start(2, False)  # the node that will be lost
         start(1, True)   # hosts the rendezvous store and survives
         lost, survivor = agents
-        joined = lambda: all("joined 2 ranks" in a.text() for a in agents)
-        if not _wait(joined, 120, agents):
+        if grow:
+            start(3, False, gate)  # the node that returns, held at its gate
+        returner = agents[2:]
+        joined = lambda: all("joined 2 ranks" in a.text() for a in (lost, survivor))
+        if not _wait(joined, 120, [lost, survivor]):
             return d.fail("the first group never joined 2 ranks (agents running: "
-                          f"{[a.proc.poll() is None for a in agents]}, their workers: "
-                          f"{[len(descendants(a.proc.pid)) for a in agents]})")
+                          f"{[a.proc.poll() is None for a in (lost, survivor)]}, their workers: "
+                          f"{[len(descendants(a.proc.pid)) for a in (lost, survivor)]})")
         if any("joined 1 ranks" in a.text() for a in agents):
             return d.fail("the first group formed on 1 rank before the second agent joined")
-        if not _wait(lambda: _newest_snapshot(snap, 2) >= kill_after, 90, agents):
+        if not _wait(lambda: _newest_snapshot(snap, 2) >= kill_after, 90, [lost, survivor]):
             return d.fail(f"no 2-rank snapshot of step {kill_after} or later")
         lost.kill()
         killed = time.monotonic()
@@ -184,13 +208,13 @@ def run(binary, flags, work_dir, grow, kill_after=6, torchrun=None):
         if grow:
             if not _wait(lambda: _newest_snapshot(snap, 1) > 0, 60, [survivor]):
                 return d.fail("the survivor's group wrote no snapshot of its own on 1 rank")
-            start(3, False)
+            open(gate, "w").close()
             returned = time.monotonic()
-            if not _wait(lambda: _resumes(agents, 1), 90, [survivor, agents[-1]]):
+            if not _wait(lambda: _resumes(agents, 1), 90, [survivor] + returner):
                 return d.fail("the group did not grow back to 2 ranks within 90 s"
                               + (" (the run ended first)" if survivor.proc.poll() is not None else ""))
             d.grown_s = time.monotonic() - returned
-        d.rcs = [a.wait(180) for a in agents[1:]]
+        d.rcs = [a.wait(180) for a in [survivor] + returner]
         if any(rc != 0 for rc in d.rcs):
             return d.fail(f"the remaining agents exited {d.rcs}")
         return _check_outcome(d, agents, snap, out_csv)

@@ -8,8 +8,8 @@ without torch (manifests and rank files are read as bytes):
       rank file missing, of the wrong size or checksum (broken), or files of
       another step or a count other than the writer's ranks (mixed)
   resumed_steps(LOG_TEXTS)    -> the step each resume started from, in order
-  resume_problems(LOG_TEXTS)  -> each resume of the run that did not start from
-      the newest snapshot written before it (lost), read from ddpbench's logs
+  resume_problems(LOG_TEXTS)  -> each resume of the run that started from an
+      older snapshot than the newest logged before it (lost), read from ddpbench's logs
 """
 import hashlib
 import json
@@ -71,12 +71,13 @@ def resumed_steps(log_texts):
 
 
 def resume_problems(log_texts):
-    """Each resume whose step is not the newest snapshot logged before it (all ranks' logs, any agent)."""
+    """Each resume from a step older than the newest snapshot logged before it (all ranks' logs, any
+    agent). A newer one is fine: a rank killed right after writing a snapshot may not have logged it."""
     snapshots, resumes = _events(log_texts)
     problems = []
     for t, step, name in resumes:
         newest = max((s for ts, s in snapshots if ts < t), default=None)
-        if newest is not None and step != newest:
+        if newest is not None and step < newest:
             problems.append(f"LOST: resumed from step {step} ({os.path.basename(name)}) while step {newest} "
                             "was the newest snapshot")
     return problems

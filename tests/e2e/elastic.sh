@@ -10,7 +10,7 @@
 # resume's step, 1 rank up to the second's, 2 ranks to the end: nothing lost,
 # nothing trained twice). Against the uninterrupted 2-rank run it differs by
 # float32 round-off grown over the ~24 steps after the first world change
-# (Adam amplifies it: 3e-3 measured); checked within 2e-2. First, under
+# (Adam amplifies it: 4e-6 to 3.2e-3 measured); checked within 2e-2. First, under
 # torchrun's default shared agent store (which outlives a worker group), a
 # worker killed mid-run: the restarted 2-rank group must not read the failed
 # group's keys (it used to stop at once on the old failure notice).

@@ -70,6 +70,9 @@ class Resumes(unittest.TestCase):
         self.assertEqual(problems, ["LOST: resumed from step 3 (abc-step000000003.json) while step 6 was the "
                                     "newest snapshot"])
 
+    def test_one_newer_than_logged_is_fine(self):  # its writer was killed before it logged it
+        self.assertEqual(A.resume_problems([LOG_A, LOG_B.format(9, 9)]), [])
+
     def test_snapshots_after_the_resume_do_not_count(self):
         later = "[12:00:20.000] [rank 0] [info] snapshot at step 9: s/abc-step000000009.json\n"
         self.assertEqual(A.resume_problems([LOG_A + later, LOG_B.format(6, 6)]), [])
