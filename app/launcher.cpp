@@ -140,6 +140,8 @@ LaunchEnv DetectLaunchEnv(const EnvLookup& env) {
     e.master_port = v.Int("MASTER_PORT", 1);
     e.store_served = launcher == "spawn" ||
                      (launcher == "torchrun" && v.StrOr("TORCHELASTIC_USE_AGENT_STORE", "") == "True");
+    if (e.store_served && launcher == "torchrun")
+      e.store_prefix = fmt::format("ddpbench/attempt-{}/", v.IntOr("TORCHELASTIC_RESTART_COUNT", 0, 0));
   };
   auto spawn = env("DDPBENCH_LAUNCHER");
   if (spawn && *spawn == "spawn") {

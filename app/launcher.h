@@ -26,6 +26,11 @@ struct LaunchEnv {
   // The TCPStore is already served by someone else (torchrun's agent, or the
   // spawning ddpbench parent); otherwise rank 0 serves it.
   bool store_served = false;
+  // The store keys' prefix. torchrun's agent store (the default since torch
+  // 2.5) outlives the worker group, so under it a restarted group keys its
+  // own under its attempt (TORCHELASTIC_RESTART_COUNT): a failed group's keys,
+  // its failure notice among them, must not reach the next.
+  std::string store_prefix = "ddpbench/";
 };
 
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;

@@ -153,6 +153,7 @@ int main(int argc, char** argv) {
       dist.master_addr = env.master_addr;
       dist.master_port = env.master_port;
       dist.store_served = env.store_served;
+      dist.store_prefix = env.store_prefix;
     }
   } catch (...) {
     return FailWithCurrentException("");

@@ -38,6 +38,7 @@ struct DistContext {
   std::string master_addr;
   int master_port = 0;
   bool store_served = false;  // else rank 0 serves the TCPStore
+  std::string store_prefix = "ddpbench/";  // of every key (app/launcher.h: one per torchrun attempt)
   // Where the TCPStore listens, as the row reports it (set by Connect on rank
   // 0): the address bound, "*" for every interface, "torchrun-agent".
   std::string store_bind;

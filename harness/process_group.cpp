@@ -82,7 +82,7 @@ void DistContext::Connect(double timeout_s, bool cuda, bool nccl) {
                                          e.what()));
   }
   // A prefix of our own, so a launcher's keys (torchrun's agent) never collide.
-  store = c10::make_intrusive<c10d::PrefixStore>("ddpbench/", store);
+  store = c10::make_intrusive<c10d::PrefixStore>(store_prefix, store);
 
   // NCCL's bootstrap listens where the store does (socket_ifname.h).
   const SocketIfname ifname = ChooseSocketIfname(std::getenv("NCCL_SOCKET_IFNAME"), local_world == world, master_addr);

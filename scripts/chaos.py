@@ -4,7 +4,10 @@
 Every scenario runs ddpbench with one fault: a delay (--inject=delay/slow-data),
 a hang or a crash (--inject=hang/crash), the link between two hosts taken down,
 or one side of it shaped slow (two network namespaces joined by a veth pair,
-as tests/e2e/two_hosts_netns.sh makes them). It prints one line each:
+as tests/e2e/two_hosts_netns.sh makes them), or a whole node lost under
+torchrun's elastic agent (two agents, one killed with -9: the survivor goes on
+on 1 rank; then a third agent joins: the group grows back to 2 ranks; see
+ddpbench_py/elastic_drill.py). It prints one line each:
 
     scenario  expected cause  named cause  seconds to name it  snapshot state  ok|FAIL
 
@@ -12,14 +15,14 @@ and exits 1 if any scenario's cause was not named as expected, the run went
 past its timeout, or a snapshot was lost or mixed. `--quick` runs a short
 loopback subset (ctest runs it, beside other tests on a loaded machine: it
 checks who and what was named, not how many ms or seconds); the namespace
-scenarios need root and iproute2 and are skipped (and said so) without them.
+scenarios need root and iproute2, the elastic ones torchrun, and are skipped
+(and said so) without them.
 
     scripts/chaos.py --binary build/ddpbench [--quick] [--csv results.csv] [--only NAME,...]
 """
 import argparse
 import csv
 import glob
-import hashlib
 import json
 import os
 import re
@@ -30,6 +33,8 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+
+from ddpbench_py import elastic_drill, snapshot_audit
 
 SMALL = ["--device=cpu", "--small-input", "--width=8", "--image-size=16", "--batch-size=16", "--warmup=1",
          "--progress=off", "--no-eval", "--expected=off"]
@@ -42,7 +47,7 @@ TIMING = True      # check the figures (ms within 20%, seconds within bounds); o
 class Scenario:
     name: str
     strategy: list        # --strategy and its own flags
-    fault: str            # delay | hang | crash | none | link-down | slow-side
+    fault: str            # delay | hang | crash | none | link-down | slow-side | agent-killed | agent-returns
     expect: dict          # rank, phase, ms (delay); rank (hang, crash)
     inject: list = field(default_factory=list)
     netns: bool = False
@@ -82,6 +87,8 @@ def scenarios():
         Scenario("netns-zero3-link-down", zero3, "link-down", {}, netns=True, steps=60),
         Scenario("netns-pmp-link-down", pmp, "link-down", {}, netns=True, steps=60),
         Scenario("netns-ddp-slow-side", ddp, "slow-side", {}, netns=True, steps=4),
+        Scenario("elastic-agent-killed", ddp, "agent-killed", {}, world=1, steps=17),
+        Scenario("elastic-agent-returns", ddp, "agent-returns", {}, world=2, steps=29),
     ]
     return out
 
@@ -189,20 +196,14 @@ def pair_or_reason(tag):
 
 # --- checking ----------------------------------------------------------------
 
-def snapshot_state(snap_dir, world):
+def snapshot_state(snap_dir):
     """The newest snapshot: 'intact step N', 'none', or what is wrong with it."""
     manifests = glob.glob(os.path.join(snap_dir, "*-step*.json"))
     if not manifests:
         return "none", True
-    newest = max(manifests, key=lambda m: int(re.search(r"-step0*(\d+)\.json$", m).group(1)))
-    body = json.load(open(newest))
-    if len(body["files"]) != world:
-        return f"MIXED ({len(body['files'])} rank files for {world} ranks)", False
-    for f in body["files"]:
-        data = open(os.path.join(snap_dir, f["file"]), "rb").read()
-        if len(data) != f["bytes"] or hashlib.sha1(data).hexdigest() != f["sha1"]:
-            return f"BROKEN ({f['file']})", False
-    return f"intact step {body['loop']['step']}", True
+    newest = max(manifests, key=snapshot_audit.step_of)
+    problem = snapshot_audit.manifest_problem(newest)
+    return (problem, False) if problem else (f"intact step {snapshot_audit.step_of(newest)}", True)
 
 
 def records_ok(out_csv, world):
@@ -349,6 +350,28 @@ def link_down(binary, sc, flags, out_csv, snap, pair):
     return Outcome(named, ended, ok, why), snap
 
 
+def run_elastic(binary, sc, tmp):
+    """Two torchrun agents, one killed (and, for agent-returns, a third started): see elastic_drill."""
+    work = os.path.join(tmp, sc.name)
+    os.makedirs(work)
+    flags = sc.strategy + SMALL + [f"--steps={sc.steps}", "--snapshot-every=3"]
+    d = elastic_drill.run(binary, flags, work, grow=sc.fault == "agent-returns")
+    named = (f"worlds {d.row['worlds']}, restarts {d.row['restarts']}, lost {d.row['steps_lost']} step(s)"
+             if d.row else "no row")
+    seconds = d.grown_s if d.grow else d.recovered_s
+    why = "; ".join(d.problems) + ("\n" + elastic_drill.log_tails(work, 6) if d.problems else "")
+    return Outcome(named, seconds if seconds is not None else -1, not d.problems, why), os.path.join(work, "snap")
+
+
+def skip_reason(sc, pair_reason):
+    """Why this machine cannot run the scenario ("" when it can)."""
+    if sc.netns:
+        return pair_reason
+    if sc.fault.startswith("agent-") and not elastic_drill.torchrun_path():
+        return "needs torchrun (the repository's .venv or PATH)"
+    return ""
+
+
 def expected_text(sc):
     e = sc.expect
     return {"delay": lambda: f"straggler {e['rank']} {e['phase']} ~{e['ms']} ms",
@@ -356,7 +379,9 @@ def expected_text(sc):
             "slow-side": lambda: "no straggler (the link is slow, not a rank)",
             "hang": lambda: f"rank {e['rank']} never entered collective k",
             "crash": lambda: f"rank {e['rank']} killed (signal 9)",
-            "link-down": lambda: "link named, snapshot intact, --resume completes"}[sc.fault]()
+            "link-down": lambda: "link named, snapshot intact, --resume completes",
+            "agent-killed": lambda: "survivor goes on, 1 rank, newest snapshot",
+            "agent-returns": lambda: "grows back to 2 ranks, newest snapshot"}[sc.fault]()
 
 
 def main():
@@ -387,12 +412,18 @@ def main():
     print("{:<24} {:<40} {:<60} {:>7}  {:<16} {}".format(*header), flush=True)
     try:
         for sc in chosen:
-            if sc.netns and pair is None:
-                print(f"{sc.name:<24} skipped: {pair_reason}", flush=True)
-                lines.append((sc.name, expected_text(sc), "skipped: " + pair_reason, "", "", "skipped"))
+            reason = skip_reason(sc, pair_reason if pair is None else "")
+            if reason:
+                print(f"{sc.name:<24} skipped: {reason}", flush=True)
+                lines.append((sc.name, expected_text(sc), "skipped: " + reason, "", "", "skipped"))
                 continue
-            out, snap = run_netns(args.binary, sc, tmp, pair) if sc.netns else run_loopback(args.binary, sc, tmp)
-            state, intact = snapshot_state(snap, sc.world) if snap else ("-", True)
+            if sc.netns:
+                out, snap = run_netns(args.binary, sc, tmp, pair)
+            elif sc.fault.startswith("agent-"):
+                out, snap = run_elastic(args.binary, sc, tmp)
+            else:
+                out, snap = run_loopback(args.binary, sc, tmp)
+            state, intact = snapshot_state(snap) if snap else ("-", True)
             ok = out.ok and intact
             failed += not ok
             line = (sc.name, expected_text(sc), out.named, f"{out.seconds:.1f}", state, "ok" if ok else "FAIL")

@@ -52,6 +52,15 @@ TEST(Launcher, Torchrun) {
   EXPECT_EQ(e.master_addr, "10.1.2.3");
   EXPECT_EQ(e.master_port, 29500);
   EXPECT_TRUE(e.store_served);
+  EXPECT_EQ(e.store_prefix, "ddpbench/attempt-0/");
+}
+
+// torchrun's agent store outlives a worker group: each restart keys its own.
+TEST(Launcher, TorchrunAgentStoreKeysEachAttemptApart) {
+  LaunchEnv e = DetectLaunchEnv(Env({{"TORCHELASTIC_RUN_ID", "x"}, {"RANK", "0"}, {"WORLD_SIZE", "2"},
+                                     {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1234"},
+                                     {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"TORCHELASTIC_RESTART_COUNT", "2"}}));
+  EXPECT_EQ(e.store_prefix, "ddpbench/attempt-2/");
 }
 
 TEST(Launcher, TorchrunWithoutAgentStoreLetsRankZeroServe) {
@@ -59,6 +68,7 @@ TEST(Launcher, TorchrunWithoutAgentStoreLetsRankZeroServe) {
                                      {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1234"}}));
   EXPECT_FALSE(e.store_served);
   EXPECT_EQ(e.local_world, 2);
+  EXPECT_EQ(e.store_prefix, "ddpbench/");  // a new store each attempt, served by rank 0
 }
 
 TEST(Launcher, Spawn) {
