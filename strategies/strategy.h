@@ -85,6 +85,7 @@ class Strategy {
   // "model.<name>" keys, as rank 0 holds them, for --export. The default:
   // SaveState(); pipelines across ranks (--stage-ranks) first gather every
   // stage's from the rank that runs it. Collective over the world there.
+  // (Parameters come whole from Parameters(), called first.)
   virtual TensorMap ModelBuffers() { return SaveState(); }
   // Restores a SaveState() map into a strategy after Setup(), before its first Step(): the
   // same keys, shapes and dtypes (values may be CPU tensors; copy them to the right device),

@@ -178,7 +178,7 @@ class PipelineStrategy final : public Strategy {
   void LoadState(const TensorMap& state) override;
   TensorMap ModelBuffers() override {
     if (!transport_->AcrossRanks()) return SaveState();
-    transport_->GatherParameters(/*with_buffers=*/true);
+    transport_->GatherBuffers();  // the parameters came whole through Parameters()
     TensorMap state;
     for (const auto& b : e_.model->named_buffers()) state["model." + b.key()] = b.value();
     return state;

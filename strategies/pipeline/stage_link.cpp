@@ -134,26 +134,38 @@ Boundaries MeasureBoundaries(ResNet model, int64_t image_size, const std::string
   return b;
 }
 
-void GatherUnitParameters(DistContext& dist, ResNet model, const std::vector<int>& owner, int stages,
-                          bool with_buffers) {
+namespace {
+
+// Each unit's parameters (or buffers) broadcast from the rank that runs it into
+// every rank's copy. Buffers travel as float64: exact for their floats and
+// counts, and a dtype every backend reduces and broadcasts.
+void GatherUnitTensors(DistContext& dist, ResNet model, const std::vector<int>& owner, int stages, bool buffers) {
   torch::NoGradGuard no_grad;
   for (int r = 0; r < stages; ++r) {
     std::vector<torch::Tensor> here, moved;
-    auto add = [&](const torch::Tensor& t, bool as_double) {  // buffers travel as float64: exact, any backend
-      here.push_back(t.detach());
-      const auto options = t.options().device(dist.device).dtype(as_double ? torch::kDouble : t.scalar_type());
-      moved.push_back(r == dist.rank ? t.detach().to(options) : torch::empty(t.sizes(), options));
-    };
     for (size_t u = 0; u < owner.size(); ++u) {
       if (owner[u] != r) continue;
-      for (auto& p : model->units()->ptr(u)->parameters()) add(p, false);
-      if (with_buffers)
-        for (auto& b : model->units()->ptr(u)->buffers()) add(b, true);
+      auto* unit = model->units()->ptr(u).get();
+      for (auto& t : buffers ? unit->buffers() : unit->parameters()) {
+        here.push_back(t.detach());
+        const auto options = t.options().device(dist.device).dtype(buffers ? torch::kDouble : t.scalar_type());
+        moved.push_back(r == dist.rank ? t.detach().to(options) : torch::empty(t.sizes(), options));
+      }
     }
-    dist.BroadcastFrom(r, moved, with_buffers ? "pipeline parameters and buffers" : "pipeline parameters");
+    dist.BroadcastFrom(r, moved, buffers ? "pipeline buffers" : "pipeline parameters");
     if (r != dist.rank)
       for (size_t i = 0; i < here.size(); ++i) here[i].copy_(moved[i]);
   }
+}
+
+}  // namespace
+
+void GatherUnitParameters(DistContext& dist, ResNet model, const std::vector<int>& owner, int stages) {
+  GatherUnitTensors(dist, model, owner, stages, /*buffers=*/false);
+}
+
+void GatherUnitBuffers(DistContext& dist, ResNet model, const std::vector<int>& owner, int stages) {
+  GatherUnitTensors(dist, model, owner, stages, /*buffers=*/true);
 }
 
 }  // namespace ddpbench

@@ -84,9 +84,9 @@ Boundaries MeasureBoundaries(ResNet model, int64_t image_size, const std::string
 // Every unit's parameters as the rank that runs it (`owner`, by unit: a
 // stage 0..stages-1, world rank `stage` of the first pipeline: replicas hold
 // the same weights) has them, copied into this rank's copies of the others'
-// (the parity check's Parameters()); with_buffers: their buffers too (BatchNorm's
-// running statistics, for --export). Collective over the world.
-void GatherUnitParameters(DistContext& dist, ResNet model, const std::vector<int>& owner, int stages,
-                          bool with_buffers = false);
+// (the parity check's Parameters()). Collective over the world.
+void GatherUnitParameters(DistContext& dist, ResNet model, const std::vector<int>& owner, int stages);
+// The same for the units' buffers (BatchNorm's running statistics, for --export).
+void GatherUnitBuffers(DistContext& dist, ResNet model, const std::vector<int>& owner, int stages);
 
 }  // namespace ddpbench

@@ -130,9 +130,8 @@ class RankTransport final : public Transport {
   }
 
   torch::Tensor Predict(const torch::Tensor& images) override;
-  void GatherParameters(bool with_buffers) override {
-    GatherUnitParameters(*e_.dist, e_.model, e_.unit_device, e_.table.devices, with_buffers);
-  }
+  void GatherParameters() override { GatherUnitParameters(*e_.dist, e_.model, e_.unit_device, e_.table.devices); }
+  void GatherBuffers() override { GatherUnitBuffers(*e_.dist, e_.model, e_.unit_device, e_.table.devices); }
   void ShareFigures() override;
 
  private:

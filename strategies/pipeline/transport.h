@@ -70,8 +70,9 @@ class Transport {
   // Evaluation: the batch through every chunk in turn; the logits (an
   // undefined tensor on a rank that does not run the last chunk).
   virtual torch::Tensor Predict(const torch::Tensor& images);
-  // Every unit's weights (with_buffers: and buffers) where this process can read them.
-  virtual void GatherParameters(bool with_buffers = false) { (void)with_buffers; }
+  // Every unit's weights (buffers) where this process can read them.
+  virtual void GatherParameters() {}
+  virtual void GatherBuffers() {}
   // Every device's and chunk's figures where this process reports them.
   virtual void ShareFigures() {}
 

@@ -203,9 +203,9 @@ void GradientReductions::FinishReduction(size_t b) {
 void GradientReductions::SumIntoSlice(size_t b) {
   torch::NoGradGuard no_grad;
   torch::Tensor& slice = layout_.slice_grads[b];
-  if (comm_ && alltoall_)
+  if (alltoall_)
     torch::sum_out(slice, received_[b].view({layout_.world, -1}), std::vector<int64_t>{0});
-  else if (layout_.stage >= 2 && !(comm_ && reduce_scatter_))
+  else if (layout_.stage >= 2 && !reduce_scatter_)
     slice.copy_(layout_.OwnSlice(layout_.bucket_grads[b], layout_.partition.buckets[b]));
 }
 

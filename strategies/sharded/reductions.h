@@ -88,7 +88,7 @@ class GradientReductions {
   void SumIntoSlice(size_t b);
   void Settle(size_t b);
   // With replicas a reduce-scattered slice is all-reduced across them after.
-  bool ReplicateFollows() const { return comm_ && reduce_scatter_ && layout_.replicate; }
+  bool ReplicateFollows() const { return reduce_scatter_ && layout_.replicate; }
   // --overlap-optimizer: the group reduction's completion settles and steps the slice.
   bool SettledOnCompletion() const { return step_bucket_ && comm_ && !ReplicateFollows(); }
   void LaunchReplicate(size_t b);
@@ -100,6 +100,7 @@ class GradientReductions {
   PhaseTimer& timer_;
   // Whether gradients are reduced over other ranks at all; by reduce-scatter
   // in the shard group (else whole buckets over every rank); by alltoall.
+  // Each implies the one before it.
   const bool comm_, reduce_scatter_, alltoall_;
   const std::function<void(size_t)> step_bucket_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
