@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <regex>
 
 #include "base/log.h"
@@ -94,10 +95,16 @@ void ExportWeights(const std::string& path, const ResNetOptions& options, Strate
   c10::Dict<std::string, at::Tensor> dict;
   for (size_t i = 0; i < params.size(); ++i)
     dict.insert(TorchvisionName(named[i].key()), params[i].detach().to(torch::kCPU).clone());
+  // Buffers by torchvision name: a pipeline cut at half blocks names its
+  // units layer1_0a/layer1_0b where the whole model says layer1_0.
+  std::map<std::string, torch::Tensor> held;
+  for (const auto& [key, tensor] : state)
+    if (key.rfind("model.", 0) == 0) held[TorchvisionName(key.substr(6))] = tensor;
   for (const auto& item : names->named_buffers()) {
-    auto it = state.find("model." + item.key());
-    if (it == state.end()) throw std::runtime_error("--export: the strategy holds no buffer " + item.key());
-    dict.insert(TorchvisionName(item.key()), it->second.detach().to(torch::kCPU).clone());
+    const std::string name = TorchvisionName(item.key());
+    auto it = held.find(name);
+    if (it == held.end()) throw std::runtime_error("--export: the strategy holds no buffer " + item.key());
+    dict.insert(name, it->second.detach().to(torch::kCPU).clone());
   }
   ReplaceFile(path, SaveForTorchLoad(c10::IValue(dict)));
   if (IsStandard(options)) {

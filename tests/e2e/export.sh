@@ -5,9 +5,10 @@
 # torch.load; a Fashion-MNIST run with --small-input, --width=8 and 1-channel
 # data gets FILE.pt.json naming the modules to replace, and
 # scripts/check_export.py, replacing them, gets the row's test accuracy
-# within 1e-3; so does pmp --stage-ranks on 2 ranks (each stage's weights and
-# BatchNorm statistics gathered from the rank that ran it). An unwritable path
-# or --data-only is refused before the run.
+# within 1e-3; so does pmp --stage-ranks on 2 ranks cut inside a block (each
+# stage's weights and BatchNorm statistics gathered from the rank that ran it,
+# named as the whole block). An unwritable path or --data-only is refused
+# before the run.
 set -euo pipefail
 BIN="$1"; SRC="$2"
 TMP="$(mktemp -d)"; trap 'rm -rf "$TMP"' EXIT
@@ -48,8 +49,8 @@ if [[ -e "$DATA/t10k-images-idx3-ubyte.gz" || -e "$DATA/t10k-images-idx3-ubyte" 
     fail "check_export: $got"
   same_accuracy "$TMP/fm.csv" "$got"
   "$BIN" "${COMMON[@]}" --dataset=fashion-mnist --small-input --width=8 --batch-size=32 --steps=10 --optimizer=adam \
-    --lr=0.003 --eval-batches=20 --strategy=pmp --gpus=2 --stage-ranks --export="$TMP/pp.pt" --out="$TMP/pp.csv" \
-    2>"$TMP/pp.log" || fail "pmp --stage-ranks run: $(tail -3 "$TMP/pp.log")"
+    --lr=0.003 --eval-batches=20 --strategy=pmp --gpus=2 --stage-ranks --units=half-blocks --split=2,16 --export="$TMP/pp.pt" \
+    --out="$TMP/pp.csv" 2>"$TMP/pp.log" || fail "pmp --stage-ranks run: $(tail -3 "$TMP/pp.log")"
   got="$("$PY" "$SRC/scripts/check_export.py" "$TMP/pp.pt" --data-dir="$DATA" --mean=0.2860 --std=0.3530 \
     --images="$images")" || fail "check_export (pmp --stage-ranks): $got"
   same_accuracy "$TMP/pp.csv" "$got"
