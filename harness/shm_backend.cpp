@@ -109,9 +109,25 @@ void Combine(at::Tensor& acc, const at::Tensor& part, c10d::ReduceOp::RedOpType 
   }
 }
 
+// `out` = a op b, one pass (out aliases neither).
+void CombineInto(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, c10d::ReduceOp::RedOpType op) {
+  switch (op) {
+    case c10d::ReduceOp::SUM: at::add_out(out, a, b); break;
+    case c10d::ReduceOp::PRODUCT: at::mul_out(out, a, b); break;
+    case c10d::ReduceOp::MAX: at::maximum_out(out, a, b); break;
+    default: at::minimum_out(out, a, b); break;
+  }
+}
+
 // `out` = parts[0] op parts[1] op ... in rank order; half precisions in fp32.
+// `out` aliases none of the parts.
 void ReduceInto(at::Tensor out, const std::vector<at::Tensor>& parts, c10d::ReduceOp::RedOpType op) {
   const bool half = out.scalar_type() == at::kBFloat16 || out.scalar_type() == at::kHalf;
+  if (!half && parts.size() > 1) {
+    CombineInto(out, parts[0], parts[1], op);
+    for (size_t j = 2; j < parts.size(); ++j) Combine(out, parts[j], op);
+    return;
+  }
   at::Tensor acc = half ? parts[0].to(at::kFloat) : out;
   if (!half) acc.copy_(parts[0]);
   for (size_t j = 1; j < parts.size(); ++j) Combine(acc, half ? parts[j].to(at::kFloat) : parts[j], op);
@@ -285,22 +301,37 @@ class ShmBackend : public c10d::Backend {
     return std::max<int64_t>(1, spec_.slot_bytes / (t.element_size() * per));
   }
 
+  // Per chunk: each rank publishes the shares the others sum (its own it reads
+  // in place), sums its share of every rank's chunk in rank order into the
+  // result slot and its tensor, then copies the others' sums back. No barrier
+  // between chunks: the next chunk writes the ranks' slots, which every rank
+  // has read once all have passed the middle barrier, and its sums go to the
+  // result slot only after every rank has copied this chunk's out of it.
   void AllReduce(const at::Tensor& tensor, c10d::ReduceOp::RedOpType op) {
-    at::Tensor flat = tensor.view(-1);
-    const auto dtype = flat.scalar_type();
-    for (const Span c : Chunks(flat.numel(), Capacity(flat))) {
-      Slot(rank_, dtype, c.count).copy_(flat.narrow(0, c.offset, c.count));
+    const auto dtype = tensor.scalar_type();
+    for (const Span c : Chunks(tensor.numel(), Capacity(tensor))) {
+      at::Tensor local = tensor.view(-1).narrow(0, c.offset, c.count);
+      for (int r = 0; r < size_; ++r) {
+        const Span s = ShareOf(c.count, r, size_);
+        if (r != rank_ && s.count > 0) Slot(rank_, dtype, s.count, s.offset).copy_(local.narrow(0, s.offset, s.count));
+      }
       Barrier("allreduce");
       const Span mine = ShareOf(c.count, rank_, size_);
       if (mine.count > 0) {
         std::vector<at::Tensor> parts;
-        for (int r = 0; r < size_; ++r) parts.push_back(Slot(r, dtype, mine.count, mine.offset));
-        ReduceInto(Slot(size_, dtype, mine.count, mine.offset), parts, op);
+        for (int r = 0; r < size_; ++r)
+          parts.push_back(r == rank_ ? local.narrow(0, mine.offset, mine.count) : Slot(r, dtype, mine.count, mine.offset));
+        at::Tensor sum = Slot(size_, dtype, mine.count, mine.offset);
+        ReduceInto(sum, parts, op);
+        local.narrow(0, mine.offset, mine.count).copy_(sum);
       }
       Barrier("allreduce");
-      flat.narrow(0, c.offset, c.count).copy_(Slot(size_, dtype, c.count));
-      Barrier("allreduce");  // the slots are free for the next chunk
+      for (int r = 0; r < size_; ++r) {
+        const Span s = ShareOf(c.count, r, size_);
+        if (r != rank_ && s.count > 0) local.narrow(0, s.offset, s.count).copy_(Slot(size_, dtype, s.count, s.offset));
+      }
     }
+    Barrier("allreduce");  // the result slot is free for the next collective
   }
 
   void Broadcast(const at::Tensor& tensor, int root) {
@@ -325,16 +356,23 @@ class ShmBackend : public c10d::Backend {
   }
 
   // out = the reduction of every rank's rows[rank_], chunk by chunk: each
-  // rank writes a chunk of every row into its slot, then sums its own row.
+  // rank writes a chunk of every other rank's row into its slot, then sums its
+  // own row (its own part read where it is).
   void ReduceScatter(const at::Tensor& out, const std::vector<at::Tensor>& rows, c10d::ReduceOp::RedOpType op) {
     at::Tensor flat = out.view(-1);
     const auto dtype = flat.scalar_type();
+    // An output inside its own row (a reduce-scatter in place) goes through
+    // the slot as the other rows do: the sum would overwrite it mid-read.
+    const bool in_place = at::get_overlap_status(flat, rows[rank_]) != at::MemOverlapStatus::No;
     for (const Span c : Chunks(flat.numel(), Capacity(flat, size_))) {
       for (int j = 0; j < size_; ++j)
-        Slot(rank_, dtype, c.count, j * c.count).copy_(rows[j].view(-1).narrow(0, c.offset, c.count));
+        if (j != rank_ || in_place)
+          Slot(rank_, dtype, c.count, j * c.count).copy_(rows[j].view(-1).narrow(0, c.offset, c.count));
       Barrier("reduce_scatter");
       std::vector<at::Tensor> parts;
-      for (int r = 0; r < size_; ++r) parts.push_back(Slot(r, dtype, c.count, rank_ * c.count));
+      for (int r = 0; r < size_; ++r)
+        parts.push_back(r == rank_ && !in_place ? rows[r].view(-1).narrow(0, c.offset, c.count)
+                                                : Slot(r, dtype, c.count, rank_ * c.count));
       ReduceInto(flat.narrow(0, c.offset, c.count), parts, op);
       Barrier("reduce_scatter");
     }

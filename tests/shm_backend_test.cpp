@@ -29,10 +29,6 @@ class ThreadWorld {
   ThreadWorld(int world, const std::string& backend, int replicas = 1, double timeout_s = 60,
               int64_t slot_bytes = 4096)
       : ranks_(world) {
-    // torch's own c10d flight recorder is not safe for several ranks' Gloo
-    // groups on threads of one process (it crashes inserting); ddpbench's
-    // recorder is its own (harness/flight_recorder.h).
-    ::setenv("TORCH_FR_BUFFER_SIZE", "0", 1);
     store_ = testing::ServeStoreOnFreePort();
     const int port = store_->getPort();
     Run([&](int r, DistContext& d) {
@@ -126,6 +122,9 @@ TEST(ShmBackend, ReduceScatterAllGatherAndBroadcastMatchGloo) {
       auto [shm, gloo] = BothWays(3, [&](int r, c10d::ProcessGroup& pg) {
         torch::Tensor whole = MadeUp(r, 3 * part, dtype), mine = torch::empty({part}, whole.options());
         pg._reduce_scatter_base(mine, whole)->wait();
+        // In place: the output is this rank's own row of the input.
+        torch::Tensor whole2 = MadeUp(r, 3 * part, dtype), own = whole2.narrow(0, r * part, part);
+        pg._reduce_scatter_base(own, whole2)->wait();
         torch::Tensor gathered = torch::empty({3 * part}, whole.options());
         torch::Tensor slice = MadeUp(r + 10, part, dtype);
         pg._allgather_base(gathered, slice)->wait();
@@ -138,7 +137,7 @@ TEST(ShmBackend, ReduceScatterAllGatherAndBroadcastMatchGloo) {
         std::vector<torch::Tensor> b{MadeUp(r + 20, 2 * part + 1, dtype)};
         pg.broadcast(b, c10d::BroadcastOptions{1})->wait();
         pg.barrier()->wait();
-        return std::vector<torch::Tensor>{mine, gathered, outs[0], torch::cat(rows[0]), b[0]};
+        return std::vector<torch::Tensor>{mine, own.clone(), gathered, outs[0], torch::cat(rows[0]), b[0]};
       });
       ExpectSame(shm, gloo, "reduce-scatter/all-gather/broadcast " + std::to_string(part));
     }

@@ -4,13 +4,18 @@
 #pragma once
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <cstdlib>
 #include <string>
 
 #include "harness/dist.h"
 
 namespace ddpbench::testing {
 
+// Also turns off torch's own c10d flight recorder: it is not safe for several
+// ranks' Gloo groups on threads of one process (it crashes inserting into its
+// map); ddpbench's recorder is its own (harness/flight_recorder.h).
 inline c10::intrusive_ptr<c10d::TCPStore> ServeStoreOnFreePort() {
+  ::setenv("TORCH_FR_BUFFER_SIZE", "0", 1);
   c10d::TCPStoreOptions opts;
   opts.port = 0;
   opts.isServer = true;
