@@ -13,7 +13,9 @@
 # steps (default 20) after WARMUP untimed ones (default 5). Env: BIN (default
 # build/ddpbench), PY (default .venv/bin/python), STEPS, WARMUP, MALLOC (reuse,
 # the default: ddpbench's --cpu-malloc=reuse and PyTorch under the same glibc
-# malloc settings, as research/rigs/compare_pytorch.sh does; or system).
+# malloc settings, as research/rigs/compare_pytorch.sh does; or system),
+# FLAGS (extra ddpbench flags for the 2-rank strategies, e.g.
+# FLAGS="--cpu-backend=shm --overlap-optimizer"; recorded in each row's command).
 #
 # Appends one row per successful run to OUT.csv: timestamp, host, git_sha,
 # round, side (ddpbench|torch), config, img_s, command. A failed run prints
@@ -62,6 +64,8 @@ run_entry() {
   if [[ $side == ddpbench ]]; then
     local gpus=2; [[ $config == single ]] && gpus=1
     argv=("$BIN" --strategy="$config" --gpus="$gpus" "${DDPBENCH[@]}")
+    # shellcheck disable=SC2206  # FLAGS is a list of words
+    [[ $config != single && -n ${FLAGS:-} ]] && argv+=($FLAGS)
     cmd="${argv[*]}"  # as run, less the --out into this rig's scratch folder
     rm -f "$TMP/run.csv"
     "${argv[@]}" --out="$TMP/run.csv" >"$TMP/log" 2>&1 || rc=$?
