@@ -68,6 +68,7 @@ StepQuery QueryOf(const RunConfig& c, const DistContext& dist, const std::map<st
   q.micro_batches = ExtraInt(extras, "chunks", c.chunks);
   q.virtual_stages = ExtraInt(extras, "virtual_stages", c.virtual_stages);
   q.replicas = dist.mesh.replicas;  // 1 without a mesh
+  q.overlap_optimizer = c.overlap_optimizer;
   const auto split = extras.find("split");  // a pipeline's own (ignored if the profile's units differ)
   if (split != extras.end())
     for (size_t at = 0; at < split->second.size();) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <utility>
@@ -188,6 +189,13 @@ class StepBuilder {
   int Replicate(double bytes, int after, const MeshTopology& mesh) {
     return Collective(Collective::kAllReduce, bytes, {after}, &mesh.replicas, /*stream=*/2);
   }
+  // Compute run on the communication stream once `after` has ended
+  // (--overlap-optimizer: a reduced bucket's step, run where its reduction
+  // completes).
+  int ComputeBeside(double ms, int after) {
+    compute_ms_ += ms;
+    return Add(1, ms, {after});
+  }
   StepPrediction Finish() const {
     std::vector<int> lanes{(t_.nodes > 1 ? t_.inter : t_.intra).lanes};
     if (replicate_lanes_ > 0) lanes.push_back(replicate_lanes_);
@@ -227,9 +235,12 @@ double AllParamBytes(const Profile& p) {
 // every bucket whose gradients are then complete. Returns those collectives.
 // With a mesh (`mesh`), each collective runs in the group and is followed by
 // the all-reduce of its 1/S result across the replicas: the ids returned.
+// `reduced(b, id)`, where given, is called as bucket b's reduction `id` is
+// issued (what runs after it on its stream goes in there, in issue order).
 std::vector<int> BackwardWithBuckets(const std::vector<UnitCost>& cost, const Tensors& tensors,
                                      const std::vector<std::vector<int>>& buckets, Collective kind, StepBuilder* step,
-                                     const MeshTopology* mesh = nullptr) {
+                                     const MeshTopology* mesh = nullptr,
+                                     const std::function<void(size_t, int)>& reduced = {}) {
   std::vector<int> issued;
   size_t next = 0;
   for (int u = static_cast<int>(cost.size()) - 1; u >= 0; --u) {
@@ -239,19 +250,36 @@ std::vector<int> BackwardWithBuckets(const std::vector<UnitCost>& cost, const Te
       issued.push_back(step->Collective(kind, bytes, {backward}, mesh ? &mesh->group : nullptr));
       if (mesh && mesh->replicas.world() > 1)
         issued.back() = step->Replicate(bytes / mesh->group.world(), issued.back(), *mesh);
+      if (reduced) reduced(next, issued.back());
     }
   }
   return issued;
 }
 
+// --overlap-optimizer: the step of `bytes` / `shards` of parameters on the
+// communication stream right after their reduction `id` (issued in order, so
+// the next reduction on that lane waits for it, as on the thread that runs both).
+std::function<void(size_t, int)> StepEachBucket(const Profile& p, const std::vector<std::vector<int>>& buckets,
+                                                const Tensors& tensors, int shards, StepBuilder* step) {
+  return [&p, &buckets, &tensors, shards, step](size_t b, int id) {
+    step->ComputeBeside(OptimizerMs(p, BucketBytes(buckets[b], tensors)) / shards, id);
+  };
+}
+
 }  // namespace
 
-StepPrediction PredictDdp(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t, double cap_mb) {
+StepPrediction PredictDdp(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t, double cap_mb,
+                          bool overlap_optimizer) {
   const Tensors tensors = TensorsOf(p);
   StepBuilder step(p, t);
   std::vector<int> after = step.BufferBroadcasts();
   for (const UnitCost& c : cost) step.Compute(c.forward_ms, std::exchange(after, {}));
   const auto buckets = ReducerBuckets(tensors.bytes, cap_mb * kMiB, FirstCap(cap_mb));
+  if (overlap_optimizer) {
+    BackwardWithBuckets(cost, tensors, buckets, Collective::kAllReduce, &step, nullptr,
+                        StepEachBucket(p, buckets, tensors, 1, &step));
+    return step.Finish();
+  }
   step.Compute(OptimizerMs(p, AllParamBytes(p)), BackwardWithBuckets(cost, tensors, buckets, Collective::kAllReduce, &step));
   return step.Finish();
 }
@@ -266,7 +294,7 @@ namespace {
 // unit starts: so where the gathers take longer than the compute they run
 // one after another, never two at once.
 StepPrediction PredictZero3(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t,
-                            const MeshTopology& mesh) {
+                            const MeshTopology& mesh, bool overlap_optimizer) {
   const int U = static_cast<int>(cost.size());
   const int S = mesh.group.world();
   StepBuilder step(p, t);
@@ -291,17 +319,18 @@ StepPrediction PredictZero3(const Profile& p, const std::vector<UnitCost>& cost,
         step.Collective(Collective::kReduceScatter, p.units[u].ParamBytes(), {backward[u]}, &mesh.group));
     if (mesh.replicas.world() > 1)  // the reduced shard across the replicas
       scatters.back() = step.Replicate(p.units[u].ParamBytes() / S, scatters.back(), mesh);
+    if (overlap_optimizer) step.ComputeBeside(OptimizerMs(p, p.units[u].ParamBytes()) / S, scatters.back());
   }
-  step.Compute(OptimizerMs(p, AllParamBytes(p)) / S, scatters);
+  if (!overlap_optimizer) step.Compute(OptimizerMs(p, AllParamBytes(p)) / S, scatters);
   return step.Finish();
 }
 
 }  // namespace
 
 StepPrediction PredictZero(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t, double cap_mb,
-                           int stage, int replicas) {
+                           int stage, int replicas, bool overlap_optimizer) {
   const MeshTopology mesh = SplitTopology(t, t.world() / std::max(1, replicas));
-  if (stage == 3) return PredictZero3(p, cost, t, mesh);
+  if (stage == 3) return PredictZero3(p, cost, t, mesh, overlap_optimizer);
   const Tensors tensors = TensorsOf(p);
   const auto buckets = ReducerBuckets(tensors.bytes, cap_mb * kMiB, FirstCap(cap_mb));
   StepBuilder step(p, t);
@@ -315,9 +344,14 @@ StepPrediction PredictZero(const Profile& p, const std::vector<UnitCost>& cost, 
     for (int i : buckets[b]) unit_waits[tensors.unit[i]].push_back(id);
   }
   for (size_t u = 0; u < cost.size(); ++u) step.Compute(cost[u].forward_ms, unit_waits[u]);
-  const std::vector<int> scatters =
-      BackwardWithBuckets(cost, tensors, buckets, Collective::kReduceScatter, &step, &mesh);
-  step.Compute(OptimizerMs(p, AllParamBytes(p)) / mesh.group.world(), scatters);
+  const int S = mesh.group.world();
+  if (overlap_optimizer) {
+    BackwardWithBuckets(cost, tensors, buckets, Collective::kReduceScatter, &step, &mesh,
+                        StepEachBucket(p, buckets, tensors, S, &step));
+    return step.Finish();
+  }
+  step.Compute(OptimizerMs(p, AllParamBytes(p)) / S,
+               BackwardWithBuckets(cost, tensors, buckets, Collective::kReduceScatter, &step, &mesh));
   return step.Finish();
 }
 
@@ -530,8 +564,8 @@ StepPrediction PredictDataParallel(const Profile& p, const StepQuery& q, const S
   const std::vector<UnitCost> cost = p.CostAt(q.batch, &scaled);
   if (traits.family == Family::kDataInProcess) out = PredictDp(p, cost, q.topology);
   else if (traits.family == Family::kSharded)
-    out = PredictZero(p, cost, q.topology, q.bucket_cap_mb, traits.zero_stage, q.replicas);
-  else out = PredictDdp(p, cost, q.topology, q.bucket_cap_mb);
+    out = PredictZero(p, cost, q.topology, q.bucket_cap_mb, traits.zero_stage, q.replicas, q.overlap_optimizer);
+  else out = PredictDdp(p, cost, q.topology, q.bucket_cap_mb, q.overlap_optimizer);
   out.scaled = scaled;
   out.images = q.batch * world;
   // dp keeps one optimizer on its first device; the others one per rank,

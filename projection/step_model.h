@@ -5,6 +5,11 @@
 //                first, then --bucket-cap-mb, in gradient-ready order), each
 //                all-reduced on the communication stream once backward has
 //                passed its parameters; exposed = what ends after backward.
+//                --overlap-optimizer: each bucket's parameters stepped on
+//                the communication stream as its all-reduce ends (zero1/2:
+//                each reduced slice as its reduce-scatter ends), instead of
+//                the whole optimizer after the last one (zero3: each unit's
+//                slice as its reduce-scatter ends).
 //   zero1/zero2  the same buckets reduce-scattered; the optimizer on 1/N of
 //                the parameters; the updated buckets all-gathered in forward
 //                order, each unit's forward waiting for its buckets.
@@ -52,6 +57,7 @@ struct StepQuery {
   // replicas consecutive devices); 0: the strategy's default (1; hsdp: one
   // per node).
   int replicas = 0;
+  bool overlap_optimizer = false;  // ddp, zero1/2 (--overlap-optimizer)
 };
 
 struct StepPrediction {
@@ -88,9 +94,10 @@ StepPrediction PredictRecomputedMemory(const Profile& profile, const StepQuery& 
 double PredictOneDeviceMemoryMb(const Profile& profile, int64_t batch);
 
 // The families, exposed for tests: `cost` per unit at the batch each device runs.
-StepPrediction PredictDdp(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t, double cap_mb);
+StepPrediction PredictDdp(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t, double cap_mb,
+                          bool overlap_optimizer = false);
 StepPrediction PredictZero(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t, double cap_mb,
-                           int stage, int replicas = 1);
+                           int stage, int replicas = 1, bool overlap_optimizer = false);
 StepPrediction PredictDp(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t);
 
 // The Reducer's buckets over `param_bytes` (each tensor, model order): tensor
