@@ -93,6 +93,17 @@ RULES = {"changepoint (default, k=5)": gate.Limits(), "changepoint, k=3": gate.L
          "changepoint, k=3, 2 nights in a row": gate.Limits(k=3, confirm=2),
          "changepoint, k=2, 2 nights in a row": gate.Limits(k=2, confirm=2),
          "changepoint, k=2, 3 nights in a row": gate.Limits(k=2, confirm=3),
+         "changepoint, k=2, 2 nights in a row, not beyond the worst": gate.Limits(k=2, confirm=2, beyond_worst=False),
+         "changepoint, k=2.5, 2 nights in a row, not beyond the worst": gate.Limits(k=2.5, confirm=2, beyond_worst=False),
+         "changepoint, k=3, 2 nights in a row, not beyond the worst": gate.Limits(k=3, confirm=2, beyond_worst=False),
+         "changepoint, k=2, 3 nights in a row, not beyond the worst": gate.Limits(k=2, confirm=3, beyond_worst=False),
+         "changepoint, k=3.5, 2 nights in a row, not beyond the worst": gate.Limits(k=3.5, confirm=2, beyond_worst=False),
+         "changepoint, k=4, 2 nights in a row, not beyond the worst": gate.Limits(k=4, confirm=2, beyond_worst=False),
+         "changepoint, k=3, 2 nights in a row, not beyond the worst, changes >= 3%":
+             gate.Limits(k=3, confirm=2, beyond_worst=False, min_change=0.03),
+         "changepoint, k=3, 2 nights in a row, changes >= 3%": gate.Limits(k=3, confirm=2, min_change=0.03),
+         "changepoint, k=3, 2 nights in a row, not beyond the worst, alpha 0.001":
+             gate.Limits(k=3, confirm=2, beyond_worst=False, alpha=0.001),
          "change points only (no one-night rule)": gate.Limits(k=float("inf")),
          "fixed (former)": gate.Limits(rule="fixed")}
 
@@ -174,7 +185,14 @@ def main():
     p.add_argument("--launches", type=int, help="nights of this many launches drawn from all launches (a projection)")
     p.add_argument("--per-entry", action="store_true", help="a table per entry too")
     p.add_argument("--no-reference", action="store_true", help="leave the reference runs out (the absolute figures gated)")
+    p.add_argument("--rule", action="append", default=[],
+                   help="only the rules whose name contains this text (repeatable; default: every rule)")
     args = p.parse_args()
+    if args.rule:
+        for name in [n for n in RULES if not any(r in n for r in args.rule)]:
+            del RULES[name]
+        if not RULES:
+            p.error(f"--rule={args.rule}: no rule's name contains it")
     pool = load_pool(args.pool, reference=not args.no_reference)
     sizes = {e: len(v) for e, v in pool["clean"].items()}
     print(f"pool {args.pool}: clean nights per entry {sizes}; " +

@@ -62,6 +62,8 @@ class Limits:
     rule: str = "changepoint"   # or "fixed": the former throughput rule
     min_history: int = 5        # earlier nights the changepoint rule needs
     confirm: int = 1            # nights in a row the one-bad-night rule needs (tonight included)
+    beyond_worst: bool = True   # the one-bad-night rule also needs each of them worse than every earlier
+                                # night (False: measured by research/rigs/gate_error_rates.py, not a flag)
     alpha: float = 0.01         # a change point's corrected p-value below this
     min_change: float = 0.02    # a change smaller than this fraction is not a regression
     recent: int = 3             # a change point alarms while its first bad night is this recent
@@ -164,7 +166,8 @@ def likely_causes(row, history):
 
 def spread_rule(key, series, limits):
     """The last `confirm` nights (tonight and the ones before it) each worse than the earlier
-    nights' median by more than k x their own spread, and than every earlier night."""
+    nights' median by more than k x their own spread, and (limits.beyond_worst, the default)
+    than every earlier night."""
     streak, values = series[-limits.confirm:], [n.value for n in series[:-limits.confirm]]
     if len(values) < limits.min_history:
         return None
@@ -173,6 +176,8 @@ def spread_rule(key, series, limits):
     lower = N.FIGURES[key] == "lower"
     bound = median - limits.k * spread if lower else median + limits.k * spread
     worst = min(values) if lower else max(values)
+    if not limits.beyond_worst:
+        worst = bound
     if all((n.value < min(bound, worst)) if lower else (n.value > max(bound, worst)) for n in streak):
         nights = f"tonight {tonight:.2f}" if limits.confirm == 1 else \
             f"the last {limits.confirm} nights {', '.join(f'{n.value:.2f}' for n in streak)}"

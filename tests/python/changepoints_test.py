@@ -105,6 +105,16 @@ class GateRuleTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             gate.Limits(confirm=0)
 
+    def test_streak_below_the_bound_but_above_the_worst_night_alarms_only_without_that_demand(self):
+        history = level([100] * 12)
+        history[3] = 85.0  # one low night long ago
+        limits = gate.Limits(k=3, confirm=2, alpha=1e-12, matrix="m.toml")
+        self.assertEqual(gate_lines(nights(history + [92, 91]), limits)[1], 0)  # not below 85
+        loose = gate.Limits(k=3, confirm=2, alpha=1e-12, matrix="m.toml", beyond_worst=False)
+        lines, n = gate_lines(nights(history + [92, 91]), loose)
+        self.assertGreaterEqual(n, 1, lines)
+        self.assertEqual(gate_lines(nights(history + [92, 100]), loose)[1], 0)  # the streak still needs 2
+
     def test_old_change_no_longer_alarms(self):
         lines, n = gate_lines(nights(level([100] * 10 + [94] * 8), bad_from=10))
         self.assertEqual(n, 0, lines)
