@@ -21,6 +21,7 @@
 #include <cerrno>
 #include <climits>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -132,6 +133,50 @@ void ReduceInto(at::Tensor out, const std::vector<at::Tensor>& parts, c10d::Redu
   if (!half) acc.copy_(parts[0]);
   for (size_t j = 1; j < parts.size(); ++j) Combine(acc, half ? parts[j].to(at::kFloat) : parts[j], op);
   if (half) out.copy_(acc);
+}
+
+// a = b = parts[0] + parts[1] + ... in rank order, one pass over the parts
+// block by block (float and double sums of at least kOnePassBytes: the
+// all-reduce's share, written to the result slot and to the rank's own
+// tensor, which may be one of the parts); anything else through ReduceInto
+// and a copy. Measured on the 2-core VM: a third fewer bytes read pays
+// 1.13-1.18x at 64 MiB all-reduces, where memory bounds the sum (16 MiB:
+// 1.02-1.16x); on shares that stay in the cache ATen's vectorized add is
+// faster (a 4 MiB all-reduce all through this loop: 0.71x).
+template <typename T>
+void SumBlocks(T* a, T* b, const std::vector<const T*>& parts, int64_t n) {
+  constexpr int64_t kBlock = 2048;
+  alignas(64) T acc[kBlock];
+  for (int64_t at = 0; at < n; at += kBlock) {
+    const int64_t m = std::min(kBlock, n - at);
+    const T* p0 = parts[0] + at;
+    const T* p1 = parts[1] + at;
+    for (int64_t i = 0; i < m; ++i) acc[i] = p0[i] + p1[i];
+    for (size_t j = 2; j < parts.size(); ++j)
+      for (int64_t i = 0; i < m; ++i) acc[i] += parts[j][at + i];
+    std::memcpy(a + at, acc, m * sizeof(T));
+    std::memcpy(b + at, acc, m * sizeof(T));
+  }
+}
+
+void SumToBoth(at::Tensor a, at::Tensor b, const std::vector<at::Tensor>& parts, c10d::ReduceOp::RedOpType op) {
+  const auto dtype = a.scalar_type();
+  constexpr int64_t kOnePassBytes = 4 << 20;
+  if (op != c10d::ReduceOp::SUM || parts.size() < 2 || (dtype != at::kFloat && dtype != at::kDouble) ||
+      a.numel() * a.element_size() < kOnePassBytes) {
+    ReduceInto(a, parts, op);
+    b.copy_(a);
+    return;
+  }
+  if (dtype == at::kFloat) {
+    std::vector<const float*> p;
+    for (const auto& t : parts) p.push_back(t.const_data_ptr<float>());
+    SumBlocks(a.mutable_data_ptr<float>(), b.mutable_data_ptr<float>(), p, a.numel());
+  } else {
+    std::vector<const double*> p;
+    for (const auto& t : parts) p.push_back(t.const_data_ptr<double>());
+    SumBlocks(a.mutable_data_ptr<double>(), b.mutable_data_ptr<double>(), p, a.numel());
+  }
 }
 
 class ShmBackend : public c10d::Backend {
@@ -321,9 +366,7 @@ class ShmBackend : public c10d::Backend {
         std::vector<at::Tensor> parts;
         for (int r = 0; r < size_; ++r)
           parts.push_back(r == rank_ ? local.narrow(0, mine.offset, mine.count) : Slot(r, dtype, mine.count, mine.offset));
-        at::Tensor sum = Slot(size_, dtype, mine.count, mine.offset);
-        ReduceInto(sum, parts, op);
-        local.narrow(0, mine.offset, mine.count).copy_(sum);
+        SumToBoth(Slot(size_, dtype, mine.count, mine.offset), local.narrow(0, mine.offset, mine.count), parts, op);
       }
       Barrier("allreduce");
       for (int r = 0; r < size_; ++r) {

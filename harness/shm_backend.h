@@ -1,9 +1,10 @@
 // Collectives through shared memory for the ranks of a group that sit on one
-// host (--cpu-backend=auto|shm): each rank copies its buffer into its slot of
-// a POSIX shared-memory segment, each sums its share of every slot in rank
-// order (bf16 and fp16 in fp32), and each copies the result back: no socket,
-// no kernel copy, no transport thread, the same bits on every rank. Waiting is
-// a short spin, then a futex, so a waiting rank leaves its core to the peer.
+// host (--cpu-backend=auto|shm): each rank copies the parts the others sum
+// into its slot of a POSIX shared-memory segment, each sums its share of every
+// rank's buffer in rank order (bf16 and fp16 in fp32), and each copies the
+// others' sums back: no socket, no kernel copy, no transport thread, the same
+// bits on every rank. Waiting is a short spin, then a futex, so a waiting rank
+// leaves its core to the peer.
 // A c10d::Backend below the recording backend (recording_backend.h), so the
 // flight recorder and straggler figures read it as they read Gloo. What it
 // does not do itself (point-to-point sends and receives, all-to-all, gather,

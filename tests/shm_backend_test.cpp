@@ -116,6 +116,25 @@ TEST(ShmBackend, AllReduceMatchesGlooAndIsTheRankOrderSumOnEveryRank) {
     }
 }
 
+// Shares of 4 MiB and more are summed in one pass into the result slot and
+// the rank's tensor (SumToBoth): the same rank-order bits, on every rank, in
+// two chunks of a 24 MiB slot.
+TEST(ShmBackend, LargeSharesSumInOnePassToTheRankOrderSum) {
+  for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
+    const int64_t numel = (40 << 20) / c10::elementSize(dtype) + 7;  // 40 MiB: 2 chunks, shares >= 4 MiB
+    std::vector<torch::Tensor> out(3);
+    ThreadWorld w(3, "shm", 1, 60, 24 << 20);
+    w.Run([&](int r, DistContext& d) {
+      std::vector<torch::Tensor> t{MadeUp(r, numel, dtype)};
+      d.group->allreduce(t)->wait();
+      out[r] = t[0];
+    });
+    torch::Tensor sum = MadeUp(0, numel, dtype);
+    for (int r = 1; r < 3; ++r) sum.add_(MadeUp(r, numel, dtype));
+    for (int r = 0; r < 3; ++r) EXPECT_TRUE(torch::equal(out[r], sum)) << dtype << " rank " << r;
+  }
+}
+
 TEST(ShmBackend, ReduceScatterAllGatherAndBroadcastMatchGloo) {
   for (auto dtype : kDtypes)
     for (int64_t part : {5, 700}) {
