@@ -356,10 +356,11 @@ class ShmBackend : public c10d::Backend {
     const auto dtype = tensor.scalar_type();
     for (const Span c : Chunks(tensor.numel(), Capacity(tensor))) {
       at::Tensor local = tensor.view(-1).narrow(0, c.offset, c.count);
-      for (int r = 0; r < size_; ++r) {
-        const Span s = ShareOf(c.count, r, size_);
-        if (r != rank_ && s.count > 0) Slot(rank_, dtype, s.count, s.offset).copy_(local.narrow(0, s.offset, s.count));
-      }
+      auto others = [&](auto&& copy) {  // each other rank's share of the chunk
+        for (int r = 0; r < size_; ++r)
+          if (const Span s = ShareOf(c.count, r, size_); r != rank_ && s.count > 0) copy(s);
+      };
+      others([&](Span s) { Slot(rank_, dtype, s.count, s.offset).copy_(local.narrow(0, s.offset, s.count)); });
       Barrier("allreduce");
       const Span mine = ShareOf(c.count, rank_, size_);
       if (mine.count > 0) {
@@ -369,10 +370,7 @@ class ShmBackend : public c10d::Backend {
         SumToBoth(Slot(size_, dtype, mine.count, mine.offset), local.narrow(0, mine.offset, mine.count), parts, op);
       }
       Barrier("allreduce");
-      for (int r = 0; r < size_; ++r) {
-        const Span s = ShareOf(c.count, r, size_);
-        if (r != rank_ && s.count > 0) local.narrow(0, s.offset, s.count).copy_(Slot(size_, dtype, s.count, s.offset));
-      }
+      others([&](Span s) { local.narrow(0, s.offset, s.count).copy_(Slot(size_, dtype, s.count, s.offset)); });
     }
     Barrier("allreduce");  // the result slot is free for the next collective
   }

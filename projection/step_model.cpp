@@ -256,14 +256,22 @@ std::vector<int> BackwardWithBuckets(const std::vector<UnitCost>& cost, const Te
   return issued;
 }
 
-// --overlap-optimizer: the step of `bytes` / `shards` of parameters on the
-// communication stream right after their reduction `id` (issued in order, so
-// the next reduction on that lane waits for it, as on the thread that runs both).
-std::function<void(size_t, int)> StepEachBucket(const Profile& p, const std::vector<std::vector<int>>& buckets,
-                                                const Tensors& tensors, int shards, StepBuilder* step) {
-  return [&p, &buckets, &tensors, shards, step](size_t b, int id) {
+// Backward with each bucket's reduction (`kind`), then the optimizer on
+// 1/`shards` of the parameters: after the last reduction, or
+// (--overlap-optimizer) each bucket's part on the communication stream right
+// after its own reduction (issued in order, so the next reduction on that lane
+// waits for it, as on the thread that runs both).
+void BackwardThenStep(const Profile& p, const std::vector<UnitCost>& cost, const Tensors& tensors,
+                      const std::vector<std::vector<int>>& buckets, Collective kind, int shards, bool overlap,
+                      StepBuilder* step, const MeshTopology* mesh = nullptr) {
+  if (!overlap) {
+    step->Compute(OptimizerMs(p, AllParamBytes(p)) / shards,
+                  BackwardWithBuckets(cost, tensors, buckets, kind, step, mesh));
+    return;
+  }
+  BackwardWithBuckets(cost, tensors, buckets, kind, step, mesh, [&](size_t b, int id) {
     step->ComputeBeside(OptimizerMs(p, BucketBytes(buckets[b], tensors)) / shards, id);
-  };
+  });
 }
 
 }  // namespace
@@ -275,12 +283,7 @@ StepPrediction PredictDdp(const Profile& p, const std::vector<UnitCost>& cost, c
   std::vector<int> after = step.BufferBroadcasts();
   for (const UnitCost& c : cost) step.Compute(c.forward_ms, std::exchange(after, {}));
   const auto buckets = ReducerBuckets(tensors.bytes, cap_mb * kMiB, FirstCap(cap_mb));
-  if (overlap_optimizer) {
-    BackwardWithBuckets(cost, tensors, buckets, Collective::kAllReduce, &step, nullptr,
-                        StepEachBucket(p, buckets, tensors, 1, &step));
-    return step.Finish();
-  }
-  step.Compute(OptimizerMs(p, AllParamBytes(p)), BackwardWithBuckets(cost, tensors, buckets, Collective::kAllReduce, &step));
+  BackwardThenStep(p, cost, tensors, buckets, Collective::kAllReduce, 1, overlap_optimizer, &step);
   return step.Finish();
 }
 
@@ -344,14 +347,8 @@ StepPrediction PredictZero(const Profile& p, const std::vector<UnitCost>& cost, 
     for (int i : buckets[b]) unit_waits[tensors.unit[i]].push_back(id);
   }
   for (size_t u = 0; u < cost.size(); ++u) step.Compute(cost[u].forward_ms, unit_waits[u]);
-  const int S = mesh.group.world();
-  if (overlap_optimizer) {
-    BackwardWithBuckets(cost, tensors, buckets, Collective::kReduceScatter, &step, &mesh,
-                        StepEachBucket(p, buckets, tensors, S, &step));
-    return step.Finish();
-  }
-  step.Compute(OptimizerMs(p, AllParamBytes(p)) / S,
-               BackwardWithBuckets(cost, tensors, buckets, Collective::kReduceScatter, &step, &mesh));
+  BackwardThenStep(p, cost, tensors, buckets, Collective::kReduceScatter, mesh.group.world(), overlap_optimizer, &step,
+                   &mesh);
   return step.Finish();
 }
 

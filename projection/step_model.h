@@ -6,10 +6,10 @@
 //                all-reduced on the communication stream once backward has
 //                passed its parameters; exposed = what ends after backward.
 //                --overlap-optimizer: each bucket's parameters stepped on
-//                the communication stream as its all-reduce ends (zero1/2:
-//                each reduced slice as its reduce-scatter ends), instead of
-//                the whole optimizer after the last one (zero3: each unit's
-//                slice as its reduce-scatter ends).
+//                the communication stream as its all-reduce ends, instead of
+//                the whole optimizer after the last one (zero1/2: each
+//                bucket's slice as its reduce-scatter ends; zero3: each
+//                unit's).
 //   zero1/zero2  the same buckets reduce-scattered; the optimizer on 1/N of
 //                the parameters; the updated buckets all-gathered in forward
 //                order, each unit's forward waiting for its buckets.
@@ -57,7 +57,7 @@ struct StepQuery {
   // replicas consecutive devices); 0: the strategy's default (1; hsdp: one
   // per node).
   int replicas = 0;
-  bool overlap_optimizer = false;  // ddp, zero1/2 (--overlap-optimizer)
+  bool overlap_optimizer = false;  // ddp, zero1/2/3, hsdp (--overlap-optimizer)
 };
 
 struct StepPrediction {
