@@ -62,6 +62,11 @@ double Tolerance(torch::ScalarType dtype) {
   return dtype == torch::kFloat64 ? 1e-12 : dtype == torch::kFloat32 ? 1e-5 : 2e-2;
 }
 
+// The group's barrier through its backend. Not ProcessGroup::barrier(): that
+// assigns a function-local static tensor shared by every group of the
+// process, so ranks on threads that enter it at once corrupt the heap.
+void Barrier(c10d::ProcessGroup& pg) { pg.getBackend(c10::DeviceType::CPU)->barrier(c10d::BarrierOptions{})->wait(); }
+
 using Collective = std::function<std::vector<torch::Tensor>(int r, c10d::ProcessGroup& pg)>;
 
 // The collective's outputs per rank, on shared memory and on Gloo.
@@ -155,7 +160,7 @@ TEST(ShmBackend, ReduceScatterAllGatherAndBroadcastMatchGloo) {
         pg.allgather(rows, in)->wait();
         std::vector<torch::Tensor> b{MadeUp(r + 20, 2 * part + 1, dtype)};
         pg.broadcast(b, c10d::BroadcastOptions{1})->wait();
-        pg.barrier()->wait();
+        Barrier(pg);
         return std::vector<torch::Tensor>{mine, own.clone(), gathered, outs[0], torch::cat(rows[0]), b[0]};
       });
       ExpectSame(shm, gloo, "reduce-scatter/all-gather/broadcast " + std::to_string(part));
