@@ -289,7 +289,7 @@ def run_gate(args, rows, failures):
     limits = gate.Limits(k=args.k, floor=args.noise_floor, mem_factor=args.mem_factor, acc_tol=args.acc_tol,
                          vs_expected=args.vs_expected, memory_vs_expected=args.memory_vs_expected,
                          expected_fails=args.expected_fails, rule=args.rule, min_history=args.min_history,
-                         confirm=args.confirm,
+                         confirm=args.confirm, streak=args.streak, streak_k=args.streak_k,
                          alpha=args.alpha, min_change=args.min_change, recent=args.recent,
                          matrix=args.matrix or "MATRIX")
     lines, regressions = gate.check(rows, history, failures, limits)
@@ -371,6 +371,11 @@ def parse_args():
                    help="gate: change points and each entry's own noise (default), or the former fixed 5%% floor")
     p.add_argument("--confirm", type=int, default=1,
                    help="changepoint rule: nights in a row (tonight included) the one-bad-night rule needs (default 1)")
+    p.add_argument("--streak", type=int, default=3,
+                   help="changepoint rule: a sustained loss, this many nights in a row each beyond --streak-k x "
+                        "the entry's spread, whatever its worst earlier night (default 3; 0: off)")
+    p.add_argument("--streak-k", type=float, default=4.0,
+                   help="changepoint rule: the sustained loss's bound median - streak-k x spread (default 4)")
     p.add_argument("--min-history", type=int, default=5,
                    help="gate: earlier nights an entry needs for the changepoint rule (fewer: not enough history)")
     p.add_argument("--alpha", type=float, default=0.01, help="gate: a change point's largest corrected p-value")
@@ -393,6 +398,10 @@ def parse_args():
     args = p.parse_args()
     if args.confirm < 1:
         p.error(f"--confirm={args.confirm}: must be at least 1 (tonight)")
+    if args.streak < 0 or args.streak == 1:
+        p.error(f"--streak={args.streak}: must be 0 (off) or at least 2 nights")
+    if not args.streak_k > 0:
+        p.error(f"--streak-k={args.streak_k}: must be above 0")
     if args.min_history < 2:
         p.error(f"--min-history={args.min_history}: must be at least 2 (a spread needs two nights)")
     if not 0 < args.alpha < 1:

@@ -18,7 +18,8 @@ different nights to be as alike as launches of one night):
                 regression on one of the first n slowed nights.
 
 The same histories (one seed per rule) go through the changepoint rule
-(default limits, and with k=3 for the one-bad-night part) and the former fixed rule (median - 3 x max(1.4826 MAD, 5%)). Then the whole real
+(default limits, and variants of its one-bad-night and sustained-loss parts) and the former fixed rule
+(median - 3 x max(1.4826 MAD, 5%)). Then the whole real
 history of each entry (its clean nights in the order they ran, then its d10
 nights) goes through the gate night by night, as a check. Prints a markdown
 table; --real-dir writes that real history as nightly CSVs (one per night)
@@ -89,22 +90,27 @@ def alarms(nights, limits, first):
             if gate.check(nights[i], [r for n in nights[:i] for r in n], [], limits)[1]]
 
 
-RULES = {"changepoint (default, k=5)": gate.Limits(), "changepoint, k=3": gate.Limits(k=3),
-         "changepoint, k=3, 2 nights in a row": gate.Limits(k=3, confirm=2),
-         "changepoint, k=2, 2 nights in a row": gate.Limits(k=2, confirm=2),
-         "changepoint, k=2, 3 nights in a row": gate.Limits(k=2, confirm=3),
-         "changepoint, k=2, 2 nights in a row, not beyond the worst": gate.Limits(k=2, confirm=2, beyond_worst=False),
-         "changepoint, k=2.5, 2 nights in a row, not beyond the worst": gate.Limits(k=2.5, confirm=2, beyond_worst=False),
-         "changepoint, k=3, 2 nights in a row, not beyond the worst": gate.Limits(k=3, confirm=2, beyond_worst=False),
-         "changepoint, k=2, 3 nights in a row, not beyond the worst": gate.Limits(k=2, confirm=3, beyond_worst=False),
-         "changepoint, k=3.5, 2 nights in a row, not beyond the worst": gate.Limits(k=3.5, confirm=2, beyond_worst=False),
-         "changepoint, k=4, 2 nights in a row, not beyond the worst": gate.Limits(k=4, confirm=2, beyond_worst=False),
-         "changepoint, k=3, 2 nights in a row, not beyond the worst, changes >= 3%":
-             gate.Limits(k=3, confirm=2, beyond_worst=False, min_change=0.03),
-         "changepoint, k=3, 2 nights in a row, changes >= 3%": gate.Limits(k=3, confirm=2, min_change=0.03),
-         "changepoint, k=3, 2 nights in a row, not beyond the worst, alpha 0.001":
-             gate.Limits(k=3, confirm=2, beyond_worst=False, alpha=0.001),
-         "change points only (no one-night rule)": gate.Limits(k=float("inf")),
+def without_streak(**kw):
+    return gate.Limits(streak=0, **kw)
+
+
+# Every rule but the ones marked "+ streak" leaves the sustained-loss part (3 nights in a row
+# beyond 4 x the spread, whatever the worst earlier night: gate.Limits.streak) out.
+RULES = {"changepoint (default: k=5, + streak)": gate.Limits(),
+         "changepoint, k=5": without_streak(),
+         "changepoint, k=3": without_streak(k=3),
+         "changepoint, k=3, 2 nights in a row": without_streak(k=3, confirm=2),
+         "changepoint, k=3, 2 nights in a row, + streak (k=4)": gate.Limits(k=3, confirm=2),
+         "changepoint, k=3, 2 nights in a row, + streak (k=3.5)": gate.Limits(k=3, confirm=2, streak_k=3.5),
+         "changepoint, k=3, 2 nights in a row, + streak (k=4.5)": gate.Limits(k=3, confirm=2, streak_k=4.5),
+         "changepoint, k=2, 2 nights in a row": without_streak(k=2, confirm=2),
+         "changepoint, k=2, 3 nights in a row": without_streak(k=2, confirm=3),
+         "changepoint, k=2, 2 nights in a row, not beyond the worst": without_streak(k=2, confirm=2, beyond_worst=False),
+         "changepoint, k=3, 2 nights in a row, not beyond the worst": without_streak(k=3, confirm=2, beyond_worst=False),
+         "changepoint, k=2, 3 nights in a row, not beyond the worst": without_streak(k=2, confirm=3, beyond_worst=False),
+         "changepoint, k=4, 2 nights in a row, not beyond the worst": without_streak(k=4, confirm=2, beyond_worst=False),
+         "changepoint, k=3, 2 nights in a row, changes >= 3%": without_streak(k=3, confirm=2, min_change=0.03),
+         "change points only (no one-night rule)": without_streak(k=float("inf")),
          "fixed (former)": gate.Limits(rule="fixed")}
 
 

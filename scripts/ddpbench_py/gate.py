@@ -12,7 +12,11 @@ the nights (rule "changepoint", the default):
                   nights by more than k x that entry's own night-to-night
                   spread (1.4826 x MAD, at least floor x median), and worse
                   than every earlier night (a shared machine's nights have
-                  heavier tails than a MAD sees).
+                  heavier tails than a MAD sees);
+  a sustained loss `streak` nights in a row (3), each beyond the median by
+                  streak_k (4) x that spread, whatever the worst earlier
+                  night: a 5% loss that one low earlier night would hide
+                  from the one-bad-night rule is caught on its third night.
 
 A night run with a reference build (scripts/nightly.py --reference-bin:
 the same entry from a pinned build, launched interleaved with tonight's) also
@@ -64,6 +68,8 @@ class Limits:
     confirm: int = 1            # nights in a row the one-bad-night rule needs (tonight included)
     beyond_worst: bool = True   # the one-bad-night rule also needs each of them worse than every earlier
                                 # night (False: measured by research/rigs/gate_error_rates.py, not a flag)
+    streak: int = 3             # a sustained loss: this many nights in a row beyond streak_k x spread (0: off)
+    streak_k: float = 4.0
     alpha: float = 0.01         # a change point's corrected p-value below this
     min_change: float = 0.02    # a change smaller than this fraction is not a regression
     recent: int = 3             # a change point alarms while its first bad night is this recent
@@ -76,6 +82,10 @@ class Limits:
             self.floor = 0.05 if self.rule == "fixed" else 0.005
         if self.confirm < 1:
             raise ValueError(f"confirm={self.confirm}: must be at least 1")
+        if self.streak < 0 or self.streak == 1:
+            raise ValueError(f"streak={self.streak}: must be 0 (off) or at least 2")
+        if not self.streak_k > 0:
+            raise ValueError(f"streak_k={self.streak_k}: must be above 0")
 
 
 def expected_rule(row, limits):
@@ -164,27 +174,35 @@ def likely_causes(row, history):
     return causes
 
 
-def spread_rule(key, series, limits):
-    """The last `confirm` nights (tonight and the ones before it) each worse than the earlier
-    nights' median by more than k x their own spread, and (limits.beyond_worst, the default)
-    than every earlier night."""
-    streak, values = series[-limits.confirm:], [n.value for n in series[:-limits.confirm]]
+def beyond_noise(key, series, nights, k, beyond_worst, limits):
+    """The last `nights` nights (tonight and the ones before it) each worse than the earlier
+    nights' median by more than k x their own spread and, with beyond_worst, than every earlier
+    night: its line, or None."""
+    streak, values = series[-nights:], [n.value for n in series[:-nights]]
     if len(values) < limits.min_history:
         return None
     tonight, median = series[-1].value, statistics.median(values)
     spread = max(1.4826 * statistics.median(abs(v - median) for v in values), limits.floor * median)
     lower = N.FIGURES[key] == "lower"
-    bound = median - limits.k * spread if lower else median + limits.k * spread
-    worst = min(values) if lower else max(values)
-    if not limits.beyond_worst:
-        worst = bound
+    bound = median - k * spread if lower else median + k * spread
+    worst = (min(values) if lower else max(values)) if beyond_worst else bound
     if all((n.value < min(bound, worst)) if lower else (n.value > max(bound, worst)) for n in streak):
-        nights = f"tonight {tonight:.2f}" if limits.confirm == 1 else \
-            f"the last {limits.confirm} nights {', '.join(f'{n.value:.2f}' for n in streak)}"
-        return (f"{key}: {nights}, outside this entry's noise: median {median:.2f} of "
+        said = f"tonight {tonight:.2f}" if nights == 1 else \
+            f"the last {nights} nights {', '.join(f'{n.value:.2f}' for n in streak)}"
+        return (f"{key}: {said}, outside this entry's noise: median {median:.2f} of "
                 f"{len(values)} nights, bound {bound:.2f} = median {'-' if lower else '+'} "
-                f"{limits.k:g} x {spread:.2f}, worst night {worst:.2f}")
+                f"{k:g} x {spread:.2f}" + (f", worst night {worst:.2f}" if beyond_worst else ""))
     return None
+
+
+def spread_rule(key, series, limits):
+    """One bad night (with confirm, that many in a row), beyond every earlier night too
+    (limits.beyond_worst, the default); else a sustained loss of `streak` nights in a row."""
+    found = beyond_noise(key, series, limits.confirm, limits.k, limits.beyond_worst, limits)
+    if not found and limits.streak:
+        found = beyond_noise(key, series, limits.streak, limits.streak_k, False, limits)
+        found = found and found + f" ({limits.streak} nights in a row: a sustained loss)"
+    return found
 
 
 def change_lines(experiment, key, series, limits):

@@ -115,6 +115,22 @@ class GateRuleTest(unittest.TestCase):
         self.assertGreaterEqual(n, 1, lines)
         self.assertEqual(gate_lines(nights(history + [92, 100]), loose)[1], 0)  # the streak still needs 2
 
+    def test_sustained_loss_above_the_worst_night_alarms_on_its_third_night(self):
+        history = level([100] * 12)
+        history[3] = 85.0  # one low night long ago hides a 5-9% loss from the one-bad-night rule
+        limits = gate.Limits(k=3, confirm=2, alpha=1e-12, matrix="m.toml")  # streak 3, streak_k 4: the defaults
+        self.assertEqual(gate_lines(nights(history + [92, 91]), limits)[1], 0)
+        lines, n = gate_lines(nights(history + [92, 91, 93]), limits)
+        self.assertGreaterEqual(n, 1, lines)
+        self.assertTrue(any(l.startswith("REGRESSION ddp-2x1 throughput_img_s: the last 3 nights 92.00, 91.00, 93.00")
+                            and l.endswith("(3 nights in a row: a sustained loss)") for l in lines), lines)
+        self.assertEqual(gate_lines(nights(history + [92, 100, 93]), limits)[1], 0)  # broken by a good night
+        off = gate.Limits(k=3, confirm=2, alpha=1e-12, matrix="m.toml", streak=0)
+        self.assertEqual(gate_lines(nights(history + [92, 91, 93]), off)[1], 0)
+        for bad in ({"streak": 1}, {"streak": -1}, {"streak_k": 0}):
+            with self.assertRaises(ValueError):
+                gate.Limits(**bad)
+
     def test_old_change_no_longer_alarms(self):
         lines, n = gate_lines(nights(level([100] * 10 + [94] * 8), bad_from=10))
         self.assertEqual(n, 0, lines)
