@@ -2,7 +2,9 @@
 """Two builds' collective micro-benchmarks in interleaved rounds.
 
 Runs tests/bench's Google Benchmark binary of build OLD and of build NEW one
-after the other, ROUNDS times (old, new, old, new, ...), each writing its JSON
+after the other, ROUNDS times, the order swapped every other round (old new,
+new old, old new, ...: a drift of the machine over the rounds then falls on
+both builds alike, as scripts/ddpbench_py/ab_rounds.py does), each writing its JSON
 into OUT, and prints the median bus bandwidth of each benchmark per build with
 the ratio new/old and, per build, shared memory's ratio to Gloo at each size.
 
@@ -20,7 +22,8 @@ import sys
 
 def run_rounds(builds, out, rounds, pattern, min_time):
     for r in range(1, rounds + 1):
-        for name, binary in builds.items():
+        order = list(builds.items())
+        for name, binary in order if r % 2 else reversed(order):
             target = out / f"{name}-r{r}.json"
             subprocess.run([binary, f"--benchmark_filter={pattern}", f"--benchmark_min_time={min_time}",
                             f"--benchmark_out={target}", "--benchmark_out_format=json"],
