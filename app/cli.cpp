@@ -177,10 +177,16 @@ void CheckOverlapOptimizer(const RunConfig& c) {
                                   instead));
   };
   if (!TraitsOf(c).Reads("--overlap-optimizer"))
-    refuse(fmt::format("--strategy={}: it steps each gradient bucket's parameters as that bucket's reduction "
-                       "completes, which {} does not do yet (its optimizer steps after the whole backward)",
-                       c.strategy, c.strategy),
+    refuse(fmt::format("--strategy={}: it steps each parameter as its gradient becomes final (a bucket's "
+                       "reduction, a stage's last backward), which {} does not do yet (its optimizer steps after the "
+                       "whole backward)", c.strategy, c.strategy),
            "--strategy=" + Join(StrategiesReading("--overlap-optimizer")));
+  if (TraitsOf(c).family == Family::kPipeline && c.device == "cuda")
+    refuse(fmt::format("--strategy={} on --device={}: the stages step as their gradients become final only on CPU "
+                       "devices so far", c.strategy, c.device), "--device=cpu");
+  if (TraitsOf(c).family == Family::kPipeline && c.stage_ranks)
+    refuse("--stage-ranks: a stage's parameters are stepped by the process's other stages once their rows are "
+           "done, and a rank runs one stage", "the stages in one process (leave --stage-ranks out)");
   if (c.amp == "fp16")
     refuse("--amp=fp16: the loss scaler must see every gradient (inf/NaN anywhere skips the whole step) before any "
            "parameter steps", "--amp=bf16|off");

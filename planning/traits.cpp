@@ -9,7 +9,7 @@ namespace {
 
 const std::vector<std::string> kRankFlags = {"--bucket-cap-mb", "--timeout"};
 const std::vector<std::string> kPipelineFlags = {"--timeout", "--balance", "--split", "--units", "--stage-ranks",
-                                                 "--replicate-degree"};
+                                                 "--replicate-degree", "--overlap-optimizer"};
 
 std::vector<std::string> Plus(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());

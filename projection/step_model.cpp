@@ -2,6 +2,7 @@
 #include "projection/step_model.h"
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -491,6 +492,25 @@ void SetPipelineMemory(const Profile& p, const PipelineTable& table, const Devic
   }
 }
 
+// --overlap-optimizer (stages in one process): every device's optimizer work
+// is done by the devices whose rows have ended, from the first one's end (a
+// stage's parameters become final during its last action, about as long as
+// the others' drain), each idle device taking an equal share; the step ends
+// when the work is done, and not before the schedule's makespan.
+double PooledOptimizerEnd(const Profile& p, const PipelineSimulation& with, const DeviceBytes& bytes) {
+  double left = 0;
+  for (double b : bytes.params) left += OptimizerMs(p, b);
+  std::vector<double> finish = with.finish;
+  std::sort(finish.begin(), finish.end());
+  for (size_t k = 1; k <= finish.size(); ++k) {  // k devices idle from finish[k - 1]
+    const double until = k < finish.size() ? finish[k] : std::numeric_limits<double>::infinity();
+    const double done = finish[k - 1] + left / static_cast<double>(k);
+    if (done <= until) return std::max(with.makespan, done);
+    left -= (until - finish[k - 1]) * static_cast<double>(k);
+  }
+  return with.makespan;
+}
+
 // pp x dp: each device's gradients all-reduced across the replicas once its
 // last action ends (`with`: the simulation with hand-offs), then its
 // optimizer; the step ends with the last device's. A node's devices finish
@@ -498,9 +518,10 @@ void SetPipelineMemory(const Profile& p, const PipelineTable& table, const Devic
 // they overlap (SharedLinkEnds over the link one replicate group has alone).
 // Without replicas, the makespan and the slowest optimizer (as validated).
 double PipelineStepEnd(const Profile& p, const PipelineSimulation& with, const DeviceBytes& bytes,
-                       const MeshTopology& mesh) {
+                       const MeshTopology& mesh, bool overlap_optimizer) {
   double end = 0;
   if (mesh.replicas.world() == 1) {
+    if (overlap_optimizer) return PooledOptimizerEnd(p, with, bytes);
     for (double b : bytes.params) end = std::max(end, OptimizerMs(p, b));
     return with.makespan + end;
   }
@@ -543,7 +564,9 @@ StepPrediction PredictPipeline(const Profile& p, const StepQuery& q, const Strat
   double opt = 0;  // the slowest device's optimizer
   for (double b : bytes.params) opt = std::max(opt, OptimizerMs(p, b));
   const double busiest = *std::max_element(plain.busy.begin(), plain.busy.end());
-  out.step_ms = PipelineStepEnd(p, with, bytes, mesh) + p.step_overhead_ms;
+  const double end = PipelineStepEnd(p, with, bytes, mesh, q.overlap_optimizer);
+  if (q.overlap_optimizer && R == 1) opt = std::max(0.0, end - with.makespan);  // what the drains do not hide
+  out.step_ms = end + p.step_overhead_ms;
   out.compute_ms = busiest + opt + p.step_overhead_ms;
   out.bubble_ms = plain.makespan - busiest;
   out.exposed_comm_ms = std::max(0.0, out.step_ms - (plain.makespan + opt + p.step_overhead_ms));

@@ -57,7 +57,7 @@ struct StepQuery {
   // replicas consecutive devices); 0: the strategy's default (1; hsdp: one
   // per node).
   int replicas = 0;
-  bool overlap_optimizer = false;  // ddp, zero1/2/3, hsdp (--overlap-optimizer)
+  bool overlap_optimizer = false;  // ddp, zero1/2/3, hsdp, mp, pmp (--overlap-optimizer)
 };
 
 struct StepPrediction {

@@ -215,12 +215,21 @@ TEST(Config, StrategyFlagsOnlyWhereTheyApply) {
   EXPECT_EQ(ParseError({"--strategy=zero2", "--overlap-optimizer", "--gpus=4", "--replicate-degree=2"}), "");
   EXPECT_EQ(ParseError({"--strategy=zero3", "--overlap-optimizer"}), "");
   EXPECT_EQ(ParseError({"--strategy=hsdp", "--overlap-optimizer", "--gpus=4", "--replicate-degree=2"}), "");
-  EXPECT_NE(ParseError({"--strategy=pmp", "--overlap-optimizer"})
-                .find("--overlap-optimizer with --strategy=pmp: it steps each gradient bucket's parameters as "
-                      "that bucket's reduction completes, which pmp does not do yet"),
+  EXPECT_EQ(ParseError({"--strategy=pmp", "--overlap-optimizer", "--schedule=zero-bubble"}), "");
+  EXPECT_EQ(ParseError({"--strategy=mp", "--overlap-optimizer"}), "");
+  EXPECT_NE(ParseError({"--strategy=dp", "--overlap-optimizer"})
+                .find("--overlap-optimizer with --strategy=dp: it steps each parameter as its gradient becomes final"),
             std::string::npos);
   EXPECT_NE(ParseError({"--strategy=single", "--overlap-optimizer"})
-                .find("accepted: --strategy=ddp|zero1|zero2|zero3|hsdp, or leave"),
+                .find("accepted: --strategy=ddp|mp|pmp|zero1|zero2|zero3|hsdp, or leave"),
+            std::string::npos);
+  // The pipelines: their stages in one process, on CPU devices.
+  EXPECT_NE(ParseError({"--strategy=pmp", "--overlap-optimizer", "--stage-ranks"})
+                .find("--overlap-optimizer with --stage-ranks: a stage's parameters are stepped by the process's "
+                      "other stages"),
+            std::string::npos);
+  EXPECT_NE(ParseError({"--strategy=mp", "--overlap-optimizer", "--device=cuda"})
+                .find("--overlap-optimizer with --strategy=mp on --device=cuda: "),
             std::string::npos);
   for (const char* strategy : {"--strategy=ddp", "--strategy=zero2"})
     EXPECT_NE(ParseError({strategy, "--overlap-optimizer", "--amp=fp16"})

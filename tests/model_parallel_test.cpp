@@ -732,17 +732,20 @@ INSTANTIATE_TEST_SUITE_P(
         // mp is the single-device maths, BatchNorm included.
         Case{"--strategy=mp --gpus=2 --batch-size=8", "resnet18 norm=batch amp=off dtype=float64"},
         Case{"--strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --schedule=gpipe", "resnet18 norm=group amp=off dtype=float64"},
-        Case{"--strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --schedule=1f1b", "resnet18 norm=group amp=off dtype=float64"},
+        // --overlap-optimizer: each parameter stepped as its last micro-batch's gradient lands (overlap_step.h).
+        Case{"--strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --schedule=1f1b --overlap-optimizer",
+             "resnet18 norm=group amp=off dtype=float64"},
         // Three stages, uneven explicit split, more micro-batches than stages.
         Case{"--strategy=pmp --gpus=3 --oversubscribe --split=2,5,3 --batch-size=12 --chunks=6 --schedule=1f1b",
                    "resnet18 norm=group amp=off dtype=float64"},
-        Case{"--strategy=mp --gpus=3 --oversubscribe --balance=time --batch-size=8", "resnet18 norm=batch amp=off dtype=float64"},
+        Case{"--strategy=mp --gpus=3 --oversubscribe --balance=time --batch-size=8 --overlap-optimizer",
+             "resnet18 norm=batch amp=off dtype=float64"},
         Case{"--strategy=dp --gpus=3 --oversubscribe --batch-size=4", "resnet18 norm=group amp=off dtype=float64"},
         Case{"--strategy=pmp --gpus=2 --batch-size=8 --chunks=2 --optimizer=adam --lr=0.001",
              "resnet18 norm=group amp=off dtype=float64"},
         // Zero-bubble on 3 oversubscribed devices: waits that pending W's fill (--fill-waits=on).
         Case{"--strategy=pmp --gpus=3 --oversubscribe --batch-size=12 --chunks=6 --schedule=zero-bubble --optimizer=adam "
-             "--lr=0.001", "resnet18 norm=group amp=off dtype=float64"},
+             "--lr=0.001 --overlap-optimizer", "resnet18 norm=group amp=off dtype=float64"},
         // Half-block units: a stage boundary inside a residual block (layer3.0a | layer3.0b).
         Case{"--strategy=pmp --gpus=2 --units=half-blocks --split=10,8 --batch-size=8 --chunks=4 --schedule=zero-bubble",
              "resnet18 norm=group amp=off dtype=float64"},
@@ -758,7 +761,7 @@ INSTANTIATE_TEST_SUITE_P(
              "--lr=0.001", "resnet18 norm=group amp=off dtype=float64"},
         Case{"--strategy=pmp --gpus=2 --batch-size=8 --chunks=4 --schedule=dualpipev --optimizer=adam --lr=0.001",
              "resnet18 norm=group amp=off dtype=float64"},
-        Case{"--strategy=pmp --gpus=3 --oversubscribe --batch-size=12 --chunks=6 --schedule=dualpipev",
+        Case{"--strategy=pmp --gpus=3 --oversubscribe --batch-size=12 --chunks=6 --schedule=dualpipev --overlap-optimizer",
              "resnet18 norm=group amp=off dtype=float64"}),
     CaseName);
 
@@ -848,7 +851,7 @@ RunResult RunForcedRebalance(const std::string& split, const std::string& flags,
 // two after), and the row keeps both splits. The move is forced: whether
 // the measured times call for one depends on the machine.
 TEST(Rebalance, MovingUnitsKeepsParityAndOptimizerState) {
-  auto r = RunForcedRebalance("2,8", "--units=blocks");
+  auto r = RunForcedRebalance("2,8", "--units=blocks --overlap-optimizer");  // the overlap follows the move
   ASSERT_EQ(r.exit_code, 0) << r.output;
   ExpectParity(r, "resnet18 norm=group amp=off dtype=float64");
   EXPECT_EQ(r.row.at("split"), "2,8");
@@ -857,6 +860,11 @@ TEST(Rebalance, MovingUnitsKeepsParityAndOptimizerState) {
   ExpectMemoryPerDevice(r.row, 2);
   EXPECT_NE(r.output.find("pmp rebalance: warm-up chunk ms "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(": moving units"), std::string::npos) << r.output;
+  // Every parameter step came from its hook, across the move: 62 parameters x 4 steps (in
+  // the run and again in --verify's), none left to the end of a row.
+  EXPECT_NE(r.output.find("--overlap-optimizer: 248 parameter steps as their last gradient landed, 0 after"),
+            std::string::npos)
+      << r.output;
 }
 
 // --units=auto (the default): pmp measures half blocks and runs whichever

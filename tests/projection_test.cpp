@@ -437,6 +437,25 @@ TEST(StepModel, APipelineRunsTheSplitItIsGiven) {
   EXPECT_NEAR(PredictStep(p, q).step_ms, fastest.step_ms, 1e-12);
 }
 
+TEST(StepModel, APipelinesOverlappedOptimizerRunsInTheOtherStagesDrain) {
+  // 4 equal units of 1 MiB on 2 stages, 1F1B over 2 micro-batches, 1 ms of optimizer per MiB:
+  // 2 ms per stage. After the rows the step ends at the makespan + 2; overlapped, stage 1,
+  // done first, steps from its own end in stage 0's drain, then both share what is left: the
+  // step ends earlier, by at most 2 ms, and never before the makespan (the plain step - 2).
+  Profile p = UniformProfile(4, 1024.0 * 1024, 8);
+  p.optimizer_ms_per_mb = 1.0;
+  StepQuery q{"pmp", OneNode(2, TestLink(0, 1e12)), 8};
+  q.micro_batches = 2;
+  const double plain = PredictStep(p, q).step_ms;
+  q.overlap_optimizer = true;
+  const StepPrediction overlapped = PredictStep(p, q);
+  EXPECT_LT(overlapped.step_ms, plain - 1e-9);
+  EXPECT_GE(overlapped.step_ms, plain - 2.0 - 1e-9);
+  // Without optimizer work there is nothing to hide.
+  p.optimizer_ms_per_mb = 0;
+  EXPECT_NEAR(PredictStep(p, q).step_ms, plain - 2.0, 1e-9);
+}
+
 TEST(StepModel, PipelineBubbleMatchesTheClosedForms) {
   // Equal stages, no hand-off cost: GPipe and 1F1B (S-1)/(M+S-1); interleaved
   // with V chunks (S-1)/(V M + S-1) of the busiest device's span.

@@ -4,7 +4,8 @@
 # stage as PyTorch runs them, shape by prediction) against PyTorch's
 # torch.distributed.pipelining Schedule1F1B (research/rigs/pipelining_torch.py)
 # with the best of three hand-picked cuts (5,5 6,4 7,3 blocks), ResNet-18 at
-# 64 px, batch 32, 2 CPU devices / ranks of 1 thread, interleaved rounds (the
+# 64 px, batch 32, 2 CPU devices / ranks of 1 thread (pmp also with
+# --overlap-optimizer), interleaved rounds (the
 # order reversed every other round). Prints each entry's median img/s and
 # pmp / (the best torch cut's median).
 #   research/rigs/pmp_vs_torch_1f1b.sh OUT.csv [ROUNDS=3]   (BIN: build/ddpbench, PY: .venv/bin/python)
@@ -16,11 +17,12 @@ BIN="${BIN:-$ROOT/build/ddpbench}"; PY="${PY:-$ROOT/.venv/bin/python}"
 SHA="$(git -C "$ROOT" describe --always --dirty)"
 [[ -f $OUT ]] || echo "timestamp,host,git_sha,round,entry,img_s,command" > "$OUT"
 TMP="$(mktemp -d)"; trap 'rm -rf "$TMP"' EXIT
-entries=(pmp pmp-stage-ranks torch-1f1b-5:5 torch-1f1b-6:4 torch-1f1b-7:3)  # the cut, ':' for ',' (CSV)
+entries=(pmp pmp-overlap pmp-stage-ranks torch-1f1b-5:5 torch-1f1b-6:4 torch-1f1b-7:3)  # the cut, ':' for ',' (CSV)
 run() {  # round entry
   local r="$1" e="$2" img cmd
   if [[ $e == pmp* ]]; then
     local ranks=""; [[ $e != pmp-stage-ranks ]] || ranks="--stage-ranks "
+    [[ $e != pmp-overlap ]] || ranks="--overlap-optimizer "
     cmd="$BIN --strategy=pmp --gpus=2 $ranks--chunks=8 --device=cpu --threads-per-device=1 --model=resnet18 --image-size=64 --batch-size=32 --steps=10 --warmup=3 --no-eval --progress=off"
     $cmd --out="$TMP/r.csv" > /dev/null 2>&1 || { echo "failed: $cmd" >&2; return 0; }
     img="$("$PY" -c 'import csv,sys; print(list(csv.DictReader(open(sys.argv[1])))[-1]["throughput_img_s"])' "$TMP/r.csv")"
@@ -49,7 +51,7 @@ for e, v in sorted(by.items()):
 torch = {e: m for e, m in med.items() if e.startswith("torch")}
 if "pmp" in med and torch:
     best = max(torch, key=torch.get)
-    for e in ("pmp", "pmp-stage-ranks"):
+    for e in ("pmp", "pmp-overlap", "pmp-stage-ranks"):
         if e in med:
             print(f"{e} / best torch 1F1B cut ({best}) = {med[e] / torch[best]:.3f}")
 PY

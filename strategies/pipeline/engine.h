@@ -32,6 +32,7 @@ struct DistContext;
 
 namespace pipeline {
 
+class OptimizerOverlap;
 using Clock = std::chrono::steady_clock;
 
 // Busy time of one stage: the sum of its operations' durations, waits for
@@ -130,6 +131,7 @@ struct Engine {
   std::vector<std::unique_ptr<Chunk>> chunks;
   std::vector<std::unique_ptr<Device>> devices;
   std::unique_ptr<DeviceWorkers> workers;
+  std::unique_ptr<OptimizerOverlap> overlap;  // --overlap-optimizer (overlap_step.h); made last, gone first
   // Timed steps only (the first --warmup steps are excluded).
   int64_t steps = 0, timed_steps = 0;
   double wall_ms = 0;

@@ -19,6 +19,7 @@
 #include "harness/training.h"
 #include "strategies/pipeline/engine.h"
 #include "strategies/pipeline/figures.h"
+#include "strategies/pipeline/overlap_step.h"
 #include "strategies/pipeline/pipeline_shape.h"
 #include "strategies/pipeline/shape_trials.h"
 #include "strategies/pipeline/placement.h"
@@ -115,6 +116,7 @@ class PipelineStrategy final : public Strategy {
     transport_ = pipeline::MakeTransport(e_);
     e_.unit_device.assign(e_.model->units()->size(), -1);
     pipeline::PlaceUnits(e_, e_.plan.counts);
+    if (e_.config->overlap_optimizer) e_.overlap = std::make_unique<pipeline::OptimizerOverlap>(e_);
   }
 
   StepResult Step(const Batch& batch) override {
@@ -125,11 +127,13 @@ class PipelineStrategy final : public Strategy {
       std::fill(ch->w_done.begin(), ch->w_done.end(), 0);
     }
     transport_->BeginStep();
+    if (e_.overlap) e_.overlap->StartStep();
     auto t0 = Clock::now();
     e_.RunLocal([&](int d) {
       try {
         pipeline::RunDevice(e_, *transport_, d, state);
       } catch (...) {
+        if (e_.overlap) e_.overlap->Abort();
         for (auto& ch : e_.chunks) {  // wake every device waiting on another
           ch->from_prev.Close();
           ch->from_next.Close();

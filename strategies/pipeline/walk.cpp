@@ -10,6 +10,7 @@
 #include "harness/memory.h"
 #include "harness/trace.h"
 #include "harness/training.h"
+#include "strategies/pipeline/overlap_step.h"
 
 namespace ddpbench::pipeline {
 namespace {
@@ -127,6 +128,7 @@ std::vector<char> GradientsCompleteAt(const std::vector<PipelineAction>& row) {
 void RunDevice(Engine& e, Transport& transport, int d, StepState& state) {
   Device& dev = *e.devices[d];
   dev.optimizer->zero_grad(/*set_to_none=*/false);  // gradients stay allocated: not activations
+  if (e.overlap) e.overlap->BeginStep(d);
   const int64_t base = AllocatedBytesNow(dev.device, dev.index);
   const std::vector<PipelineAction>& row = e.table.actions[d];
   const std::vector<char> gradients_complete = GradientsCompleteAt(row);
@@ -145,6 +147,10 @@ void RunDevice(Engine& e, Transport& transport, int d, StepState& state) {
     if (state.timed) dev.activation_peak_bytes = std::max(dev.activation_peak_bytes, held);
   }
   transport.FinishGradients();
+  if (e.overlap) {
+    dev.optimizer_ms = e.overlap->FinishStep(d);
+    return;
+  }
   {
     StageWork work(dev.clock, *e.timer, Phase::kOptimizer, dev.device);
     if (dev.scaler->enabled()) dev.found_inf = dev.scaler->Unscale(dev.params);

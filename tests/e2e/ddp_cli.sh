@@ -89,7 +89,8 @@ bad "data directory for 'cifar10' does not exist" --gpus=2 --dataset=cifar10 --d
 set +e; out="$("$BIN" --strategy=single --grad-accum=2 --steps=1 2>&1)"; rc=$?; set -e
 [[ $rc -eq 2 ]] && grep -q "gradient accumulation is a ddp option" <<<"$out" || fail "grad-accum on single: $rc $out"
 bad_input zero2 "--overlap-optimizer with --amp=fp16: the loss scaler must see every gradient" --gpus=2 --overlap-optimizer --amp=fp16
-bad_input pmp "--overlap-optimizer with --strategy=pmp: it steps each gradient bucket's parameters as that bucket's reduction completes, which pmp does not do yet" --gpus=2 --overlap-optimizer
+bad_input dp "--overlap-optimizer with --strategy=dp: it steps each parameter as its gradient becomes final (a bucket's reduction, a stage's last backward), which dp does not do yet" --gpus=2 --overlap-optimizer
+bad_input pmp "--overlap-optimizer with --stage-ranks: a stage's parameters are stepped by the process's other stages once their rows are done" --gpus=2 --overlap-optimizer --stage-ranks
 
 # The rank of a child process, from its environment.
 rank_pid() {  # parent-pid rank
