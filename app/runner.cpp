@@ -300,6 +300,8 @@ void ConfigureProcess(const PreparedRun& run, const StrategyEntry& entry, DistCo
         "own (NCCL), or leave --cuda-graphs out", config.strategy, dist.world));
   dist.cpu_backend = config.cpu_backend;
   dist.shm_slot_bytes = static_cast<int64_t>(config.bucket_cap_mb * (1 << 20));
+  // --stage-ranks: the stage hand-offs through shared memory too, up to 4 MiB a message (larger ones: Gloo).
+  if (entry.info.family == Family::kPipeline && config.stage_ranks) dist.shm_p2p_bytes = 4 << 20;
   if (RunsRankPerDevice(entry.info, config))
     dist.Connect(config.timeout_s, cuda, /*nccl=*/cuda && !run.oversubscribed);
   if (ReplicateDegree(config, entry.info) > 1) {

@@ -32,6 +32,7 @@ struct DistContext {
   // host); each rank's slot of a group's segment holds the largest bucket.
   std::string cpu_backend = "gloo";
   int64_t shm_slot_bytes = 25 << 20;
+  int64_t shm_p2p_bytes = 0;  // > 0: shared-memory groups carry point-to-point messages up to this size
   c10::intrusive_ptr<c10d::ProcessGroup> group;
   torch::Device device = torch::kCPU;  // where collective buffers live (NCCL: the GPU)
   // Rendezvous (from the launcher, app/launcher.h).

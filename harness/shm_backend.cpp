@@ -29,6 +29,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "harness/shm_p2p.h"
 #include "planning/shm_chunks.h"
 
 namespace ddpbench {
@@ -73,27 +74,6 @@ std::string SegmentName(const std::string& group) {
   for (char c : group) clean += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
   return fmt::format("/ddpbench-{}-{}-{:016x}", ::getpid(), clean.substr(0, 64), nonce);
 }
-
-// A finished collective's outputs, through its future as Gloo's are.
-class ShmWork : public c10d::Work {
- public:
-  ShmWork(c10d::OpType type, std::vector<at::Tensor> outputs)
-      : Work(-1, type), outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
-  void Complete(const std::exception_ptr& error) {
-    finish(error);
-    if (error)
-      future_->setError(error);
-    else
-      future_->markCompleted(c10::IValue(outputs_));
-  }
-  std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-
- private:
-  std::vector<at::Tensor> outputs_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
-};
 
 bool Reducible(c10d::ReduceOp::RedOpType op) {
   return op == c10d::ReduceOp::SUM || op == c10d::ReduceOp::MAX || op == c10d::ReduceOp::MIN ||
@@ -183,6 +163,7 @@ class ShmBackend : public c10d::Backend {
   ShmBackend(const ShmGroupSpec& spec, std::string segment, void* base, size_t bytes)
       : Backend(spec.rank, static_cast<int>(spec.ranks.size())), spec_(spec), segment_(std::move(segment)),
         base_(static_cast<char*>(base)), bytes_(bytes), header_(static_cast<Header*>(base)),
+        mail_(spec.p2p_bytes > 0 ? std::make_unique<ShmMailboxes>(MailSpec()) : nullptr),
         worker_([this] { Loop(); }) {}
   ~ShmBackend() override { Stop(); }
 
@@ -297,10 +278,13 @@ class ShmBackend : public c10d::Backend {
   void monitoredBarrier(const c10d::BarrierOptions& o, bool wait_all_ranks) override {
     spec_.fallback->monitoredBarrier(o, wait_all_ranks);
   }
+  // Through the mailboxes where the group has them (ShmGroupSpec::p2p_bytes) and the message fits.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& t, int dst, int tag) override {
+    if (mail_ && mail_->Takes(t)) return mail_->Send(t[0], dst, tag);
     return spec_.fallback->send(t, dst, tag);
   }
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& t, int src, int tag) override {
+    if (mail_ && mail_->Takes(t)) return mail_->Recv(t[0], src, tag);
     return spec_.fallback->recv(t, src, tag);
   }
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& t, int tag) override {
@@ -308,6 +292,16 @@ class ShmBackend : public c10d::Backend {
   }
 
  private:
+  MailboxSpec MailSpec() const {
+    MailboxSpec m;
+    m.base = base_ + DataOffset() + static_cast<size_t>(size_ + 1) * spec_.slot_bytes;
+    m.rank = rank_, m.size = size_, m.ranks = spec_.ranks, m.name = spec_.name;
+    m.pids = header_->pid;
+    m.message_bytes = spec_.p2p_bytes;
+    m.timeout = spec_.timeout;
+    return m;
+  }
+
   // One contiguous CPU tensor (or, with `many`, any number), of a dtype the
   // reductions know, all of one dtype.
   static bool Ours(const std::vector<at::Tensor>& t, bool many = false) {
@@ -514,6 +508,7 @@ class ShmBackend : public c10d::Backend {
     }
     ready_.notify_all();
     if (worker_.joinable()) worker_.join();
+    if (mail_) mail_->Stop();
     ::munmap(base_, bytes_);
     ::shm_unlink(segment_.c_str());  // already gone unless a rank never mapped it
   }
@@ -523,6 +518,7 @@ class ShmBackend : public c10d::Backend {
   char* base_;
   size_t bytes_;
   Header* header_;
+  std::unique_ptr<ShmMailboxes> mail_;  // point-to-point, where the group has mailboxes
   uint64_t passed_ = 0;  // barriers this rank reached (worker thread only)
   std::mutex mutex_;
   std::condition_variable ready_;
@@ -552,7 +548,8 @@ c10::intrusive_ptr<c10d::Backend> MakeShmBackend(const ShmGroupSpec& spec) {
   if (size > kMaxRanks)
     throw std::invalid_argument(fmt::format("--cpu-backend=shm: group {} has {} ranks; shared memory takes at most {}",
                                             spec.name, size, kMaxRanks));
-  const size_t bytes = DataOffset() + static_cast<size_t>(size + 1) * static_cast<size_t>(spec.slot_bytes);
+  const size_t bytes = DataOffset() + static_cast<size_t>(size + 1) * static_cast<size_t>(spec.slot_bytes) +
+                       (spec.p2p_bytes > 0 ? MailboxBytes(size, spec.p2p_bytes) : 0);
   const std::string key = "shm/segment";
   std::string name;
   if (spec.rank == 0) {
@@ -563,6 +560,9 @@ c10::intrusive_ptr<c10d::Backend> MakeShmBackend(const ShmGroupSpec& spec) {
     name.assign(value.begin(), value.end());
   }
   if (name.empty()) return {};
+  if (spec.rank == 0 && spec.p2p_bytes > 0)
+    LogInfo("shared-memory group {}: point-to-point mailboxes of {} messages of up to {:.1f} MiB per pair of ranks "
+            "(larger ones: Gloo)", spec.name, kMailSlots, spec.p2p_bytes / 1048576.0);
   const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
   if (fd < 0) Fail(fmt::format("shared-memory group {}: opening {}: {}", spec.name, name, std::strerror(errno)));
   void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

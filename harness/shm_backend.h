@@ -7,9 +7,10 @@
 // leaves its core to the peer.
 // A c10d::Backend below the recording backend (recording_backend.h), so the
 // flight recorder and straggler figures read it as they read Gloo. What it
-// does not do itself (point-to-point sends and receives, all-to-all, gather,
-// scatter, non-contiguous or non-CPU tensors, AVG and bitwise reductions) it
-// hands to the Gloo backend it is given.
+// does not do itself (all-to-all, gather, scatter, non-contiguous or non-CPU
+// tensors, AVG and bitwise reductions, and point-to-point messages unless the
+// group has mailboxes for them, shm_p2p.h) it hands to the Gloo backend it is
+// given.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -28,6 +29,7 @@ struct ShmGroupSpec {
   std::string name;                       // "world", "group0", ... for errors and the segment's name
   std::chrono::milliseconds timeout{300000};
   int64_t slot_bytes = 25 << 20;          // each rank's slot: the largest bucket (larger buffers stream through)
+  int64_t p2p_bytes = 0;  // > 0: point-to-point mailboxes (shm_p2p.h) for messages up to this size
   c10::intrusive_ptr<c10d::Backend> fallback;  // Gloo, for what shared memory does not do
 };
 

@@ -2,7 +2,8 @@
 // made-up tensors: every dtype, sizes that do not divide by the ranks and
 // that stream through a small slot in several chunks, the world and
 // sub-groups; the sum is the same bits on every rank, in rank order; a rank
-// that never comes is named when the timeout passes. Ranks are threads of
+// that never comes is named when the timeout passes; point-to-point messages
+// through the mailboxes, matched by tag. Ranks are threads of
 // this process, joined through a TCPStore served here.
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -27,13 +28,14 @@ namespace {
 class ThreadWorld {
  public:
   ThreadWorld(int world, const std::string& backend, int replicas = 1, double timeout_s = 60,
-              int64_t slot_bytes = 4096)
+              int64_t slot_bytes = 4096, int64_t p2p_bytes = 0)
       : ranks_(world) {
     store_ = testing::ServeStoreOnFreePort();
     const int port = store_->getPort();
     Run([&](int r, DistContext& d) {
       testing::AsSpawnedRank(d, r, world, port, backend);
       d.shm_slot_bytes = slot_bytes;
+      d.shm_p2p_bytes = p2p_bytes;
       d.Connect(timeout_s, false, false);
       if (replicas > 1) d.ConnectMesh(replicas, false);
     });
@@ -189,15 +191,79 @@ TEST(ShmBackend, SubGroupsReduceOnlyTheirOwnRanks) {
   }
 }
 
-// Point-to-point goes through the Gloo backend it holds, unchanged.
-TEST(ShmBackend, SendAndReceiveStillArrive) {
-  ThreadWorld w(2, "shm");
-  torch::Tensor got = torch::zeros({9}, torch::kFloat32);
+// Rank `from`'s message `tag` to rank `to`: fp32, fp64 and bf16 of uneven
+// sizes; the last one (4800 bytes) too large for a 4096-byte mailbox slot.
+torch::Tensor Message(int from, int to, int tag, int tags) {
+  const torch::ScalarType dtypes[] = {torch::kFloat32, torch::kFloat64, torch::kBFloat16};
+  return tag == tags - 1 ? MadeUp(10 * from + to, 600, torch::kFloat64)
+                         : MadeUp(100 * tag + 10 * from + to, 1 + 37 * tag, dtypes[tag % 3]);
+}
+
+// Point-to-point: through the mailboxes where the group has them (a message
+// larger than a slot, and every message of a group without them, through
+// Gloo), each receive matched to its tag whatever the order: every rank sends
+// 6 messages to each other one (more than a mailbox's 4 slots, so later sends
+// wait for the receiver to take earlier ones) and receives them last tag first.
+TEST(ShmBackend, SendsAndReceivesMatchByTagInAnyOrder) {
+  constexpr int kWorld = 3, kTags = 6;
+  for (int64_t p2p : {int64_t{0}, int64_t{4096}}) {
+    ThreadWorld w(kWorld, "shm", 1, 60, 4096, p2p);
+    std::vector<std::vector<torch::Tensor>> got(kWorld);
+    w.Run([&](int r, DistContext& d) {
+      std::vector<c10::intrusive_ptr<c10d::Work>> works;
+      std::vector<std::vector<torch::Tensor>> out, in;
+      for (int q = 0; q < kWorld; ++q)
+        for (int tag = 0; q != r && tag < kTags; ++tag) {
+          out.push_back({Message(r, q, tag, kTags)});
+          works.push_back(d.group->send(out.back(), q, tag));
+        }
+      for (int q = 0; q < kWorld; ++q)
+        for (int tag = kTags - 1; q != r && tag >= 0; --tag) {
+          in.push_back({torch::zeros_like(Message(q, r, tag, kTags))});
+          works.push_back(d.group->recv(in.back(), q, tag));
+        }
+      for (auto& work : works) work->wait();
+      for (auto& t : in) got[r].push_back(t[0]);
+    });
+    for (int r = 0; r < kWorld; ++r) {
+      size_t i = 0;
+      for (int q = 0; q < kWorld; ++q)
+        for (int tag = kTags - 1; q != r && tag >= 0; --tag, ++i)
+          EXPECT_TRUE(torch::equal(got[r][i], Message(q, r, tag, kTags)))
+              << "p2p " << p2p << ": rank " << r << " from " << q << " tag " << tag;
+    }
+  }
+}
+
+// A receive posted for a different size is an error naming both sizes (the
+// mailboxes' own message: the message did go through shared memory); one
+// whose sender never sends fails when the timeout passes, naming the sender.
+TEST(ShmBackend, AMismatchedOrMissingMessageIsNamed) {
+  ThreadWorld w(2, "shm", 1, /*timeout_s=*/0.5, 4096, /*p2p_bytes=*/4096);
+  std::string mismatch, missing;
   w.Run([&](int r, DistContext& d) {
-    std::vector<torch::Tensor> t{r == 0 ? torch::arange(9, torch::kFloat32) : got};
-    (r == 0 ? d.group->send(t, 1, 3) : d.group->recv(t, 0, 3))->wait();
+    auto error = [](const c10::intrusive_ptr<c10d::Work>& work) {
+      try {
+        work->wait();
+      } catch (const c10::Error& e) {
+        return std::string(e.what_without_backtrace());
+      }
+      return std::string();
+    };
+    std::vector<torch::Tensor> t{r == 0 ? torch::ones({16}) : torch::zeros({8})};
+    if (r == 0) {
+      d.group->send(t, 1, 99)->wait();
+    } else {
+      mismatch = error(d.group->recv(t, 0, 99));
+      missing = error(d.group->recv(t, 0, 7));
+    }
   });
-  EXPECT_TRUE(torch::equal(got, torch::arange(9, torch::kFloat32)));
+  EXPECT_NE(mismatch.find("shared-memory recv of tag 99 in group world: 32 bytes posted, 64 sent by rank 0"),
+            std::string::npos)
+      << mismatch;
+  EXPECT_NE(missing.find("shared-memory recv of tag 7 in group world: timed out after 500 ms waiting for rank 0"),
+            std::string::npos)
+      << missing;
 }
 
 // A rank that never enters the collective is named when the timeout passes;

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# --cpu-backend=shm end to end on ddp's 2 ranks: two runs started together on
-# one host each finish with their own correct row (their segments never
-# collide; one steps its optimizer bucket by bucket from the shared-memory
-# backend's completions, with gradient accumulation, at float64 parity); a rank killed with SIGKILL mid-run ends the run with exit 7 naming
-# it, both under ddpbench's own spawn (the launcher names it) and with the
-# ranks started by hand (the survivor's shared-memory wait sees the dead pid and
-# names it itself); afterwards /dev/shm holds no segment of the run.
+# --cpu-backend=shm end to end on 2 ranks: two runs started together on one
+# host each finish with their own correct row (their segments never collide;
+# ddp steps its optimizer bucket by bucket from the shared-memory backend's
+# completions, with gradient accumulation, and pmp --stage-ranks hands its
+# activations and gradients through the mailboxes, both at float64 parity); a
+# rank killed with SIGKILL mid-run ends the run with exit 7 naming it, both
+# under ddpbench's own spawn (the launcher names it) and with the ranks started
+# by hand (the survivor's shared-memory wait, ddp's and pmp's, sees the dead
+# pid and names it itself); afterwards /dev/shm holds no segment of the run.
 set -euo pipefail
 BIN="$1"; SRC="$2"
 TMP="$(mktemp -d)"; trap 'pkill -KILL -P $$ 2>/dev/null || true; rm -rf "$TMP"' EXIT
 PY="$SRC/.venv/bin/python"; [[ -x "$PY" ]] || PY=python3
 fail() { echo "FAIL: $*"; exit 1; }
-COMMON=(--strategy=ddp --gpus=2 --device=cpu --small-input --width=8 --image-size=16 --batch-size=16 --warmup=1
+COMMON=(--gpus=2 --device=cpu --small-input --width=8 --image-size=16 --batch-size=16 --warmup=1
         --progress=off --no-eval --expected=off --cpu-backend=shm)
 export OMP_NUM_THREADS=1
 
@@ -19,8 +21,10 @@ export OMP_NUM_THREADS=1
 segments_of() { for pid in "$@"; do ls /dev/shm 2>/dev/null | grep "^ddpbench-$pid-" || true; done; }
 
 # Two runs at once, with parity: each its own segment, its own row; the first
-# with its optimizer overlapped.
-EXTRA1=(--overlap-optimizer --grad-accum=2 --bucket-cap-mb=0.05); EXTRA2=()
+# ddp with its optimizer overlapped, the second pmp with a process per stage,
+# its hand-offs through the shared-memory mailboxes.
+EXTRA1=(--strategy=ddp --overlap-optimizer --grad-accum=2 --bucket-cap-mb=0.05)
+EXTRA2=(--strategy=pmp --stage-ranks --chunks=4 --schedule=zero-bubble)
 for k in 1 2; do
   extra="EXTRA$k[@]"
   timeout 120 "$BIN" "${COMMON[@]}" --steps=4 --verify "${!extra}" --out="$TMP/run$k.csv" >"$TMP/run$k.log" 2>&1 &
@@ -30,13 +34,14 @@ for k in 1 2; do
   job="JOB$k"; wait "${!job}" || fail "run $k of two at once: exit $?: $(tail -5 "$TMP/run$k.log")"
   [[ $(grep -c "joined 2 ranks (shm" "$TMP/run$k.log") -eq 2 ]] || fail "run $k not on shared memory: $(head -5 "$TMP/run$k.log")"
 done
+grep -q "point-to-point mailboxes" "$TMP/run2.log" || fail "pmp --stage-ranks without mailboxes: $(head -5 "$TMP/run2.log")"
 "$PY" - "$TMP/run1.csv" "$TMP/run2.csv" <<'PYEOF'
 import csv, sys
 for path in sys.argv[1:]:
     rows = list(csv.DictReader(open(path)))
     assert len(rows) == 1, (path, len(rows))
     r = rows[0]
-    assert r["strategy"] == "ddp" and r["world_size"] == "2" and float(r["throughput_img_s"]) > 0, r
+    assert r["strategy"] in ("ddp", "pmp") and r["world_size"] == "2" and float(r["throughput_img_s"]) > 0, r
     assert r["parity_ok"] == "true" and float(r["parity_max_abs_diff"]) <= 1e-10, (r["parity_max_abs_diff"], path)
 print("two runs at once: both rows ok")
 PYEOF
@@ -59,7 +64,7 @@ wait_exit() {  # pid, log -> RC; fails past 30 s
 }
 
 # SIGKILL of rank 1 under ddpbench's spawn.
-"$BIN" "${COMMON[@]}" --steps=100000 --out="$TMP/killed.csv" >"$TMP/spawn.log" 2>&1 &
+"$BIN" "${COMMON[@]}" --strategy=ddp --steps=100000 --out="$TMP/killed.csv" >"$TMP/spawn.log" 2>&1 &
 PARENT=$!
 wait_joined "$TMP/spawn.log" 2
 R0="$(rank_pid "$PARENT" 0)"; R1="$(rank_pid "$PARENT" 1)"
@@ -74,19 +79,24 @@ grep -q "ddpbench: error: rank 1 (pid $R1) was killed by signal 9" "$TMP/spawn.l
 [[ ! -e "$TMP/killed.csv" ]] || fail "spawn: a row was written"
 echo "spawn: SIGKILL of rank 1 named, exit 7, /dev/shm clean"
 
-# The same with the ranks started by hand: only rank 0's own wait can notice.
-PORT="$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-for r in 0 1; do
-  env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$PORT" \
-    "$BIN" "${COMMON[@]}" --steps=100000 --out="$TMP/killed.csv" >"$TMP/rank$r.log" 2>&1 &
-  eval "RANK$r=$!"
-done
-wait_joined "$TMP/rank0.log" 1
-kill -KILL "$RANK1"
-wait_exit "$RANK0" "$TMP/rank0.log"
-[[ $RC -eq 7 ]] || fail "by hand, rank 1 killed: rank 0 exit $RC, want 7: $(tail -5 "$TMP/rank0.log")"
-grep -q "rank 1 (pid $RANK1) has exited" "$TMP/rank0.log" || fail "rank 0 did not name rank 1: $(tail -5 "$TMP/rank0.log")"
-[[ -z "$(segments_of "$RANK0" "$RANK1")" ]] || fail "by hand: left in /dev/shm: $(segments_of "$RANK0" "$RANK1")"
-[[ ! -e "$TMP/killed.csv" ]] || fail "by hand: a row was written"
-echo "by hand: rank 0 named rank 1 ($(grep -m1 "has exited" "$TMP/rank0.log" | cut -c1-160)), exit 7, /dev/shm clean"
+# The same with the ranks started by hand: only rank 0's own wait can notice
+# (ddp: in a collective; pmp --stage-ranks: in a collective or a stage hand-off).
+by_hand() {  # strategy flags...
+  local PORT; PORT="$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  for r in 0 1; do
+    env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$PORT" \
+      "$BIN" "${COMMON[@]}" "$@" --steps=100000 --out="$TMP/killed.csv" >"$TMP/rank$r.log" 2>&1 &
+    eval "RANK$r=$!"
+  done
+  wait_joined "$TMP/rank0.log" 1
+  kill -KILL "$RANK1"
+  wait_exit "$RANK0" "$TMP/rank0.log"
+  [[ $RC -eq 7 ]] || fail "by hand, $*, rank 1 killed: rank 0 exit $RC, want 7: $(tail -5 "$TMP/rank0.log")"
+  grep -q "rank 1 (pid $RANK1) has exited" "$TMP/rank0.log" || fail "$*: rank 0 did not name rank 1: $(tail -5 "$TMP/rank0.log")"
+  [[ -z "$(segments_of "$RANK0" "$RANK1")" ]] || fail "by hand, $*: left in /dev/shm: $(segments_of "$RANK0" "$RANK1")"
+  [[ ! -e "$TMP/killed.csv" ]] || fail "by hand, $*: a row was written"
+  echo "by hand, $*: rank 0 named rank 1 ($(grep -m1 "has exited" "$TMP/rank0.log" | cut -c1-160)), exit 7, /dev/shm clean"
+}
+by_hand --strategy=ddp
+by_hand --strategy=pmp --stage-ranks --chunks=4
 echo "shm_runs: all checks passed"
