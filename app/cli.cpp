@@ -631,9 +631,9 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
                  "(auto: where a group's ranks share a host)");
   app.add_flag("--overlap-optimizer", c.overlap_optimizer,
                "ddp, zero1, zero2, zero3, hsdp: step each gradient bucket's parameters (zero: this rank's slice) as "
-               "soon as "
-               "its all-reduce or reduce-scatter completes, overlapping the optimizer with the rest of backward "
-               "(the same update)");
+               "soon as its all-reduce or reduce-scatter completes, overlapping the optimizer with the rest of "
+               "backward; mp, pmp (CPU, one process): step each parameter once its last micro-batch's gradient "
+               "lands, in the other stages' drain (the same update)");
   app.add_option("--balance", c.balance, "mp/pmp: time (measured forward+backward per unit)|params");
   app.add_option("--split", c.split, "mp/pmp: units per stage, e.g. 4,6");
   app.add_option("--units", c.units,
