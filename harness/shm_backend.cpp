@@ -6,11 +6,8 @@
 #include "harness/shm_backend.h"
 
 #include <fcntl.h>
-#include <linux/futex.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -19,7 +16,6 @@
 
 #include <atomic>
 #include <cerrno>
-#include <climits>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -29,6 +25,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "harness/shm_futex.h"
 #include "harness/shm_p2p.h"
 #include "planning/shm_chunks.h"
 
@@ -37,7 +34,6 @@ namespace {
 
 constexpr int kMaxRanks = 256;
 constexpr int kSpins = 256;  // polls before sleeping on the futex
-constexpr auto kSlice = std::chrono::milliseconds(20);  // how often a sleeper checks its peers
 
 struct alignas(64) Counter {
   std::atomic<uint64_t> value{0};
@@ -52,10 +48,6 @@ struct Header {
 };
 
 size_t DataOffset() { return (sizeof(Header) + 4095) / 4096 * 4096; }
-
-long Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
-  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
-}
 
 void Pause() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -421,14 +413,13 @@ class ShmBackend : public c10d::Backend {
   }
 
   // All ranks of the group meet: spin briefly, then sleep on the futex,
-  // waking every kSlice to check that the rank not yet here is alive and the
+  // waking every shm::kWaitSlice to check that the rank not yet here is alive and the
   // timeout has not passed (then the error names it, as Gloo's would).
   void Barrier(const char* op) {
     const uint64_t target = ++passed_;
     header_->arrived[rank_].value.store(target);
     if (Missing(target) < 0) {
-      header_->generation.fetch_add(1);
-      Futex(&header_->generation, FUTEX_WAKE, INT_MAX, nullptr);
+      shm::Bump(header_->generation);
       return;
     }
     for (int i = 0; i < kSpins; ++i) {
@@ -436,12 +427,11 @@ class ShmBackend : public c10d::Backend {
       Pause();
     }
     const auto deadline = std::chrono::steady_clock::now() + spec_.timeout;
-    const timespec slice{0, std::chrono::duration_cast<std::chrono::nanoseconds>(kSlice).count()};
     while (true) {
       const uint32_t generation = header_->generation.load();
       const int missing = Missing(target);
       if (missing < 0) return;
-      Futex(&header_->generation, FUTEX_WAIT, generation, &slice);
+      shm::SleepOn(header_->generation, generation);
       if (Missing(target) < 0) return;
       CheckPeer(op, missing, deadline);
     }
@@ -450,7 +440,7 @@ class ShmBackend : public c10d::Backend {
   void CheckPeer(const char* op, int missing, std::chrono::steady_clock::time_point deadline) const {
     const int pid = header_->pid[missing].load();
     const int global = spec_.ranks[missing];
-    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH)
+    if (shm::ProcessExited(pid))
       Fail(fmt::format("shared-memory {} of group {}: rank {} (pid {}) has exited without entering it", op,
                        spec_.name, global, pid));
     if (std::chrono::steady_clock::now() > deadline)

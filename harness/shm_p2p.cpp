@@ -3,22 +3,17 @@
 // receiver thread that takes each mailbox's messages in order.
 #include "harness/shm_p2p.h"
 
-#include <linux/futex.h>
-#include <signal.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include <cerrno>
-#include <climits>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <thread>
+
+#include "harness/shm_futex.h"
 
 namespace ddpbench {
 
@@ -37,7 +32,6 @@ void ShmWork::Complete(const std::exception_ptr& error) {
 namespace mail {
 
 constexpr int kSlots = kMailSlots;
-constexpr auto kSlice = std::chrono::milliseconds(20);  // how often a waiter checks its peer
 
 struct alignas(64) Word {
   std::atomic<uint32_t> value{0};
@@ -50,20 +44,6 @@ struct alignas(64) SlotHeader {
 };
 
 int64_t SlotStride(int64_t message_bytes) { return sizeof(SlotHeader) + (message_bytes + 63) / 64 * 64; }
-
-long Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
-  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
-}
-
-void Bump(std::atomic<uint32_t>& word) {
-  word.fetch_add(1);
-  Futex(&word, FUTEX_WAKE, INT_MAX, nullptr);
-}
-
-void SleepOn(std::atomic<uint32_t>& word, uint32_t seen) {
-  const timespec slice{0, std::chrono::duration_cast<std::chrono::nanoseconds>(kSlice).count()};
-  Futex(&word, FUTEX_WAIT, seen, &slice);
-}
 
 int64_t Bytes(const at::Tensor& t) { return t.numel() * t.element_size(); }
 
@@ -81,6 +61,8 @@ std::exception_ptr Error(const std::string& message) {
 }  // namespace mail
 
 using namespace mail;  // NOLINT: this file's own helpers
+using shm::Bump;
+using shm::SleepOn;
 
 size_t MailboxBytes(int size, int64_t message_bytes) {
   return static_cast<size_t>(2 * size) * sizeof(Word) +
@@ -105,7 +87,7 @@ struct ShmMailboxes::State {
   std::exception_ptr PeerGone(const char* op, int peer, int tag, Clock::time_point since) const {
     const int pid = spec.pids[peer].load();
     std::string why;
-    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH)
+    if (shm::ProcessExited(pid))
       why = fmt::format("rank {} (pid {}) has exited", spec.ranks[peer], pid);
     else if (Clock::now() - since > spec.timeout)
       why = fmt::format("timed out after {} ms waiting for rank {}", spec.timeout.count(), spec.ranks[peer]);
