@@ -182,8 +182,7 @@ void CheckOverlapOptimizer(const RunConfig& c) {
                        "whole backward)", c.strategy, c.strategy),
            "--strategy=" + Join(StrategiesReading("--overlap-optimizer")));
   if (TraitsOf(c).family == Family::kPipeline && c.device == "cuda")
-    refuse(fmt::format("--strategy={} on --device={}: the stages step as their gradients become final only on CPU "
-                       "devices so far", c.strategy, c.device), "--device=cpu");
+    throw ConfigError(PipelineOverlapOnGpuRefusal(c));
   if (TraitsOf(c).family == Family::kPipeline && c.stage_ranks)
     refuse("--stage-ranks: a stage's parameters are stepped by the process's other stages once their rows are "
            "done, and a rank runs one stage", "the stages in one process (leave --stage-ranks out)");
@@ -370,6 +369,12 @@ void CheckBatchNormImages(const RunConfig& c) {
 }  // namespace
 
 
+
+std::string PipelineOverlapOnGpuRefusal(const RunConfig& c) {
+  return fmt::format("--overlap-optimizer with --strategy={} on --device={}{}: the stages step as their gradients "
+                     "become final only on CPU devices so far; accepted: --device=cpu, or leave --overlap-optimizer "
+                     "out", c.strategy, c.device, c.device == "cuda" ? "" : " (a GPU)");
+}
 
 std::string GpuDecodeRefusal(const std::string& device) {
   if (device == "cpu")

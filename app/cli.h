@@ -21,6 +21,10 @@ void ValidateConfig(const RunConfig& config);
 // JPEG engine; on CUDA, this build has no nvJPEG. A ConfigError's message.
 std::string GpuDecodeRefusal(const std::string& device);
 
+// Why mp/pmp --overlap-optimizer cannot run on a GPU (--device=cuda, or auto
+// that found one): the flag checks' and the runner's one message.
+std::string PipelineOverlapOnGpuRefusal(const RunConfig& config);
+
 // The strategies that read a strategy-specific flag (each strategy's traits
 // row lists the flags it reads); empty for a flag every strategy takes.
 std::vector<std::string> FlagStrategies(const std::string& flag);

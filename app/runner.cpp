@@ -294,9 +294,7 @@ void ConfigureProcess(const PreparedRun& run, const StrategyEntry& entry, DistCo
   dist.same_data = entry.info.parallelism() == Parallelism::kModel && config.stage_ranks;
   // --device=auto that found a GPU: as --device=cuda, the pipelines' overlapped optimizer is CPU only.
   if (entry.info.family == Family::kPipeline && cuda && config.overlap_optimizer)
-    throw ConfigError(fmt::format("--overlap-optimizer with --strategy={} on a GPU (--device={}): the stages step as "
-                                  "their gradients become final only on CPU devices so far; accepted: --device=cpu, "
-                                  "or leave --overlap-optimizer out", config.strategy, config.device));
+    throw ConfigError(PipelineOverlapOnGpuRefusal(config));
   // Oversubscribed GPUs cannot host one NCCL rank each: such ranks use Gloo.
   if (RunsRankPerDevice(entry.info, config) && cuda && run.oversubscribed && config.cuda_graphs)
     throw ConfigError(fmt::format(
