@@ -34,6 +34,7 @@ struct DistContext {
   int64_t shm_slot_bytes = 25 << 20;
   int64_t shm_p2p_bytes = 0;  // > 0: shared-memory groups carry point-to-point messages up to this size
   c10::intrusive_ptr<c10d::ProcessGroup> group;
+  c10::intrusive_ptr<c10d::Backend> shm_world;  // the world's shared-memory backend, when it has one
   torch::Device device = torch::kCPU;  // where collective buffers live (NCCL: the GPU)
   // Rendezvous (from the launcher, app/launcher.h).
   std::string master_addr;

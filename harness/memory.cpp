@@ -14,6 +14,7 @@
 
 #include "base/config.h"
 #include "harness/cuda_support.h"
+#include "harness/shm_arena.h"
 #include "base/log.h"
 
 namespace ddpbench {
@@ -70,9 +71,10 @@ class TrackingAllocator final : public c10::Allocator {
     if (device >= 0 && limit > 0 && held + static_cast<int64_t>(n) > limit)
       throw DeviceOutOfMemory(OutOfMemoryLine(CpuDeviceName(device), static_cast<int64_t>(n), held) +
                               fmt::format(" of its {} (--cpu-device-memory-mb)", FormatBytes(limit)));
-    c10::DataPtr inner;
+    // Inside a ShmArenaScope: in this thread's shared-memory arena, where it fits.
+    c10::DataPtr inner = CurrentShmArena() ? CurrentShmArena()->Allocate(n + kHeader) : c10::DataPtr();
     try {
-      inner = base_->allocate(n + kHeader);
+      if (!inner) inner = base_->allocate(n + kHeader);
     } catch (const c10::Error&) {  // the C library refused: the machine is out of memory
       throw DeviceOutOfMemory(OutOfMemoryLine(CpuDeviceName(device), static_cast<int64_t>(n), held));
     }

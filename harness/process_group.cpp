@@ -132,7 +132,10 @@ c10::intrusive_ptr<c10d::ProcessGroup> DistContext::MakeGroup(const c10::intrusi
     const std::string label = name.empty() ? "world" : name;
     c10::intrusive_ptr<c10d::Backend> cpu = gloo;
     if (!cuda_ && UseShm(ranks, label))
-      if (auto shm = MakeShmBackend({store, group_rank, ranks, label, timeout, shm_slot_bytes, shm_p2p_bytes, gloo})) cpu = shm;
+      if (auto shm = MakeShmBackend({store, group_rank, ranks, label, timeout, shm_slot_bytes, shm_p2p_bytes, gloo})) {
+        cpu = shm;
+        if (name.empty()) shm_world = shm;
+      }
     cpu = RecordingBackend(cpu, label, ranks);
     pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::GLOO, cpu);
     if (cuda_) pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::GLOO, gloo);
@@ -195,6 +198,7 @@ void DistContext::Shutdown() {
     }
   group->shutdown();
   group.reset();
+  shm_world.reset();
   store_.reset();
 }
 

@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "harness/shm_arena.h"
 #include "harness/shm_futex.h"
 #include "harness/shm_p2p.h"
 #include "planning/shm_chunks.h"
@@ -45,6 +46,10 @@ struct Header {
   alignas(64) std::atomic<uint32_t> generation{0};
   Counter arrived[kMaxRanks];
   std::atomic<int32_t> pid[kMaxRanks];
+  // An all-reduce's tensor on each rank where the group has arenas: its
+  // offset in the rank's arena (-1: not in it) and its length.
+  std::atomic<int64_t> arena_offset[kMaxRanks];
+  std::atomic<int64_t> numel[kMaxRanks];
 };
 
 size_t DataOffset() { return (sizeof(Header) + 4095) / 4096 * 4096; }
@@ -107,6 +112,17 @@ void ReduceInto(at::Tensor out, const std::vector<at::Tensor>& parts, c10d::Redu
   if (half) out.copy_(acc);
 }
 
+constexpr int64_t kSumBlock = 2048;  // elements summed per pass, in a buffer on the stack
+constexpr int64_t kOnePassBytes = 4 << 20;  // shares this large are summed by AddParts, smaller by ATen
+
+// acc[0, m) = p[0][i] + p[1][i] + ... in rank order; m <= kSumBlock.
+template <typename T>
+void AddParts(const std::vector<const T*>& p, int64_t m, T* acc) {
+  for (int64_t i = 0; i < m; ++i) acc[i] = p[0][i] + p[1][i];
+  for (size_t j = 2; j < p.size(); ++j)
+    for (int64_t i = 0; i < m; ++i) acc[i] += p[j][i];
+}
+
 // a = b = parts[0] + parts[1] + ... in rank order, one pass over the parts
 // block by block (float and double sums of at least kOnePassBytes: the
 // all-reduce's share, written to the result slot and to the rank's own
@@ -117,20 +133,16 @@ void ReduceInto(at::Tensor out, const std::vector<at::Tensor>& parts, c10d::Redu
 // faster (a 4 MiB all-reduce all through this loop: 0.71x).
 template <typename T>
 void SumBlocks(at::Tensor& a, at::Tensor& b, const std::vector<at::Tensor>& parts) {
-  constexpr int64_t kBlock = 2048;
-  alignas(64) T acc[kBlock];
-  std::vector<const T*> p;
+  alignas(64) T acc[kSumBlock];
+  std::vector<const T*> p, at_block(parts.size());
   for (const auto& t : parts) p.push_back(t.const_data_ptr<T>());
   T* to_a = a.mutable_data_ptr<T>();
   T* to_b = b.mutable_data_ptr<T>();
   const int64_t n = a.numel();
-  for (int64_t at = 0; at < n; at += kBlock) {
-    const int64_t m = std::min(kBlock, n - at);
-    const T* p0 = p[0] + at;
-    const T* p1 = p[1] + at;
-    for (int64_t i = 0; i < m; ++i) acc[i] = p0[i] + p1[i];
-    for (size_t j = 2; j < p.size(); ++j)
-      for (int64_t i = 0; i < m; ++i) acc[i] += p[j][at + i];
+  for (int64_t at = 0; at < n; at += kSumBlock) {
+    const int64_t m = std::min(kSumBlock, n - at);
+    for (size_t j = 0; j < p.size(); ++j) at_block[j] = p[j] + at;
+    AddParts(at_block, m, acc);
     std::memcpy(to_a + at, acc, m * sizeof(T));
     std::memcpy(to_b + at, acc, m * sizeof(T));
   }
@@ -138,7 +150,6 @@ void SumBlocks(at::Tensor& a, at::Tensor& b, const std::vector<at::Tensor>& part
 
 void SumToBoth(at::Tensor a, at::Tensor b, const std::vector<at::Tensor>& parts, c10d::ReduceOp::RedOpType op) {
   const auto dtype = a.scalar_type();
-  constexpr int64_t kOnePassBytes = 4 << 20;
   if (op != c10d::ReduceOp::SUM || parts.size() < 2 || (dtype != at::kFloat && dtype != at::kDouble) ||
       a.numel() * a.element_size() < kOnePassBytes) {
     ReduceInto(a, parts, op);
@@ -148,6 +159,24 @@ void SumToBoth(at::Tensor a, at::Tensor b, const std::vector<at::Tensor>& parts,
   } else {
     SumBlocks<double>(a, b, parts);
   }
+}
+
+// `bytes` of segment `name` mapped, or null with `why` set. With `create` the
+// segment is made first and filled to its size, so that a /dev/shm without
+// room shows here and not as a SIGBUS mid-collective.
+char* MapSegment(const std::string& name, size_t bytes, bool create, std::string* why) {
+  const int fd = ::shm_open(name.c_str(), create ? O_CREAT | O_EXCL | O_RDWR : O_RDWR, 0600);
+  int error = fd < 0 ? errno : create ? ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)) : 0;
+  void* base = MAP_FAILED;
+  if (error == 0) {
+    base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) error = errno;
+  }
+  if (fd >= 0) ::close(fd);
+  if (error == 0) return static_cast<char*>(base);
+  if (create && fd >= 0) ::shm_unlink(name.c_str());
+  *why = std::strerror(error);
+  return nullptr;
 }
 
 class ShmBackend : public c10d::Backend {
@@ -283,6 +312,15 @@ class ShmBackend : public c10d::Backend {
     return spec_.fallback->recvAnysource(t, tag);
   }
 
+  // Each rank's arena of `bytes` (shm_arena.h), on the group's thread in
+  // call order with the collectives; null on every rank when one has no room.
+  std::shared_ptr<ShmArena> AttachArenas(int64_t bytes) {
+    std::shared_ptr<ShmArena> made;
+    auto work = Enqueue(c10d::OpType::UNKNOWN, {}, [this, bytes, &made] { made = MakeArenas(bytes); });
+    work->wait();
+    return made;
+  }
+
  private:
   MailboxSpec MailSpec() const {
     MailboxSpec m;
@@ -292,6 +330,56 @@ class ShmBackend : public c10d::Backend {
     m.message_bytes = spec_.p2p_bytes;
     m.timeout = spec_.timeout;
     return m;
+  }
+
+  // This rank's arena segment made, every rank's mapped here, and each
+  // unlinked once all have mapped it (as the group's segment is).
+  std::shared_ptr<ShmArena> MakeArenas(int64_t bytes) {
+    if (arena_ || size_ < 2) return arena_;
+    auto key = [](const char* what, int r) { return fmt::format("shm/arena/{}/{}", what, r); };
+    std::string name = SegmentName(spec_.name + "-arena" + std::to_string(rank_));
+    std::string why;
+    char* own = MapSegment(name, static_cast<size_t>(bytes), /*create=*/true, &why);
+    if (!own) name.clear();
+    const std::string mine = fmt::format("{} {}", bytes, name);
+    spec_.store->set(key("name", rank_), std::vector<uint8_t>(mine.begin(), mine.end()));
+    std::vector<std::string> names(size_);
+    bool all = true;
+    for (int r = 0; r < size_; ++r) {
+      const auto value = spec_.store->get(key("name", r));
+      const std::string theirs(value.begin(), value.end());
+      const size_t cut = theirs.find(' ');
+      if (theirs.substr(0, cut) != std::to_string(bytes))
+        Fail(fmt::format("shared-memory group {}: rank {} asks for an arena of {} bytes, rank {} of {}", spec_.name,
+                         spec_.ranks[rank_], bytes, spec_.ranks[r], theirs.substr(0, cut)));
+      names[r] = theirs.substr(cut + 1);
+      all = all && !names[r].empty();
+    }
+    if (!all) {
+      if (own) {
+        ::munmap(own, bytes);
+        ::shm_unlink(name.c_str());
+      }
+      if (!why.empty())  // the rank that had no room says why
+        LogWarn("shared-memory group {}: no arena of {:.1f} MiB per rank ({}): buffers all-reduce through the slots",
+                spec_.name, bytes / 1048576.0, why);
+      return nullptr;
+    }
+    peer_arena_.assign(size_, nullptr);
+    arena_bytes_ = static_cast<size_t>(bytes);
+    for (int r = 0; r < size_; ++r) {
+      peer_arena_[r] = r == rank_ ? own : MapSegment(names[r], arena_bytes_, /*create=*/false, &why);
+      if (!peer_arena_[r])
+        Fail(fmt::format("shared-memory group {}: mapping rank {}'s arena: {}", spec_.name, spec_.ranks[r], why));
+    }
+    spec_.store->set(key("mapped", rank_), std::vector<uint8_t>{1});
+    for (int r = 0; r < size_; ++r) spec_.store->get(key("mapped", r));
+    ::shm_unlink(name.c_str());
+    arena_ = std::make_shared<ShmArena>(own, arena_bytes_);
+    if (rank_ == 0)
+      LogInfo("shared-memory group {}: arenas of {:.1f} MiB per rank; tensors placed there all-reduce in place",
+              spec_.name, bytes / 1048576.0);
+    return arena_;
   }
 
   // One contiguous CPU tensor (or, with `many`, any number), of a dtype the
@@ -339,6 +427,9 @@ class ShmBackend : public c10d::Backend {
   // result slot only after every rank has copied this chunk's out of it.
   void AllReduce(const at::Tensor& tensor, c10d::ReduceOp::RedOpType op) {
     const auto dtype = tensor.scalar_type();
+    if (arena_ && op == c10d::ReduceOp::SUM && (dtype == at::kFloat || dtype == at::kDouble) &&
+        AllReduceInArenas(tensor))
+      return;
     for (const Span c : Chunks(tensor.numel(), Capacity(tensor))) {
       at::Tensor local = tensor.view(-1).narrow(0, c.offset, c.count);
       auto others = [&](auto&& copy) {  // each other rank's share of the chunk
@@ -358,6 +449,68 @@ class ShmBackend : public c10d::Backend {
       others([&](Span s) { local.narrow(0, s.offset, s.count).copy_(Slot(size_, dtype, s.count, s.offset)); });
     }
     Barrier("allreduce");  // the result slot is free for the next collective
+  }
+
+  // A tensor that lives in this rank's arena, where every rank's does
+  // (shm_arena.h): each rank sums its share of every rank's tensor in rank
+  // order, read where it lies, into its own tensor, then copies the others'
+  // summed shares out of theirs. Per rank, memory sees its share read and
+  // written once and the others' shares read once each way, where the slots'
+  // path also writes every published share and the result slot and reads
+  // them back: about 1.6x fewer bytes. The same bits (rank order). False,
+  // on every rank alike, when some rank's tensor is elsewhere.
+  bool AllReduceInArenas(const at::Tensor& tensor) {
+    const int64_t n = tensor.numel();
+    header_->arena_offset[rank_].store(arena_->OffsetOf(tensor.data_ptr(), tensor.nbytes()));
+    header_->numel[rank_].store(n);
+    Barrier("allreduce");
+    for (int r = 0; r < size_; ++r)
+      if (header_->arena_offset[r].load() < 0) return false;
+    for (int r = 0; r < size_; ++r)
+      if (const int64_t theirs = header_->numel[r].load(); theirs != n)
+        Fail(fmt::format("shared-memory allreduce of group {}: rank {} reduces {} elements, rank {} {}", spec_.name,
+                         spec_.ranks[rank_], n, spec_.ranks[r], theirs));
+    if (tensor.scalar_type() == at::kFloat) SumInArenas<float>(tensor);
+    else SumInArenas<double>(tensor);
+    Barrier("allreduce");
+    const int64_t item = tensor.element_size();
+    for (int r = 0; r < size_; ++r)
+      if (const Span s = ShareOf(n, r, size_); r != rank_ && s.count > 0)
+        std::memcpy(static_cast<char*>(tensor.data_ptr()) + s.offset * item, InArena(r) + s.offset * item,
+                    s.count * item);
+    Barrier("allreduce");  // every rank has read the others' tensors: each may change its own again
+    return true;
+  }
+
+  // Rank r's all-reduce tensor, as this rank sees it.
+  const char* InArena(int r) const { return peer_arena_[r] + header_->arena_offset[r].load(); }
+
+  // This rank's share of the tensor = every rank's share summed in rank
+  // order: a share that stays in the cache through ATen's vectorized add
+  // (into a temporary, as this rank's part is one of the addends), a larger
+  // one block by block.
+  template <typename T>
+  void SumInArenas(const at::Tensor& tensor) {
+    const Span mine = ShareOf(tensor.numel(), rank_, size_);
+    std::vector<const T*> parts(size_), block(size_);
+    for (int r = 0; r < size_; ++r) parts[r] = reinterpret_cast<const T*>(InArena(r)) + mine.offset;
+    T* own = tensor.mutable_data_ptr<T>() + mine.offset;
+    if (mine.count * static_cast<int64_t>(sizeof(T)) < kOnePassBytes) {
+      std::vector<at::Tensor> addends;
+      for (const T* p : parts)
+        addends.push_back(at::from_blob(const_cast<T*>(p), {mine.count}, tensor.options()));
+      at::Tensor sum = at::empty({mine.count}, tensor.options());
+      ReduceInto(sum, addends, c10d::ReduceOp::SUM);
+      at::from_blob(own, {mine.count}, tensor.options()).copy_(sum);
+      return;
+    }
+    alignas(64) T acc[kSumBlock];
+    for (int64_t i = 0; i < mine.count; i += kSumBlock) {
+      const int64_t k = std::min(kSumBlock, mine.count - i);
+      for (int r = 0; r < size_; ++r) block[r] = parts[r] + i;
+      AddParts(block, k, acc);
+      std::memcpy(own + i, acc, k * sizeof(T));
+    }
   }
 
   void Broadcast(const at::Tensor& tensor, int root) {
@@ -499,6 +652,8 @@ class ShmBackend : public c10d::Backend {
     ready_.notify_all();
     if (worker_.joinable()) worker_.join();
     if (mail_) mail_->Stop();
+    for (int r = 0; r < static_cast<int>(peer_arena_.size()); ++r)
+      if (r != rank_) ::munmap(peer_arena_[r], arena_bytes_);
     ::munmap(base_, bytes_);
     ::shm_unlink(segment_.c_str());  // already gone unless a rank never mapped it
   }
@@ -509,6 +664,9 @@ class ShmBackend : public c10d::Backend {
   size_t bytes_;
   Header* header_;
   std::unique_ptr<ShmMailboxes> mail_;  // point-to-point, where the group has mailboxes
+  std::shared_ptr<ShmArena> arena_;      // this rank's, once attached (worker thread only)
+  std::vector<char*> peer_arena_;        // every rank's arena as mapped here (this rank's: arena_'s)
+  size_t arena_bytes_ = 0;
   uint64_t passed_ = 0;  // barriers this rank reached (worker thread only)
   std::mutex mutex_;
   std::condition_variable ready_;
@@ -516,20 +674,6 @@ class ShmBackend : public c10d::Backend {
   bool stopping_ = false;
   std::thread worker_;  // last: starts once everything above is made
 };
-
-// Group rank 0's segment: made and filled to its size (so a /dev/shm too small
-// fails here, not as a SIGBUS mid-collective), or "" with one line saying why.
-std::string CreateSegment(const ShmGroupSpec& spec, size_t bytes) {
-  const std::string name = SegmentName(spec.name);
-  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  int error = fd < 0 ? errno : ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
-  if (fd >= 0) ::close(fd);
-  if (error == 0) return name;
-  if (fd >= 0) ::shm_unlink(name.c_str());
-  LogWarn("--cpu-backend: shared memory for group {} needs {:.1f} MiB of /dev/shm ({}): its collectives use Gloo",
-          spec.name, bytes / 1048576.0, std::strerror(error));
-  return "";
-}
 
 }  // namespace
 
@@ -540,10 +684,19 @@ c10::intrusive_ptr<c10d::Backend> MakeShmBackend(const ShmGroupSpec& spec) {
                                             spec.name, size, kMaxRanks));
   const size_t bytes = DataOffset() + static_cast<size_t>(size + 1) * static_cast<size_t>(spec.slot_bytes) +
                        (spec.p2p_bytes > 0 ? MailboxBytes(size, spec.p2p_bytes) : 0);
+  // Group rank 0 makes the segment (or finds no room and says so), the
+  // others map it.
   const std::string key = "shm/segment";
-  std::string name;
+  std::string name, why;
+  char* base = nullptr;
   if (spec.rank == 0) {
-    name = CreateSegment(spec, bytes);
+    name = SegmentName(spec.name);
+    base = MapSegment(name, bytes, /*create=*/true, &why);
+    if (!base) {
+      LogWarn("--cpu-backend: shared memory for group {} needs {:.1f} MiB of /dev/shm ({}): its collectives use Gloo",
+              spec.name, bytes / 1048576.0, why);
+      name.clear();
+    }
     spec.store->set(key, std::vector<uint8_t>(name.begin(), name.end()));
   } else {
     const auto value = spec.store->get(key);
@@ -553,17 +706,23 @@ c10::intrusive_ptr<c10d::Backend> MakeShmBackend(const ShmGroupSpec& spec) {
   if (spec.rank == 0 && spec.p2p_bytes > 0)
     LogInfo("shared-memory group {}: point-to-point mailboxes of {} messages of up to {:.1f} MiB per pair of ranks "
             "(larger ones: Gloo)", spec.name, kMailSlots, spec.p2p_bytes / 1048576.0);
-  const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
-  if (fd < 0) Fail(fmt::format("shared-memory group {}: opening {}: {}", spec.name, name, std::strerror(errno)));
-  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int map_error = errno;
-  ::close(fd);
-  if (base == MAP_FAILED)
-    Fail(fmt::format("shared-memory group {}: mapping {}: {}", spec.name, name, std::strerror(map_error)));
-  static_cast<Header*>(base)->pid[spec.rank].store(::getpid());
+  if (!base && !(base = MapSegment(name, bytes, /*create=*/false, &why)))
+    Fail(fmt::format("shared-memory group {}: mapping {}: {}", spec.name, name, why));
+  reinterpret_cast<Header*>(base)->pid[spec.rank].store(::getpid());
   // The last rank to map it unlinks it: from here a killed run leaves nothing.
   if (spec.store->add("shm/mapped", 1) == size) ::shm_unlink(name.c_str());
   return c10::make_intrusive<ShmBackend>(spec, name, base, bytes);
+}
+
+std::shared_ptr<ShmArena> AttachShmArenas(const c10::intrusive_ptr<c10d::Backend>& backend, int64_t bytes) {
+  auto* shm = dynamic_cast<ShmBackend*>(backend.get());
+  if (!shm) return nullptr;
+  // Every rank reads the same environment, so all skip the collective alike.
+  if (const char* env = std::getenv("DDPBENCH_SHM_ARENAS"); env && std::string(env) == "0") {
+    if (shm->getRank() == 0) LogInfo("DDPBENCH_SHM_ARENAS=0: no shared-memory arenas; buffers all-reduce through the slots");
+    return nullptr;
+  }
+  return shm->AttachArenas(bytes);
 }
 
 }  // namespace ddpbench

@@ -17,10 +17,13 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace ddpbench {
+
+class ShmArena;
 
 struct ShmGroupSpec {
   c10::intrusive_ptr<c10d::Store> store;  // the group's own (prefixed) store
@@ -37,5 +40,13 @@ struct ShmGroupSpec {
 // /dev/shm has no room for the segment (group rank 0 decides and logs one
 // line; the caller then uses `fallback` alone). Collective over the store.
 c10::intrusive_ptr<c10d::Backend> MakeShmBackend(const ShmGroupSpec& spec);
+
+// Each rank's arena of `bytes` in shared memory (shm_arena.h), mapped by
+// every rank of `backend`'s group: float and double sums of tensors placed
+// there are all-reduced in place. Null where `backend` is not a shared-memory
+// backend of two or more ranks, and on every rank when one had no room in
+// /dev/shm (one line says so) or the environment says DDPBENCH_SHM_ARENAS=0
+// (for comparisons). Collective: every rank of the group calls it.
+std::shared_ptr<ShmArena> AttachShmArenas(const c10::intrusive_ptr<c10d::Backend>& backend, int64_t bytes);
 
 }  // namespace ddpbench

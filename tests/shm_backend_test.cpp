@@ -3,13 +3,15 @@
 // that stream through a small slot in several chunks, the world and
 // sub-groups; the sum is the same bits on every rank, in rank order; a rank
 // that never comes is named when the timeout passes; point-to-point messages
-// through the mailboxes, matched by tag. Ranks are threads of
+// through the mailboxes, matched by tag; tensors placed in the ranks' arenas
+// all-reduced in place. Ranks are threads of
 // this process, joined through a TCPStore served here.
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/torch.h>
 
 #include <dirent.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 
 #include <functional>
@@ -18,6 +20,9 @@
 #include <vector>
 
 #include "harness/dist.h"
+#include "harness/memory.h"
+#include "harness/shm_arena.h"
+#include "harness/shm_backend.h"
 #include "tests/thread_ranks.h"
 
 namespace ddpbench {
@@ -264,6 +269,78 @@ TEST(ShmBackend, AMismatchedOrMissingMessageIsNamed) {
   EXPECT_NE(missing.find("shared-memory recv of tag 7 in group world: timed out after 500 ms waiting for rank 0"),
             std::string::npos)
       << missing;
+}
+
+// Tensors in every rank's arena are summed where they lie: the rank-order
+// bits on every rank (float and double, sizes the 3 ranks do not divide);
+// where one rank's tensor is not in its arena, or the dtype is bf16, the
+// slots' path gives the same; a length that differs is named on every rank.
+TEST(ShmBackend, TensorsInArenasAllReduceInPlaceToTheRankOrderSum) {
+  ThreadWorld w(3, "shm");
+  auto sum_of = [](int64_t numel, torch::ScalarType dtype) {
+    const bool half = dtype == torch::kBFloat16;
+    torch::Tensor sum = MadeUp(0, numel, dtype).to(half ? torch::kFloat32 : dtype);
+    for (int r = 1; r < 3; ++r) sum.add_(MadeUp(r, numel, dtype).to(sum.scalar_type()));
+    return sum.to(dtype);
+  };
+  w.Run([&](int r, DistContext& d) {
+    auto arena = AttachShmArenas(d.shm_world, 4 << 20);
+    ASSERT_TRUE(arena);
+    for (auto dtype : kDtypes)
+      for (int64_t numel : {7, 1500, 100003})
+        for (bool all_in_arena : {true, false}) {
+          torch::Tensor t = all_in_arena || r != 1 ? arena->Empty(numel, dtype) : torch::empty({numel}, dtype);
+          ASSERT_TRUE(t.defined());
+          t.copy_(MadeUp(r, numel, dtype));
+          std::vector<torch::Tensor> ts{t};
+          d.group->allreduce(ts)->wait();
+          EXPECT_TRUE(torch::equal(t, sum_of(numel, dtype)))
+              << dtype << " " << numel << " rank " << r << (all_in_arena ? "" : ", rank 1's not in its arena");
+        }
+    std::vector<torch::Tensor> uneven{arena->Empty(r == 2 ? 12 : 10, torch::kFloat32).fill_(1)};
+    try {
+      d.group->allreduce(uneven)->wait();
+      ADD_FAILURE() << "rank " << r << ": lengths 10 and 12 all-reduced";
+    } catch (const c10::Error& e) {
+      const std::string error = e.what_without_backtrace();
+      EXPECT_TRUE(error.find("elements, rank") != std::string::npos && error.find("12") != std::string::npos &&
+                  error.find("10") != std::string::npos)
+          << error;
+    }
+  });
+}
+
+// The arena's allocator: what it cannot place it refuses (the caller then
+// uses the heap), freed runs join again, and inside a ShmArenaScope the CPU
+// memory tracker places this thread's tensors there (and no other thread's).
+TEST(ShmBackend, ArenaPlacesWhatFitsAndGivesItBack) {
+  InstallCpuMemoryTracker();
+  auto arena = std::make_shared<ShmArena>(nullptr, 0);  // an empty arena places nothing
+  EXPECT_FALSE(arena->Empty(1, torch::kFloat32).defined());
+  // A private mapping stands in for the segment (the arena unmaps it).
+  void* mapped = ::mmap(nullptr, 1 << 16, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mapped, MAP_FAILED);
+  arena = std::make_shared<ShmArena>(static_cast<char*>(mapped), 1 << 16);
+  {
+    torch::Tensor a = arena->Empty(4096, torch::kFloat32);   // 16 KiB
+    torch::Tensor b = arena->Empty(8192, torch::kFloat32);   // 32 KiB
+    EXPECT_TRUE(a.defined() && b.defined());
+    EXPECT_FALSE(arena->Empty(8192, torch::kFloat32).defined());  // 16 KiB left
+    a = torch::Tensor();
+    EXPECT_EQ(arena->free_bytes(), size_t{32 << 10});
+  }
+  EXPECT_EQ(arena->free_bytes(), size_t{1 << 16});
+  EXPECT_TRUE(arena->Empty(16384, torch::kFloat32).defined());  // the whole arena again
+  torch::Tensor inside, other_thread;
+  {
+    ShmArenaScope scope(arena.get());
+    inside = torch::empty({100}, torch::kFloat32);
+    std::thread([&] { other_thread = torch::empty({100}, torch::kFloat32); }).join();
+  }
+  torch::Tensor outside = torch::empty({100}, torch::kFloat32);
+  EXPECT_GE(arena->OffsetOf(inside.data_ptr(), inside.nbytes()), 0);
+  EXPECT_LT(arena->OffsetOf(other_thread.data_ptr(), other_thread.nbytes()), 0);
+  EXPECT_LT(arena->OffsetOf(outside.data_ptr(), outside.nbytes()), 0);
 }
 
 // A rank that never enters the collective is named when the timeout passes;

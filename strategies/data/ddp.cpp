@@ -31,6 +31,8 @@
 #include "harness/dist.h"
 #include "harness/partial_step.h"
 #include "harness/phase.h"
+#include "harness/shm_arena.h"
+#include "harness/shm_backend.h"
 #include "harness/training.h"
 #include "strategies/data/data_parallel.h"
 #include "strategies/registry.h"
@@ -135,7 +137,15 @@ class DdpStrategy final : public Strategy {
         LogWarn("--cuda-graphs: ddp runs {} eager steps and captures the next; with --warmup={} the timed steps "
                 "include {}", kEagerSteps, config_->warmup, config_->warmup < kEagerSteps ? "eager steps and the capture" : "the capture");
     }
+    // --cpu-backend=shm|auto: the Reducer's gradient buckets live in this
+    // rank's shared-memory arena, so their all-reduces read each other in
+    // place. Room for two full sets: the first step's one bucket and the
+    // rebuilt buckets may be held at once.
+    int64_t grad_bytes = 0;
+    for (const auto& p : params_) grad_bytes += static_cast<int64_t>(p.nbytes());
+    arena_ = AttachShmArenas(dist_->shm_world, 2 * grad_bytes + (1 << 20));
     auto make_reducer = [&] {
+      ShmArenaScope in_arena(arena_.get());
       reducer_ = std::make_shared<c10d::Reducer>(params_, buckets, dist_->group, sparse, cap,
                                                  /*find_unused_parameters=*/false,
                                                  /*gradient_as_bucket_view=*/false, names,
@@ -190,6 +200,7 @@ class DdpStrategy final : public Strategy {
         if (sync) reducer_->prepare_for_forward();
         {
           CollectiveLabel label("DDP bucket rebuild");
+          ShmArenaScope in_arena(arena_.get());
           reducer_->rebuild_buckets();
         }
         if (sync) dist_->BroadcastFromRoot(buffers_, "DDP buffer broadcast");
@@ -329,6 +340,7 @@ class DdpStrategy final : public Strategy {
   torch::Device device_ = torch::kCPU;
   ResNet model_{nullptr};
   std::vector<torch::Tensor> params_, buffers_;
+  std::shared_ptr<ShmArena> arena_;  // before reducer_: its buckets may live here
   std::shared_ptr<c10d::Reducer> reducer_;
   std::shared_ptr<c10d::Logger> logger_;
   std::shared_ptr<CommTimeline> timeline_;

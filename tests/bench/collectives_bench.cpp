@@ -10,7 +10,10 @@
 // all-reduce, (n-1)/n for all-gather and reduce-scatter, 1 for broadcast.
 // Each case runs the call the strategies make: on Gloo, reduce-scatter is
 // zero1's alltoall + local sum (Gloo has none; shared memory's is its own)
-// and all-gather is allgather_into_tensor_coalesced.
+// and all-gather is allgather_into_tensor_coalesced. BM_ShmArena_allreduce
+// is shared memory's all-reduce of buffers placed in the ranks' arenas
+// (harness/shm_arena.h), as ddp places its gradient buckets: summed where
+// they lie (nccl-tests' registered-buffer mode is the same idea on a GPU).
 // DDPBENCH_BENCH_RANKS sets the CPU world (default 2).
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
@@ -27,6 +30,8 @@
 
 #include "harness/cuda_support.h"
 #include "harness/dist.h"
+#include "harness/shm_arena.h"
+#include "harness/shm_backend.h"
 #include "tests/thread_ranks.h"
 
 namespace ddpbench {
@@ -85,15 +90,20 @@ void RunOnce(DistContext& rank, Op op, Buffers& b) {
 // others wait for a job (op, buffers, repetitions) and run it in lockstep.
 class Cluster {
  public:
-  // `cpu_backend`: --cpu-backend (gloo or shm) of CPU ranks.
-  Cluster(int world, bool cuda, const std::string& cpu_backend) : ranks_(world) {
+  // `cpu_backend`: --cpu-backend (gloo or shm) of CPU ranks; `arena_bytes`
+  // > 0: each rank also attaches a shared-memory arena of that size.
+  Cluster(int world, bool cuda, const std::string& cpu_backend, int64_t arena_bytes = 0)
+      : ranks_(world), arenas_(world) {
     store_ = testing::ServeStoreOnFreePort();
     std::vector<std::thread> joining;
     for (int r = 0; r < world; ++r) {
       auto& d = ranks_[r];
       testing::AsSpawnedRank(d, r, world, store_->getPort(), cpu_backend);
       if (cuda) d.device = torch::Device(torch::kCUDA, r);
-      joining.emplace_back([&d, cuda] { d.Connect(120.0, cuda, /*nccl=*/cuda); });
+      joining.emplace_back([this, &d, r, cuda, arena_bytes] {
+        d.Connect(120.0, cuda, /*nccl=*/cuda);
+        if (arena_bytes > 0) arenas_[r] = AttachShmArenas(d.shm_world, arena_bytes);
+      });
     }
     for (auto& t : joining) t.join();
     for (int r = 1; r < world; ++r) workers_.emplace_back([this, r] { Serve(r); });
@@ -104,6 +114,7 @@ class Cluster {
   }
   int world() const { return static_cast<int>(ranks_.size()); }
   const DistContext& rank(int r) const { return ranks_[r]; }
+  ShmArena* arena(int r) const { return arenas_[r].get(); }
 
   // Runs `op` `reps` times on every rank; returns when rank 0 is done (the
   // collectives themselves keep the ranks in step).
@@ -144,6 +155,7 @@ class Cluster {
   }
 
   std::vector<DistContext> ranks_;
+  std::vector<std::shared_ptr<ShmArena>> arenas_;
   c10::intrusive_ptr<c10d::TCPStore> store_;
   std::vector<std::thread> workers_;
   std::mutex mutex_;
@@ -164,7 +176,9 @@ Cluster& GetCluster(bool cuda, const std::string& cpu_backend) {
   if (!c) {
     const char* env = std::getenv("DDPBENCH_BENCH_RANKS");
     int world = cuda ? CudaDeviceCount() : (env ? std::atoi(env) : 2);
-    c = std::make_unique<Cluster>(world < 2 ? 2 : world, cuda, cpu_backend);
+    const bool arena = cpu_backend == "shm-arena";  // room for the largest buffer
+    c = std::make_unique<Cluster>(world < 2 ? 2 : world, cuda, arena ? "shm" : cpu_backend,
+                                  arena ? (64 << 20) + (1 << 20) : 0);
   }
   return *c;
 }
@@ -179,6 +193,14 @@ void BM_Collective(benchmark::State& state, Op op, bool cuda, const std::string&
   for (int r = 0; r < n; ++r) {
     auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(cluster.rank(r).device);
     buffers[r] = {torch::ones({part * n}, opts), torch::ones({part}, opts), torch::empty({part * n}, opts)};
+    if (ShmArena* arena = cluster.arena(r)) {
+      buffers[r].full = arena->Empty(part * n, torch::kFloat32);
+      if (!buffers[r].full.defined()) {
+        state.SkipWithError("no room in the shared-memory arena");
+        return;
+      }
+      buffers[r].full.fill_(1);
+    }
   }
   const int64_t real_bytes = part * n * 4;  // S rounded down to a multiple of 4n
   cluster.Run(op, buffers, 1);              // warm-up: Gloo pairs, NCCL communicators
@@ -191,7 +213,7 @@ void BM_Collective(benchmark::State& state, Op op, bool cuda, const std::string&
   state.counters["algbw"] = benchmark::Counter(moved, benchmark::Counter::kIsRate);
   state.counters["busbw"] = benchmark::Counter(moved * BusFactor(op, n), benchmark::Counter::kIsRate);
   state.counters["ranks"] = n;
-  state.SetLabel(cuda ? "nccl" : cluster.rank(0).backend);
+  state.SetLabel(cuda ? "nccl" : cluster.arena(0) ? "shm, buffers in arenas" : cluster.rank(0).backend);
 }
 
 void Register(const std::string& name, Op op, bool cuda, const std::string& cpu_backend = "gloo") {
@@ -209,6 +231,7 @@ const bool kRegistered = [] {
   for (auto [name, op] : ops) {
     Register(std::string("BM_Gloo_") + name, op, false);
     Register(std::string("BM_Shm_") + name, op, false, "shm");
+    if (op == Op::kAllReduce) Register(std::string("BM_ShmArena_") + name, op, false, "shm-arena");
     if (CudaAvailable() && CudaDeviceCount() >= 2) Register(std::string("BM_Nccl_") + name, op, true);
   }
   return true;
