@@ -283,6 +283,7 @@ class DdpStrategy final : public Strategy {
       buckets.emplace_back();
       for (int64_t k = 0; k < sizes[b].item<int64_t>(); ++k) buckets.back().push_back(order[i++].item<int64_t>());
     }
+    ShmArenaScope in_arena(arena_.get());  // as at set-up: the buckets in this rank's arena
     reducer_->initialize_buckets(std::move(buckets));
   }
 
