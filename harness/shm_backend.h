@@ -3,8 +3,11 @@
 // into its slot of a POSIX shared-memory segment, each sums its share of every
 // rank's buffer in rank order (bf16 and fp16 in fp32), and each copies the
 // others' sums back: no socket, no kernel copy, no transport thread, the same
-// bits on every rank. Waiting is a short spin, then a futex, so a waiting rank
-// leaves its core to the peer.
+// bits on every rank. Tensors the ranks placed in their shared-memory arenas
+// (shm_arena.h, AttachShmArenas below) skip the slots: each rank sums its
+// share where the tensors lie and copies the others' sums out of theirs.
+// Waiting is a short spin, then a futex, so a waiting rank leaves its core to
+// the peer.
 // A c10d::Backend below the recording backend (recording_backend.h), so the
 // flight recorder and straggler figures read it as they read Gloo. What it
 // does not do itself (all-to-all, gather, scatter, non-contiguous or non-CPU
