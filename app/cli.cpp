@@ -450,6 +450,10 @@ void ValidateConfig(const RunConfig& c) {
   if (c.cuda_graphs && c.device == "cpu")
     throw ConfigError("--cuda-graphs: CUDA graphs need --device=cuda (or auto on a machine with a GPU); "
                       "leave the flag out on CPU");
+  if (c.cuda_graphs && c.gradient_as_bucket_view)
+    throw ConfigError("--gradient-as-bucket-view with --cuda-graphs: every step resets the gradients and the "
+                      "Reducer points them at its buckets again, which a captured step has not been checked to "
+                      "replay; accepted: leave one of them out");
   if (!(c.lr > 0) || !std::isfinite(c.lr)) throw ConfigError(fmt::format("--lr={}: must be a positive number", c.lr));
   CheckMember("--lr-scaling", c.lr_scaling, {"none", "linear", "sqrt"});
   if (c.momentum < 0 || c.momentum >= 1) throw ConfigError(fmt::format("--momentum={}: must be in [0, 1)", c.momentum));
@@ -639,6 +643,10 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
                "soon as its all-reduce or reduce-scatter completes, overlapping the optimizer with the rest of "
                "backward; mp, pmp (CPU, one process): step each parameter once its last micro-batch's gradient "
                "lands, in the other stages' drain (the same update)");
+  app.add_flag("--gradient-as-bucket-view", c.gradient_as_bucket_view,
+               "ddp: each parameter's .grad is a view into the Reducer's bucket, as torch DDP's "
+               "gradient_as_bucket_view=True: one copy of the gradients instead of two, and no copy back after the "
+               "all-reduce");
   app.add_option("--balance", c.balance, "mp/pmp: time (measured forward+backward per unit)|params");
   app.add_option("--split", c.split, "mp/pmp: units per stage, e.g. 4,6");
   app.add_option("--units", c.units,

@@ -118,6 +118,7 @@ struct RunConfig {
   std::string zero_reduce = "reduce-scatter";  // reduce-scatter|all-reduce
   std::string cpu_backend = "gloo";  // gloo|shm|auto: CPU collectives (harness/shm_backend.h)
   bool overlap_optimizer = false;    // step each bucket as its all-reduce completes (harness/partial_step.h)
+  bool gradient_as_bucket_view = false;  // ddp: .grad are views into the Reducer's buckets (torch's DDP option)
 
   // Model parallel (mp, pmp).
   std::string balance = "time";      // time|params

@@ -97,30 +97,43 @@ void CombineInto(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, c10d
   }
 }
 
-// `out` = parts[0] op parts[1] op ... in rank order; half precisions in fp32.
+// `out` = parts[0] op parts[1] op ... in rank order, then divided by
+// `divisor` (an average: ReduceOp::AVG); half precisions in fp32.
 // `out` aliases none of the parts.
-void ReduceInto(at::Tensor out, const std::vector<at::Tensor>& parts, c10d::ReduceOp::RedOpType op) {
+void ReduceInto(at::Tensor out, const std::vector<at::Tensor>& parts, c10d::ReduceOp::RedOpType op,
+                int64_t divisor = 1) {
   const bool half = out.scalar_type() == at::kBFloat16 || out.scalar_type() == at::kHalf;
   if (!half && parts.size() > 1) {
     CombineInto(out, parts[0], parts[1], op);
     for (size_t j = 2; j < parts.size(); ++j) Combine(out, parts[j], op);
+    if (divisor != 1) out.div_(divisor);
     return;
   }
   at::Tensor acc = half ? parts[0].to(at::kFloat) : out;
   if (!half) acc.copy_(parts[0]);
   for (size_t j = 1; j < parts.size(); ++j) Combine(acc, half ? parts[j].to(at::kFloat) : parts[j], op);
+  if (divisor != 1) acc.div_(divisor);
   if (half) out.copy_(acc);
 }
 
 constexpr int64_t kSumBlock = 2048;  // elements summed per pass, in a buffer on the stack
 constexpr int64_t kOnePassBytes = 4 << 20;  // shares this large are summed by AddParts, smaller by ATen
 
-// acc[0, m) = p[0][i] + p[1][i] + ... in rank order; m <= kSumBlock.
+// acc[0, m) = (p[0][i] + p[1][i] + ...) / divisor, summed in rank order;
+// m <= kSumBlock.
 template <typename T>
-void AddParts(const std::vector<const T*>& p, int64_t m, T* acc) {
+void AddParts(const std::vector<const T*>& p, int64_t m, T* acc, int64_t divisor) {
   for (int64_t i = 0; i < m; ++i) acc[i] = p[0][i] + p[1][i];
   for (size_t j = 2; j < p.size(); ++j)
     for (int64_t i = 0; i < m; ++i) acc[i] += p[j][i];
+  if (divisor == 1) return;
+  if ((divisor & (divisor - 1)) == 0) {  // by a power of two: the reciprocal is exact, and a product is cheaper
+    const T r = T(1) / static_cast<T>(divisor);
+    for (int64_t i = 0; i < m; ++i) acc[i] *= r;
+  } else {
+    const T d = static_cast<T>(divisor);
+    for (int64_t i = 0; i < m; ++i) acc[i] /= d;
+  }
 }
 
 // a = b = parts[0] + parts[1] + ... in rank order, one pass over the parts
@@ -132,7 +145,7 @@ void AddParts(const std::vector<const T*>& p, int64_t m, T* acc) {
 // 1.02-1.16x); on shares that stay in the cache ATen's vectorized add is
 // faster (a 4 MiB all-reduce all through this loop: 0.71x).
 template <typename T>
-void SumBlocks(at::Tensor& a, at::Tensor& b, const std::vector<at::Tensor>& parts) {
+void SumBlocks(at::Tensor& a, at::Tensor& b, const std::vector<at::Tensor>& parts, int64_t divisor) {
   alignas(64) T acc[kSumBlock];
   std::vector<const T*> p, at_block(parts.size());
   for (const auto& t : parts) p.push_back(t.const_data_ptr<T>());
@@ -142,22 +155,23 @@ void SumBlocks(at::Tensor& a, at::Tensor& b, const std::vector<at::Tensor>& part
   for (int64_t at = 0; at < n; at += kSumBlock) {
     const int64_t m = std::min(kSumBlock, n - at);
     for (size_t j = 0; j < p.size(); ++j) at_block[j] = p[j] + at;
-    AddParts(at_block, m, acc);
+    AddParts(at_block, m, acc, divisor);
     std::memcpy(to_a + at, acc, m * sizeof(T));
     std::memcpy(to_b + at, acc, m * sizeof(T));
   }
 }
 
-void SumToBoth(at::Tensor a, at::Tensor b, const std::vector<at::Tensor>& parts, c10d::ReduceOp::RedOpType op) {
+void SumToBoth(at::Tensor a, at::Tensor b, const std::vector<at::Tensor>& parts, c10d::ReduceOp::RedOpType op,
+               int64_t divisor) {
   const auto dtype = a.scalar_type();
   if (op != c10d::ReduceOp::SUM || parts.size() < 2 || (dtype != at::kFloat && dtype != at::kDouble) ||
       a.numel() * a.element_size() < kOnePassBytes) {
-    ReduceInto(a, parts, op);
+    ReduceInto(a, parts, op, divisor);
     b.copy_(a);
   } else if (dtype == at::kFloat) {
-    SumBlocks<float>(a, b, parts);
+    SumBlocks<float>(a, b, parts, divisor);
   } else {
-    SumBlocks<double>(a, b, parts);
+    SumBlocks<double>(a, b, parts, divisor);
   }
 }
 
@@ -199,14 +213,24 @@ class ShmBackend : public c10d::Backend {
   }
   void abort() override { spec_.fallback->abort(); }
 
+  // ReduceOp::AVG (which Gloo refuses) divides in the sum's own pass; a
+  // tensor Gloo takes is divided first and summed there.
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& t, const c10d::AllreduceOptions& o) override {
-    if (!Ours(t) || !Reducible(o.reduceOp)) return spec_.fallback->allreduce(t, o);
+    if (o.reduceOp == c10d::ReduceOp::AVG) {
+      if (!Averaged(t)) return spec_.fallback->allreduce(t, DividedForSum(t, o));
+    } else if (!Ours(t) || !Reducible(o.reduceOp)) {
+      return spec_.fallback->allreduce(t, o);
+    }
     auto op = o.reduceOp.op_;
     return Enqueue(c10d::OpType::ALLREDUCE, t, [this, t, op] { AllReduce(t[0], op); });
   }
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& t,
                                                      const c10d::AllreduceCoalescedOptions& o) override {
-    if (!Ours(t, true) || !Reducible(o.reduceOp)) return spec_.fallback->allreduce_coalesced(t, o);
+    if (o.reduceOp == c10d::ReduceOp::AVG) {
+      if (!Averaged(t, true)) return spec_.fallback->allreduce_coalesced(t, DividedForSum(t, o));
+    } else if (!Ours(t, true) || !Reducible(o.reduceOp)) {
+      return spec_.fallback->allreduce_coalesced(t, o);
+    }
     auto op = o.reduceOp.op_;
     return Enqueue(c10d::OpType::ALLREDUCE_COALESCED, t, [this, t, op] {
       for (const auto& x : t) AllReduce(x, op);
@@ -392,6 +416,21 @@ class ShmBackend : public c10d::Backend {
         return false;
     return true;
   }
+  // An average (ReduceOp::AVG) this backend takes: floating tensors it reduces.
+  static bool Averaged(const std::vector<at::Tensor>& t, bool many = false) {
+    if (!Ours(t, many)) return false;
+    for (const auto& x : t)
+      if (!at::isFloatingType(x.scalar_type())) return false;
+    return true;
+  }
+  // `o` as a sum, each tensor divided by the group's size first: an average
+  // Gloo takes.
+  template <typename Options>
+  Options DividedForSum(std::vector<at::Tensor>& t, Options o) const {
+    for (auto& x : t) x.div_(size_);
+    o.reduceOp = c10d::ReduceOp::SUM;
+    return o;
+  }
   static bool SameShapes(const std::vector<at::Tensor>& t, const at::Tensor& like) {
     for (const auto& x : t)
       if (x.numel() != like.numel()) return false;
@@ -427,8 +466,10 @@ class ShmBackend : public c10d::Backend {
   // result slot only after every rank has copied this chunk's out of it.
   void AllReduce(const at::Tensor& tensor, c10d::ReduceOp::RedOpType op) {
     const auto dtype = tensor.scalar_type();
+    const int64_t divisor = op == c10d::ReduceOp::AVG ? size_ : 1;
+    if (divisor != 1) op = c10d::ReduceOp::SUM;
     if (arena_ && op == c10d::ReduceOp::SUM && (dtype == at::kFloat || dtype == at::kDouble) &&
-        AllReduceInArenas(tensor))
+        AllReduceInArenas(tensor, divisor))
       return;
     for (const Span c : Chunks(tensor.numel(), Capacity(tensor))) {
       at::Tensor local = tensor.view(-1).narrow(0, c.offset, c.count);
@@ -443,7 +484,8 @@ class ShmBackend : public c10d::Backend {
         std::vector<at::Tensor> parts;
         for (int r = 0; r < size_; ++r)
           parts.push_back(r == rank_ ? local.narrow(0, mine.offset, mine.count) : Slot(r, dtype, mine.count, mine.offset));
-        SumToBoth(Slot(size_, dtype, mine.count, mine.offset), local.narrow(0, mine.offset, mine.count), parts, op);
+        SumToBoth(Slot(size_, dtype, mine.count, mine.offset), local.narrow(0, mine.offset, mine.count), parts, op,
+                  divisor);
       }
       Barrier("allreduce");
       others([&](Span s) { local.narrow(0, s.offset, s.count).copy_(Slot(size_, dtype, s.count, s.offset)); });
@@ -459,7 +501,7 @@ class ShmBackend : public c10d::Backend {
   // path also writes every published share and the result slot and reads
   // them back: about 1.6x fewer bytes. The same bits (rank order). False,
   // on every rank alike, when some rank's tensor is elsewhere.
-  bool AllReduceInArenas(const at::Tensor& tensor) {
+  bool AllReduceInArenas(const at::Tensor& tensor, int64_t divisor) {
     const int64_t n = tensor.numel();
     header_->arena_offset[rank_].store(arena_->OffsetOf(tensor.data_ptr(), tensor.nbytes()));
     header_->numel[rank_].store(n);
@@ -470,8 +512,8 @@ class ShmBackend : public c10d::Backend {
       if (const int64_t theirs = header_->numel[r].load(); theirs != n)
         Fail(fmt::format("shared-memory allreduce of group {}: rank {} reduces {} elements, rank {} {}", spec_.name,
                          spec_.ranks[rank_], n, spec_.ranks[r], theirs));
-    if (tensor.scalar_type() == at::kFloat) SumInArenas<float>(tensor);
-    else SumInArenas<double>(tensor);
+    if (tensor.scalar_type() == at::kFloat) SumInArenas<float>(tensor, divisor);
+    else SumInArenas<double>(tensor, divisor);
     Barrier("allreduce");
     const int64_t item = tensor.element_size();
     for (int r = 0; r < size_; ++r)
@@ -490,7 +532,7 @@ class ShmBackend : public c10d::Backend {
   // (into a temporary, as this rank's part is one of the addends), a larger
   // one block by block.
   template <typename T>
-  void SumInArenas(const at::Tensor& tensor) {
+  void SumInArenas(const at::Tensor& tensor, int64_t divisor) {
     const Span mine = ShareOf(tensor.numel(), rank_, size_);
     std::vector<const T*> parts(size_), block(size_);
     for (int r = 0; r < size_; ++r) parts[r] = reinterpret_cast<const T*>(InArena(r)) + mine.offset;
@@ -500,7 +542,7 @@ class ShmBackend : public c10d::Backend {
       for (const T* p : parts)
         addends.push_back(at::from_blob(const_cast<T*>(p), {mine.count}, tensor.options()));
       at::Tensor sum = at::empty({mine.count}, tensor.options());
-      ReduceInto(sum, addends, c10d::ReduceOp::SUM);
+      ReduceInto(sum, addends, c10d::ReduceOp::SUM, divisor);
       at::from_blob(own, {mine.count}, tensor.options()).copy_(sum);
       return;
     }
@@ -508,7 +550,7 @@ class ShmBackend : public c10d::Backend {
     for (int64_t i = 0; i < mine.count; i += kSumBlock) {
       const int64_t k = std::min(kSumBlock, mine.count - i);
       for (int r = 0; r < size_; ++r) block[r] = parts[r] + i;
-      AddParts(block, k, acc);
+      AddParts(block, k, acc, divisor);
       std::memcpy(own + i, acc, k * sizeof(T));
     }
   }

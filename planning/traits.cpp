@@ -33,7 +33,9 @@ const std::vector<StrategyTraits>& StrategyTraitsTable() {
       {"ddp",
        "DistributedDataParallel: one rank per device, PyTorch's c10d::Reducer (bucketed all-reduce overlapping "
        "backward)",
-       Family::kDataRanks, 0, true, false, Plus(kRankFlags, {"--grad-accum", "--compression", "--cuda-graphs", "--overlap-optimizer"}), ""},
+       Family::kDataRanks, 0, true, false, Plus(kRankFlags, {"--grad-accum", "--compression", "--cuda-graphs", "--overlap-optimizer",
+                                                      "--gradient-as-bucket-view"}),
+       ""},
       {"mp", "model parallel: the model's units split over the devices, one stage working at a time",
        Family::kPipeline, 0, false, false, kPipelineFlags, kPipelineNoGraphs},
       {"pmp", "pipelined model parallel: micro-batches through the stages at once (GPipe or 1F1B)", Family::kPipeline,

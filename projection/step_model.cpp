@@ -81,11 +81,13 @@ double BackwardPeakBytes(const Profile& p, size_t first, size_t last, double ima
 // ddp keeps its bucket buffers (the formula's gradients) beside .grad, zero1
 // its .grad as views of its flat buffer; zero3 also gathers a unit at a time.
 void SetDataParallelMemory(const Profile& p, Family family, int stage, int world, int64_t batch,
-                           StepPrediction* out) {
+                           bool bucket_views, StepPrediction* out) {
   const ModelStateBytes per = StateBytes(p);
   out->states_mb = ZeroExpectedMb(stage, p.Parameters(), world, per);
   const bool plain = family == Family::kSingle || family == Family::kDataInProcess;
-  const bool grads_made = stage != 1;
+  // ddp --gradient-as-bucket-view: each gradient autograd makes is copied
+  // into its bucket and dropped, so backward holds no second set.
+  const bool grads_made = stage != 1 && !bucket_views;
   double fixed = out->states_mb;
   if (plain) fixed -= static_cast<double>(p.Parameters()) * per.grad / kMiB;  // the walk counts them
   if (stage == 3)
@@ -93,6 +95,11 @@ void SetDataParallelMemory(const Profile& p, Family family, int stage, int world
   const double acts = BackwardPeakBytes(p, 0, p.units.size() - 1, static_cast<double>(batch), 0, grads_made) / kMiB;
   out->activation_mb_per_image = ActivationBytesPerImage(p) / kMiB;
   out->memory_mb = fixed + acts;
+  // ddp rebuilds its buckets after the first step: for a moment it holds the
+  // old buckets and the new, a second set that, with the gradients as bucket
+  // views, outweighs what backward adds.
+  const double grads_mb = static_cast<double>(p.Parameters()) * per.grad / kMiB;
+  if (family == Family::kDataRanks) out->memory_mb = std::max(out->memory_mb, out->states_mb + grads_mb);
 }
 
 // The earliest unit (model order) among a bucket's tensors: its gradients are
@@ -591,7 +598,8 @@ StepPrediction PredictDataParallel(const Profile& p, const StepQuery& q, const S
   // dp keeps one optimizer on its first device; the others one per rank,
   // sharded over a shard group of world / replicas.
   const int holders = traits.family == Family::kDataInProcess ? 1 : world / q.replicas;
-  SetDataParallelMemory(p, traits.family, traits.zero_stage, holders, q.batch, &out);
+  SetDataParallelMemory(p, traits.family, traits.zero_stage, holders, q.batch,
+                        q.gradient_as_bucket_view && traits.family == Family::kDataRanks, &out);
   return out;
 }
 
@@ -652,7 +660,7 @@ StepPrediction PredictStep(const Profile& p, const StepQuery& q) {
 
 double PredictOneDeviceMemoryMb(const Profile& profile, int64_t batch) {
   StepPrediction out;
-  SetDataParallelMemory(profile, Family::kSingle, 0, 1, batch, &out);
+  SetDataParallelMemory(profile, Family::kSingle, 0, 1, batch, /*bucket_views=*/false, &out);
   return out.memory_mb;
 }
 

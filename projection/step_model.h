@@ -58,6 +58,7 @@ struct StepQuery {
   // per node).
   int replicas = 0;
   bool overlap_optimizer = false;  // ddp, zero1/2/3, hsdp, mp, pmp (--overlap-optimizer)
+  bool gradient_as_bucket_view = false;  // ddp (--gradient-as-bucket-view): one copy of the gradients
 };
 
 struct StepPrediction {

@@ -239,6 +239,14 @@ TEST(Config, StrategyFlagsOnlyWhereTheyApply) {
   EXPECT_NE(ParseError({"--strategy=ddp", "--device=cuda", "--overlap-optimizer", "--cuda-graphs"})
                 .find("--overlap-optimizer with --cuda-graphs: "),
             std::string::npos);
+  // --gradient-as-bucket-view: ddp's, and not under a captured step.
+  EXPECT_EQ(ParseError({"--strategy=ddp", "--gradient-as-bucket-view", "--grad-accum=2", "--overlap-optimizer"}), "");
+  EXPECT_NE(ParseError({"--strategy=zero1", "--gradient-as-bucket-view"})
+                .find("--gradient-as-bucket-view=true: applies only to --strategy=ddp, not to --strategy=zero1"),
+            std::string::npos);
+  EXPECT_NE(ParseError({"--strategy=ddp", "--device=cuda", "--gradient-as-bucket-view", "--cuda-graphs"})
+                .find("--gradient-as-bucket-view with --cuda-graphs: every step resets the gradients"),
+            std::string::npos);
   // --fuse: bn-add-relu CUDA only, conv-bn on any device, both BatchNorm only.
   EXPECT_EQ(ParseError({"--device=cuda", "--fuse=bn-add-relu"}), "");
   EXPECT_EQ(ParseError({"--device=cpu", "--fuse=conv-bn"}), "");

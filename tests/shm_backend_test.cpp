@@ -4,7 +4,7 @@
 // sub-groups; the sum is the same bits on every rank, in rank order; a rank
 // that never comes is named when the timeout passes; point-to-point messages
 // through the mailboxes, matched by tag; tensors placed in the ranks' arenas
-// all-reduced in place. Ranks are threads of
+// all-reduced in place; averages. Ranks are threads of
 // this process, joined through a TCPStore served here.
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -308,6 +308,43 @@ TEST(ShmBackend, TensorsInArenasAllReduceInPlaceToTheRankOrderSum) {
           << error;
     }
   });
+}
+
+// ReduceOp::AVG (which Gloo refuses): the rank-order sum divided by the
+// world inside the sum's pass, on the slots' path and in the arenas, for
+// shares summed by ATen and block by block (world 2 multiplies by the exact
+// reciprocal, world 3 divides); the same bits as summing, then dividing. An
+// integer tensor is refused on every rank, as a division would not be exact.
+TEST(ShmBackend, AverageIsTheRankOrderSumDividedByTheWorld) {
+  for (int world : {2, 3}) {
+    ThreadWorld w(world, "shm");
+    auto average_of = [&](int64_t numel, torch::ScalarType dtype) {
+      const bool half = dtype == torch::kBFloat16;
+      torch::Tensor sum = MadeUp(0, numel, dtype).to(half ? torch::kFloat32 : dtype);
+      for (int r = 1; r < world; ++r) sum.add_(MadeUp(r, numel, dtype).to(sum.scalar_type()));
+      return sum.div_(world).to(dtype);
+    };
+    w.Run([&](int r, DistContext& d) {
+      auto arena = AttachShmArenas(d.shm_world, 32 << 20);
+      ASSERT_TRUE(arena);
+      const int64_t large = (world * 4 + 1) << 18;  // fp32 shares over 4 MiB: block by block
+      for (auto dtype : kDtypes)
+        for (int64_t numel : {int64_t{7}, int64_t{1500}, large})
+          for (bool in_arena : {false, true}) {
+            if (numel == large && (dtype != torch::kFloat32 || !in_arena)) continue;
+            torch::Tensor t = in_arena ? arena->Empty(numel, dtype) : torch::empty({numel}, dtype);
+            ASSERT_TRUE(t.defined());
+            t.copy_(MadeUp(r, numel, dtype));
+            std::vector<torch::Tensor> ts{t};
+            d.group->allreduce(ts, c10d::AllreduceOptions{c10d::ReduceOp::AVG})->wait();
+            EXPECT_TRUE(torch::equal(t, average_of(numel, dtype)))
+                << "world " << world << " " << dtype << " " << numel << " rank " << r << (in_arena ? " in arena" : "");
+          }
+      std::vector<torch::Tensor> counts{torch::ones({5}, torch::kInt32)};
+      EXPECT_THROW(d.group->allreduce(counts, c10d::AllreduceOptions{c10d::ReduceOp::AVG})->wait(), c10::Error)
+          << "rank " << r;
+    });
+  }
 }
 
 // The arena's allocator: what it cannot place it refuses (the caller then

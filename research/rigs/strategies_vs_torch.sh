@@ -3,7 +3,8 @@
 # 2 CPU ranks, and single on 1 device for the scaling baseline) against what
 # PyTorch users run instead (research/rigs/torch_sharded.py: DDP, DDP +
 # ZeroRedundancyOptimizer, FSDP2 without and with reshard after forward), in
-# interleaved rounds: each round runs all nine once, the order reversed every
+# interleaved rounds: each round runs all eleven once (ddp on both sides also
+# with its gradients as views into the buckets), the order reversed every
 # other round, so a slow minute on a shared machine hits every entry alike.
 #
 #   research/rigs/strategies_vs_torch.sh OUT.csv [ROUNDS=5]
@@ -46,8 +47,8 @@ DDPBENCH=(--device=cpu --model=resnet18 --image-size=64 --batch-size=16 --thread
           --steps="$STEPS" --warmup="$WARMUP" --no-eval --progress=off --cpu-malloc="$MALLOC")
 TORCH=(--model=resnet18 --image-size=64 --batch-size=16 --steps="$STEPS" --warmup="$WARMUP")
 # side:config, in round 1's order
-ENTRIES=(ddpbench:single ddpbench:ddp ddpbench:zero1 ddpbench:zero2 ddpbench:zero3
-         torch:ddp torch:zero1 torch:fsdp2-noreshard torch:fsdp2)
+ENTRIES=(ddpbench:single ddpbench:ddp ddpbench:ddp-bucket-view ddpbench:zero1 ddpbench:zero2 ddpbench:zero3
+         torch:ddp torch:ddp-bucket-view torch:zero1 torch:fsdp2-noreshard torch:fsdp2)
 
 HOST="$(hostname)"
 SHA="$(git -C "$ROOT" describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)"
@@ -63,7 +64,8 @@ run_entry() {
   local r="$1" side="$2" config="$3" cmd img_s="" rc=0 argv
   if [[ $side == ddpbench ]]; then
     local gpus=2; [[ $config == single ]] && gpus=1
-    argv=("$BIN" --strategy="$config" --gpus="$gpus" "${DDPBENCH[@]}")
+    argv=("$BIN" --strategy="${config%-bucket-view}" --gpus="$gpus" "${DDPBENCH[@]}")
+    [[ $config == *-bucket-view ]] && argv+=(--gradient-as-bucket-view)
     # shellcheck disable=SC2206  # FLAGS is a list of words
     [[ $config != single && -n ${FLAGS:-} ]] && argv+=($FLAGS)
     cmd="${argv[*]}"  # as run, less the --out into this rig's scratch folder
@@ -120,13 +122,23 @@ def line(name, num, den, scale=1.0):
     print(f"  {name:34s} {of_medians:6.3f}   median of per-round ratios {med}")
 
 print("ratios (ratio of the medians; then the median of per-round ratios):")
+# Each side's DDP at its best in each round: with or without the gradients as bucket views.
+for side in ("ddpbench", "torch"):
+    plain, view = by.get(f"{side}:ddp", {}), by.get(f"{side}:ddp-bucket-view", {})
+    if plain or view:
+        by[f"{side}:ddp-best"] = {r: max(plain.get(r, 0), view.get(r, 0)) for r in set(plain) | set(view)}
 line("ddp / torch-ddp", "ddpbench:ddp", "torch:ddp")
+line("ddp-bucket-view / torch-same", "ddpbench:ddp-bucket-view", "torch:ddp-bucket-view")
+line("ddp best / torch-ddp best", "ddpbench:ddp-best", "torch:ddp-best")
 line("zero1 / torch-zero1", "ddpbench:zero1", "torch:zero1")
 line("zero2 / torch-fsdp2-noreshard", "ddpbench:zero2", "torch:fsdp2-noreshard")
 line("zero3 / torch-fsdp2", "ddpbench:zero3", "torch:fsdp2")
 line("zero1 / ddp", "ddpbench:zero1", "ddpbench:ddp")
 line("zero2 / ddp", "ddpbench:zero2", "ddpbench:ddp")
 line("zero3 / ddp", "ddpbench:zero3", "ddpbench:ddp")
+for stage in (1, 2, 3):
+    line(f"zero{stage} / ddp best", f"ddpbench:zero{stage}", "ddpbench:ddp-best")
 line("ddp scaling eff. = ddp/(2 x single)", "ddpbench:ddp", "ddpbench:single", scale=2.0)
+line("ddp-bucket-view scaling eff.", "ddpbench:ddp-bucket-view", "ddpbench:single", scale=2.0)
 PY
 if (( FAILED > 0 )); then echo "$0: $FAILED run(s) failed (see 'failed:' above)" >&2; exit 1; fi

@@ -25,6 +25,8 @@ torch.multiprocessing. --batch-size is per rank, as ddpbench's.
 Modes:
   ddp              DistributedDataParallel, its defaults (25 MiB buckets,
                    buffers broadcast before every forward): vs ddpbench ddp
+  ddp-bucket-view  the same with gradient_as_bucket_view=True: vs ddpbench
+                   ddp --gradient-as-bucket-view
   zero1            DDP as above + ZeroRedundancyOptimizer (overlap_with_ddp
                    off): optimizer state sharded, each rank's updated
                    parameters broadcast after the step: vs ddpbench zero1
@@ -63,7 +65,7 @@ import torch.nn as nn
 
 from bench_util import free_port
 
-MODES = ["ddp", "zero1", "fsdp2-noreshard", "fsdp2", "hsdp"]
+MODES = ["ddp", "ddp-bucket-view", "zero1", "fsdp2-noreshard", "fsdp2", "hsdp"]
 POOL_BATCHES = 4  # ddpbench's synthetic pool (datasets/synthetic.cpp kPoolBatches)
 
 
@@ -96,9 +98,10 @@ def build(a, rank):
     torch.manual_seed(42)  # the same weights on every rank (FSDP2 shards each rank's own copy)
     model = torchvision.models.resnet18(num_classes=a.num_classes)
     sgd = dict(lr=a.lr, momentum=a.momentum, weight_decay=0.0, foreach=False)
-    if a.mode in ("ddp", "zero1"):
-        model = nn.parallel.DistributedDataParallel(model)  # bucket_cap_mb=25, broadcast_buffers=True
-        if a.mode == "ddp":
+    if a.mode in ("ddp", "ddp-bucket-view", "zero1"):
+        # bucket_cap_mb=25, broadcast_buffers=True
+        model = nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=a.mode == "ddp-bucket-view")
+        if a.mode != "zero1":
             return model, torch.optim.SGD(model.parameters(), **sgd)
         from torch.distributed.optim import ZeroRedundancyOptimizer
         opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD,

@@ -5,9 +5,10 @@
 // backward order after it (compute_bucket_assignment_by_size with a 1 MiB
 // first bucket and --bucket-cap-mb), bucketed all-reduce overlapping backward,
 // buffers broadcast before every forward, no synchronisation on accumulation
-// micro-steps (no_sync). The one addition is a communication hook that does
-// exactly what torch's allreduce_hook / fp16_compress_hook / bf16_compress_hook
-// do and also timestamps every bucket, so the row can say how long all-reduce
+// micro-steps (no_sync), and with --gradient-as-bucket-view each .grad a view
+// into its bucket (torch's option). The one addition is a communication
+// hook that does exactly what torch's allreduce_hook / fp16_compress_hook /
+// bf16_compress_hook do and also timestamps every bucket, so the row can say how long all-reduce
 // took and how much of it was hidden behind backward, and, with
 // --overlap-optimizer, steps the bucket's parameters as soon as its
 // all-reduce completes (on the thread that completes it), so the optimizer
@@ -46,14 +47,16 @@ using Clock = CommClock;
 // torch's allreduce_hook (divide by the world, all-reduce the bucket), or its
 // fp16/bf16 compress hooks (the same on a half-precision copy), timestamped;
 // with a `stepper`, the bucket's parameters are stepped with its reduced
-// gradients once the all-reduce is done.
+// gradients once the all-reduce is done. With `average` (a world on shared
+// memory) an uncompressed bucket is all-reduced with ReduceOp::AVG, which
+// divides inside the sum's own pass instead of in a pass of its own here.
 class TimedAllReduceHook final
     : public c10d::CppCommHookInterface<c10::intrusive_ptr<c10d::ProcessGroup>> {
  public:
   TimedAllReduceHook(c10::intrusive_ptr<c10d::ProcessGroup> group, std::optional<at::ScalarType> wire,
-                     std::shared_ptr<CommTimeline> timeline, std::shared_ptr<PartialStepper> stepper)
+                     std::shared_ptr<CommTimeline> timeline, std::shared_ptr<PartialStepper> stepper, bool average)
       : CppCommHookInterface(std::move(group)), wire_(wire), timeline_(std::move(timeline)),
-        stepper_(std::move(stepper)) {}
+        stepper_(std::move(stepper)), average_(average && !wire) {}
 
   c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
     // Marks the launch of this bucket's all-reduce in Nsight (the transfer
@@ -66,9 +69,11 @@ class TimedAllReduceHook final
     // be recorded once, at capture, and never again on replay.
     auto cuda_start = timeline_ ? CommTimeline::CudaStart(buffer.is_cuda(), device) : nullptr;
     at::Tensor sent = wire_ ? buffer.to(*wire_) : buffer;
-    sent.div_(state_->getSize());
+    c10d::AllreduceOptions options;
+    if (average_) options.reduceOp = c10d::ReduceOp::AVG;
+    else sent.div_(state_->getSize());
     std::vector<at::Tensor> tensors{sent};
-    auto future = state_->allreduce(tensors)->getFuture();
+    auto future = state_->allreduce(tensors, options)->getFuture();
     auto timeline = timeline_;
     const bool copy_back = wire_.has_value();
     const int64_t index = static_cast<int64_t>(bucket.getIndex());
@@ -94,6 +99,7 @@ class TimedAllReduceHook final
   std::optional<at::ScalarType> wire_;
   std::shared_ptr<CommTimeline> timeline_;
   std::shared_ptr<PartialStepper> stepper_;
+  bool average_;
 };
 
 class DdpStrategy final : public Strategy {
@@ -148,7 +154,7 @@ class DdpStrategy final : public Strategy {
       ShmArenaScope in_arena(arena_.get());
       reducer_ = std::make_shared<c10d::Reducer>(params_, buckets, dist_->group, sparse, cap,
                                                  /*find_unused_parameters=*/false,
-                                                 /*gradient_as_bucket_view=*/false, names,
+                                                 config_->gradient_as_bucket_view, names,
                                                  config_->bucket_cap_mb == 25.0 ? kFirstBucketBytes : cap,
                                                  /*skip_all_reduce_unused_params=*/false,
                                                  /*use_python_reducer=*/false, std::vector<int64_t>{});
@@ -168,7 +174,7 @@ class DdpStrategy final : public Strategy {
     // bucket (fp16's loss scaler, CUDA graphs).
     if (config_->overlap_optimizer) stepper_ = std::make_shared<PartialStepper>(*optimizer_);
     reducer_->register_comm_hook(std::make_unique<TimedAllReduceHook>(
-        dist_->group, wire, config_->cuda_graphs ? nullptr : timeline_, stepper_));
+        dist_->group, wire, config_->cuda_graphs ? nullptr : timeline_, stepper_, dist_->shm_world != nullptr));
   }
 
   StepResult Step(const Batch& batch) override {
@@ -186,7 +192,15 @@ class DdpStrategy final : public Strategy {
   // capture can hold.
   torch::Tensor Train(const torch::Tensor& batch_images, const torch::Tensor& batch_labels, bool timed) {
     auto phase = [&](Phase p) { return timer_->MeasureIf(timed, p); };
-    optimizer_->zero_grad();
+    // --gradient-as-bucket-view: the gradients are views into the buckets,
+    // which the optimizer's zero_grad cannot detach in place; dropped
+    // instead, autograd's fresh gradient is copied into the bucket and the
+    // Reducer points .grad back at it.
+    if (config_->gradient_as_bucket_view) {
+      for (auto& p : params_) p.mutable_grad().reset();
+    } else {
+      optimizer_->zero_grad();
+    }
     const int64_t micro = config_->grad_accum;
     auto images = batch_images.chunk(micro);
     auto labels = batch_labels.chunk(micro);
@@ -317,20 +331,26 @@ class DdpStrategy final : public Strategy {
   }
 
   // What this rank holds between steps: the parameters; the gradients
-  // (.grad, and the Reducer's bucket buffers, which persist as another full
-  // copy because gradient_as_bucket_view is off, as in torch's default); the
-  // formula's stage 0 beside it.
+  // (the Reducer's bucket buffers, and each .grad that is not a view into
+  // them: another full copy unless --gradient-as-bucket-view); the formula's
+  // stage 0 beside it.
   std::map<std::string, std::string> ModelStateMemory() {
     auto bytes = [](const at::Tensor& t) { return t.defined() ? static_cast<double>(t.nbytes()) : 0.0; };
     double param_bytes = 0, grad_bytes = 0;
     int64_t count = 0;
+    std::vector<at::Tensor> buffers;
+    for (auto& bucket : reducer_->get_grad_buckets(/*return_zero_tensors=*/false)) {
+      buffers.push_back(bucket.getBufferRef());
+      grad_bytes += bytes(buffers.back());
+    }
     for (const auto& p : params_) {
       param_bytes += bytes(p);
-      grad_bytes += bytes(p.grad());
+      const at::Tensor& grad = p.grad();
+      if (grad.defined() &&
+          std::none_of(buffers.begin(), buffers.end(), [&](const at::Tensor& b) { return grad.is_alias_of(b); }))
+        grad_bytes += bytes(grad);
       count += p.numel();
     }
-    for (auto& bucket : reducer_->get_grad_buckets(/*return_zero_tensors=*/false))
-      grad_bytes += bytes(bucket.getBufferRef());
     return ModelStateColumns(param_bytes, grad_bytes, /*stage=*/0, count, dist_->world,
                              BytesPerParameter(config_->optimizer, config_->momentum, params_.front().element_size()));
   }

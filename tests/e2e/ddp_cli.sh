@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # DDP end to end through the real binary, ranks spawned by ddpbench itself:
-# parity with single on 2 ranks (also with gradient accumulation, and with the
-# optimizer stepped bucket by bucket in backward: --overlap-optimizer, which
-# zero1 and zero2 share, each rank stepping its slices: checked here too with
+# parity with single on 2 ranks (also with gradient accumulation and the
+# gradients as views into the buckets, and with the optimizer stepped bucket
+# by bucket in backward: --overlap-optimizer, which zero1 and zero2 share, each rank stepping its slices: checked here too with
 # SGD and Adam, small buckets, all-reduce mode, shared memory, one rank, and
 # replicas), the row's
 # distributed columns and scaling efficiency; bad inputs give one message and
@@ -20,7 +20,8 @@ COMMON=(--device=cpu --small-input --width=8 --image-size=16 --batch-size=16 --w
 
 "$BIN" --strategy=single "${COMMON[@]}" --steps=6 --out="$TMP/r.csv"
 "$BIN" --strategy=ddp --gpus=2 "${COMMON[@]}" --steps=6 --verify --out="$TMP/r.csv"
-"$BIN" --strategy=ddp --gpus=2 "${COMMON[@]}" --steps=4 --grad-accum=2 --verify --out="$TMP/r.csv"
+# Accumulation with the gradients as views into the buckets: one copy of them.
+"$BIN" --strategy=ddp --gpus=2 "${COMMON[@]}" --steps=4 --grad-accum=2 --gradient-as-bucket-view --verify --out="$TMP/r.csv"
 "$BIN" --strategy=ddp --gpus=2 "${COMMON[@]}" --steps=4 --compression=bf16 --bucket-cap-mb=0.05 --out="$TMP/r.csv"
 # The optimizer stepped bucket by bucket from Gloo's completions: the same parameters.
 "$BIN" --strategy=ddp --gpus=2 "${COMMON[@]}" --steps=4 --overlap-optimizer --bucket-cap-mb=0.05 --verify --out="$TMP/r.csv"
@@ -38,6 +39,12 @@ for r in (ddp, accum, bf16, overlap):
     assert 0.0 <= float(r["allreduce_hidden_frac"]) <= 1.0, r["allreduce_hidden_frac"]
     assert r["optimizer_state_mb"] and float(r["optimizer_state_mb"].split("/")[0]) > 0, r
 assert "--overlap-optimizer" in overlap["command"], overlap["command"]
+assert "--gradient-as-bucket-view" in accum["command"], accum["command"]
+# The gradients' memory: the buckets and .grad apart (two copies), or .grad views into the buckets (one).
+for r, copies in ((ddp, 2), (accum, 1)):
+    param, grad = float(r["param_mb"].split("/")[0]), float(r["grad_mb"].split("/")[0])
+    assert abs(grad - copies * param) < 0.01 * param, (r["command"], param, grad)
+    assert abs(float(r["memory_vs_expected"].split("/")[0]) - 1) <= 0.10, (r["command"], r["memory_vs_expected"])
 for r in (ddp, accum, overlap):
     assert r["parity_ok"] == "true", (r["parity_max_abs_diff"], r["parity_model"])
     assert float(r["parity_max_abs_diff"]) <= 1e-10, r["parity_max_abs_diff"]  # float64 check
@@ -85,6 +92,7 @@ bad "--grad-accum=3: must divide --batch-size=16" --gpus=2 --grad-accum=3
 bad "--compression=int8: not accepted; accepted values: none|fp16|bf16" --gpus=2 --compression=int8
 bad "--timeout=0: must be > 0" --gpus=2 --timeout=0
 bad "--bucket-cap-mb=-1: must be > 0" --gpus=2 --bucket-cap-mb=-1
+bad_input zero1 "--gradient-as-bucket-view=true: applies only to --strategy=ddp, not to --strategy=zero1" --gpus=2 --gradient-as-bucket-view
 bad "data directory for 'cifar10' does not exist" --gpus=2 --dataset=cifar10 --data-dir="$TMP/none"
 set +e; out="$("$BIN" --strategy=single --grad-accum=2 --steps=1 2>&1)"; rc=$?; set -e
 [[ $rc -eq 2 ]] && grep -q "gradient accumulation is a ddp option" <<<"$out" || fail "grad-accum on single: $rc $out"

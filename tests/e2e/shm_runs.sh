@@ -2,7 +2,8 @@
 # --cpu-backend=shm end to end on 2 ranks: two runs started together on one
 # host each finish with their own correct row (their segments never collide;
 # ddp steps its optimizer bucket by bucket from the shared-memory backend's
-# completions, with gradient accumulation, and pmp --stage-ranks hands its
+# completions, with gradient accumulation and the gradients as views into its
+# buckets, which average in place in the arenas, and pmp --stage-ranks hands its
 # activations and gradients through the mailboxes, both at float64 parity); a
 # rank killed with SIGKILL mid-run ends the run with exit 7 naming it, both
 # under ddpbench's own spawn (the launcher names it) and with the ranks started
@@ -23,7 +24,7 @@ segments_of() { for pid in "$@"; do ls /dev/shm 2>/dev/null | grep "^ddpbench-$p
 # Two runs at once, with parity: each its own segment, its own row; the first
 # ddp with its optimizer overlapped, the second pmp with a process per stage,
 # its hand-offs through the shared-memory mailboxes.
-EXTRA1=(--strategy=ddp --overlap-optimizer --grad-accum=2 --bucket-cap-mb=0.05)
+EXTRA1=(--strategy=ddp --overlap-optimizer --grad-accum=2 --bucket-cap-mb=0.05 --gradient-as-bucket-view)
 EXTRA2=(--strategy=pmp --stage-ranks --chunks=4 --schedule=zero-bubble)
 for k in 1 2; do
   extra="EXTRA$k[@]"
