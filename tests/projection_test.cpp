@@ -368,7 +368,7 @@ TEST(StepModel, MemoryIsTheZeroFormulaAndTheBackwardsPeak) {
   const double walk = 4203296.0 / (1024.0 * 1024);
   EXPECT_NEAR(PredictStep(p, q).memory_mb, 12.0 + walk, 1e-9);  // its bucket buffers beside .grad
   // --gradient-as-bucket-view: backward holds no second set (at u = 3, 8 x 4296 B), and the peak is
-  // the moment the first step's buckets and the rebuilt ones are both held: 12 + 4 MiB.
+  // the states and one more set of gradients: 12 + 4 MiB.
   q.gradient_as_bucket_view = true;
   EXPECT_NEAR(PredictStep(p, q).memory_mb, 16.0, 1e-9);
   q.batch = 1024;  // 1024 x 4296 B = 4.2 MiB: now backward outweighs the rebuild
