@@ -1,10 +1,10 @@
 // Buffers that live in shared memory: each rank of a shared-memory group can
 // own an arena, a region of a POSIX shared-memory segment that every other
 // rank of the group has mapped too (shm_backend.h: AttachShmArenas). A
-// tensor allocated there is all-reduced in place: the other ranks read it
-// where it is, so nothing is copied into the group's slots or back out (what
-// NCCL's user-buffer registration buys on a GPU). ddp allocates its gradient
-// buckets there; the collectives' micro-benchmark its buffers.
+// tensor allocated there is all-reduced in place: the other ranks read and
+// write it where it is, so nothing is copied into the group's slots or back
+// out (what NCCL's user-buffer registration buys on a GPU). ddp allocates its
+// gradient buckets there; the collectives' micro-benchmark its buffers.
 // The allocator is first-fit over the region; a request it cannot place gets
 // no memory from it, and the caller falls back to the ordinary heap.
 #pragma once

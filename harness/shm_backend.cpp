@@ -495,12 +495,12 @@ class ShmBackend : public c10d::Backend {
 
   // A tensor that lives in this rank's arena, where every rank's does
   // (shm_arena.h): each rank sums its share of every rank's tensor in rank
-  // order, read where it lies, into its own tensor, then copies the others'
-  // summed shares out of theirs. Per rank, memory sees its share read and
-  // written once and the others' shares read once each way, where the slots'
-  // path also writes every published share and the result slot and reads
-  // them back: about 1.6x fewer bytes. The same bits (rank order). False,
-  // on every rank alike, when some rank's tensor is elsewhere.
+  // order, read where it lies, and writes the sum into every rank's tensor.
+  // Per rank, memory sees the tensor's size read once and written once (the
+  // slots' path also writes every published share and the result slot and
+  // reads them back: 2x fewer bytes), with two meetings of the ranks. The
+  // same bits (rank order). False, on every rank alike, when some rank's
+  // tensor is elsewhere.
   bool AllReduceInArenas(const at::Tensor& tensor, int64_t divisor) {
     const int64_t n = tensor.numel();
     header_->arena_offset[rank_].store(arena_->OffsetOf(tensor.data_ptr(), tensor.nbytes()));
@@ -514,36 +514,29 @@ class ShmBackend : public c10d::Backend {
                          spec_.ranks[rank_], n, spec_.ranks[r], theirs));
     if (tensor.scalar_type() == at::kFloat) SumInArenas<float>(tensor, divisor);
     else SumInArenas<double>(tensor, divisor);
-    Barrier("allreduce");
-    const int64_t item = tensor.element_size();
-    for (int r = 0; r < size_; ++r)
-      if (const Span s = ShareOf(n, r, size_); r != rank_ && s.count > 0)
-        std::memcpy(static_cast<char*>(tensor.data_ptr()) + s.offset * item, InArena(r) + s.offset * item,
-                    s.count * item);
-    Barrier("allreduce");  // every rank has read the others' tensors: each may change its own again
+    Barrier("allreduce");  // every share summed into every tensor: each rank may use its own again
     return true;
   }
 
   // Rank r's all-reduce tensor, as this rank sees it.
-  const char* InArena(int r) const { return peer_arena_[r] + header_->arena_offset[r].load(); }
+  char* InArena(int r) const { return peer_arena_[r] + header_->arena_offset[r].load(); }
 
-  // This rank's share of the tensor = every rank's share summed in rank
-  // order: a share that stays in the cache through ATen's vectorized add
-  // (into a temporary, as this rank's part is one of the addends), a larger
-  // one block by block.
+  // This rank's share of every rank's tensor = every rank's share summed in
+  // rank order: a share that stays in the cache through ATen's vectorized
+  // add (into a temporary, as every part is also a destination), a larger
+  // one block by block. No other rank reads or writes this share meanwhile.
   template <typename T>
   void SumInArenas(const at::Tensor& tensor, int64_t divisor) {
     const Span mine = ShareOf(tensor.numel(), rank_, size_);
-    std::vector<const T*> parts(size_), block(size_);
-    for (int r = 0; r < size_; ++r) parts[r] = reinterpret_cast<const T*>(InArena(r)) + mine.offset;
-    T* own = tensor.mutable_data_ptr<T>() + mine.offset;
+    std::vector<T*> parts(size_);
+    std::vector<const T*> block(size_);
+    for (int r = 0; r < size_; ++r) parts[r] = reinterpret_cast<T*>(InArena(r)) + mine.offset;
     if (mine.count * static_cast<int64_t>(sizeof(T)) < kOnePassBytes) {
       std::vector<at::Tensor> addends;
-      for (const T* p : parts)
-        addends.push_back(at::from_blob(const_cast<T*>(p), {mine.count}, tensor.options()));
+      for (T* p : parts) addends.push_back(at::from_blob(p, {mine.count}, tensor.options()));
       at::Tensor sum = at::empty({mine.count}, tensor.options());
       ReduceInto(sum, addends, c10d::ReduceOp::SUM, divisor);
-      at::from_blob(own, {mine.count}, tensor.options()).copy_(sum);
+      for (auto& part : addends) part.copy_(sum);
       return;
     }
     alignas(64) T acc[kSumBlock];
@@ -551,7 +544,7 @@ class ShmBackend : public c10d::Backend {
       const int64_t k = std::min(kSumBlock, mine.count - i);
       for (int r = 0; r < size_; ++r) block[r] = parts[r] + i;
       AddParts(block, k, acc, divisor);
-      std::memcpy(own + i, acc, k * sizeof(T));
+      for (T* p : parts) std::memcpy(p + i, acc, k * sizeof(T));
     }
   }
 

@@ -5,7 +5,7 @@
 // others' sums back: no socket, no kernel copy, no transport thread, the same
 // bits on every rank. Tensors the ranks placed in their shared-memory arenas
 // (shm_arena.h, AttachShmArenas below) skip the slots: each rank sums its
-// share where the tensors lie and copies the others' sums out of theirs.
+// share where the tensors lie and writes the sum into every rank's tensor.
 // Waiting is a short spin, then a futex, so a waiting rank leaves its core to
 // the peer.
 // A c10d::Backend below the recording backend (recording_backend.h), so the
