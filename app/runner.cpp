@@ -738,11 +738,12 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
     store->AddLayout("global-batch", std::to_string(run.global_batch));
     store->AddLayout("lr", fmt::format("{}", lr));
   }
-  const auto snapshot = FindSnapshot(store.get(), dist, &run.config);
+  auto snapshot = FindSnapshot(store.get(), dist, &run.config);
   if (!config.memory_snapshot.empty()) CudaRecordMemoryHistory();  // from the model's first allocation
   auto strategy = config.data_only ? MakeDataOnlyStrategy() : entry.make();
   strategy->Setup(ctx);
   const LoopState start = ResumeOrStart(config, dist, *strategy, store.get(), snapshot);
+  snapshot.reset();  // restored into the strategy: the loaded copy would sit beside it all run
 
   std::unique_ptr<BatchSource> train;
   {

@@ -8,6 +8,7 @@
 #    --replicate-degree=2 (4 ranks: two pipelines of 2 stages)
 #    and pmp (the uninterrupted pmp run is given the shape the interrupted one
 #    measured: a second measurement on a loaded machine may choose another);
+#    single, ddp and zero1's resumed rows within 10% of their predicted memory;
 #  - a bit-flipped and a truncated snapshot are named and skipped;
 #  - SIGTERM (to a single process and to the spawning parent) ends the run
 #    after the current step with a snapshot and exit code 5;
@@ -100,6 +101,10 @@ for r in rows:
     assert r["restarts"] == "1" and int(r["resumed_from_step"]) >= 6, (r["strategy"], r["resumed_from_step"])
     assert r["steps_done"] == "15" and r["stop_reason"] == "steps", (r["steps_done"], r["stop_reason"])
     assert r["snapshot"].endswith("step000000015.json"), r["snapshot"]
+# The resumed runs do not keep the loaded snapshot beside the restored state.
+for r in rows[:3]:
+    worst = max(abs(float(v) - 1) for v in r["memory_vs_expected"].split("/"))
+    assert worst <= 0.10, (r["strategy"], r["memory_vs_expected"], r["peak_mem_mb"], r["memory_expected_mb"])
 PYEOF
 
 # --- corrupt snapshots are named and skipped ---------------------------------
