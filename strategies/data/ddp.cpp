@@ -8,9 +8,9 @@
 // micro-steps (no_sync), and with --gradient-as-bucket-view each .grad a view
 // into its bucket (torch's option). The one addition is a communication
 // hook that does exactly what torch's allreduce_hook / fp16_compress_hook /
-// bf16_compress_hook do and also timestamps every bucket, so the row can say how long all-reduce
-// took and how much of it was hidden behind backward, and, with
-// --overlap-optimizer, steps the bucket's parameters as soon as its
+// bf16_compress_hook do and also timestamps every bucket, so the row can say
+// how long all-reduce took and how much of it was hidden behind backward,
+// and, with --overlap-optimizer, steps the bucket's parameters as soon as its
 // all-reduce completes (on the thread that completes it), so the optimizer
 // runs while backward computes the earlier layers' gradients; backward ends
 // when every bucket is reduced and stepped, as the Reducer waits for the hook.
