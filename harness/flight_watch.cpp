@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <future>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -176,6 +178,22 @@ struct FlightWatch::State {
   c10::intrusive_ptr<c10d::Store> store;
   int rank = 0;
   std::atomic<bool> stop{false};
+  // The publisher sleeps a whole beat on this, woken early only to stop: a
+  // rank's one core is not interrupted more often than it publishes.
+  std::mutex mutex;
+  std::condition_variable wake;
+
+  void Sleep(std::chrono::milliseconds beat) {
+    std::unique_lock<std::mutex> lock(mutex);
+    wake.wait_for(lock, beat, [this] { return stop.load(); });
+  }
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stop.store(true);
+    }
+    wake.notify_all();
+  }
 };
 
 FlightWatch::FlightWatch(c10::intrusive_ptr<c10d::Store> store, int rank, int world)
@@ -207,12 +225,12 @@ FlightWatch::FlightWatch(c10::intrusive_ptr<c10d::Store> store, int rank, int wo
       // The run has failed elsewhere: a rank still here after the others
       // have named the cause is stuck (no launcher may be left to stop it).
       if (!asked.empty() && std::chrono::steady_clock::now() - asked_at > kStuckExit) ExitStuck(asked);
-      for (int i = 0; i < 10 && !s->stop.load(); ++i) std::this_thread::sleep_for(Beat() / 10);
+      s->Sleep(Beat());
     }
   }).detach();
 }
 
-FlightWatch::~FlightWatch() { state_->stop.store(true); }
+FlightWatch::~FlightWatch() { state_->Stop(); }
 
 std::string ReportCollectiveFailure(DistContext& dist, const std::string& error) {
   if (!flight::Enabled() || dist.world == 1 || !dist.group) return "";
