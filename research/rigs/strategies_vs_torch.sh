@@ -16,7 +16,9 @@
 # the default: ddpbench's --cpu-malloc=reuse and PyTorch under the same glibc
 # malloc settings, as research/rigs/compare_pytorch.sh does; or system),
 # FLAGS (extra ddpbench flags for the 2-rank strategies, e.g.
-# FLAGS="--cpu-backend=shm --overlap-optimizer"; recorded in each row's command).
+# FLAGS="--cpu-backend=shm --overlap-optimizer"; recorded in each row's command),
+# ONLY (a subset of the entries, e.g. ONLY="ddpbench:single ddpbench:ddp torch:ddp";
+# the ratios missing an entry print n/a).
 #
 # Appends one row per successful run to OUT.csv: timestamp, host, git_sha,
 # round, side (ddpbench|torch), config, img_s, command. A failed run prints
@@ -49,6 +51,12 @@ TORCH=(--model=resnet18 --image-size=64 --batch-size=16 --steps="$STEPS" --warmu
 # side:config, in round 1's order
 ENTRIES=(ddpbench:single ddpbench:ddp ddpbench:ddp-bucket-view ddpbench:zero1 ddpbench:zero2 ddpbench:zero3
          torch:ddp torch:ddp-bucket-view torch:zero1 torch:fsdp2-noreshard torch:fsdp2)
+if [[ -n ${ONLY:-} ]]; then
+  for e in $ONLY; do
+    [[ " ${ENTRIES[*]} " == *" $e "* ]] || { echo "$0: ONLY: $e: not an entry; entries: ${ENTRIES[*]}" >&2; exit 2; }
+  done
+  read -r -a ENTRIES <<<"$ONLY"
+fi
 
 HOST="$(hostname)"
 SHA="$(git -C "$ROOT" describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)"
