@@ -385,8 +385,10 @@ std::string GpuDecodeRefusal(const std::string& device) {
          "(--data-workers); accepted: --decode=cpu";
 }
 
-void ValidateConfig(const RunConfig& c) {
-  const StrategyTraits& traits = TraitsOf(c);  // names the registered strategies if unknown
+namespace {
+
+// The devices, the model and its data.
+void CheckDevicesModelAndData(const RunConfig& c) {
   CheckAtLeast("--gpus", c.gpus, 1);
   if (c.gpus > 1024) throw ConfigError(fmt::format("--gpus={}: must be at most 1024", c.gpus));
   CheckMember("--device", c.device, {"auto", "cuda", "cpu"});
@@ -411,6 +413,10 @@ void ValidateConfig(const RunConfig& c) {
   if ((c.data_workers > 0 || c.skip_bad_images) && c.dataset != "imagefolder")
     throw ConfigError(fmt::format("--data-workers/--skip-bad-images: only --dataset=imagefolder decodes images "
                                   "(got --dataset={}); leave them out", c.dataset));
+}
+
+// How long the run trains, and the number types and kernels it trains with.
+void CheckLengthPrecisionAndKernels(const RunConfig& c) {
   if (c.num_classes < 0) throw ConfigError(fmt::format("--num-classes={}: must be at least 1", c.num_classes));
   if (c.steps != -1 && c.epochs != -1)
     throw ConfigError(fmt::format("--steps={} and --epochs={}: give one of them, not both", c.steps, c.epochs));
@@ -454,6 +460,12 @@ void ValidateConfig(const RunConfig& c) {
     throw ConfigError("--gradient-as-bucket-view with --cuda-graphs: every step resets the gradients and the "
                       "Reducer points them at its buckets again, which a captured step has not been checked to "
                       "replay; accepted: leave one of them out");
+}
+
+// The optimizer, evaluation and the parity check, the data-parallel
+// strategies' collectives (buckets, accumulation, compression, timeouts), and
+// the files the run writes.
+void CheckOptimizerCollectivesAndOutputs(const RunConfig& c, const StrategyTraits& traits) {
   if (!(c.lr > 0) || !std::isfinite(c.lr)) throw ConfigError(fmt::format("--lr={}: must be a positive number", c.lr));
   CheckMember("--lr-scaling", c.lr_scaling, {"none", "linear", "sqrt"});
   if (c.momentum < 0 || c.momentum >= 1) throw ConfigError(fmt::format("--momentum={}: must be in [0, 1)", c.momentum));
@@ -483,6 +495,11 @@ void ValidateConfig(const RunConfig& c) {
   if (!c.export_file.empty() && c.data_only)
     throw ConfigError(fmt::format("--export={}: --data-only trains no model; accepted: a run without --data-only",
                                   c.export_file));
+}
+
+// The row's labels, the flags that pick a strategy's variant (its collectives,
+// recompute, graphs, the optimizer's overlap), and mp/pmp's cuts and schedules.
+void CheckLabelsAndStrategyVariants(const RunConfig& c) {
   CheckLabel("--run-id", c.run_id);
   CheckLabel("--entry", c.entry);
   CheckMember("--zero-reduce", c.zero_reduce, {"reduce-scatter", "all-reduce"});
@@ -526,26 +543,39 @@ void ValidateConfig(const RunConfig& c) {
         throw ConfigError(fmt::format("--split={}: must be a comma list of unit counts >= 1, one per device, e.g. 4,6", c.split));
     }
   }
+}
+
+}  // namespace
+
+void ValidateConfig(const RunConfig& c) {
+  const StrategyTraits& traits = TraitsOf(c);  // names the registered strategies if unknown
+  CheckDevicesModelAndData(c);
+  CheckLengthPrecisionAndKernels(c);
+  CheckOptimizerCollectivesAndOutputs(c, traits);
+  CheckLabelsAndStrategyVariants(c);
   ValidateAnswerFlags(c);
   ValidateProjectionFlags(c);
   ParseInjections(c.inject);  // each --inject checked here; its rank once the world is known
   if (c.project.empty() && c.search.empty()) CheckFlagsApply(c);
 }
 
-bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
-  RunConfig& c = *config;
-  CLI::App app{"ddpbench: train one ResNet workload under one parallelism strategy and append one "
-               "honest CSV row (throughput, memory per device, accuracy, scaling, parity)."};
-  app.option_defaults()->always_capture_default();
-  // Repeats are collected (and then refused by RejectRepeats with both values).
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.allow_extras();
+namespace {
+
+// The flags, registered in the order --help lists them within each topic
+// (GroupHelp assigns the topics). Each group binds its flags to fields of `c`.
+
+// The run's shape: strategy and devices.
+void AddRunFlags(CLI::App& app, RunConfig& c) {
   app.add_option("--strategy", c.strategy, "single|dp|ddp|mp|pmp|zero1|zero2|zero3 (see --list)");
   app.add_flag("--list", c.list, "print the registered strategies and exit");
   app.add_option("--gpus", c.gpus, "number of devices (GPUs, or CPU thread groups)");
   app.add_option("--device", c.device, "auto|cuda|cpu");
   app.add_option("--threads-per-device", c.threads_per_device, "CPU: intra-op threads per logical device");
   app.add_flag("--oversubscribe", c.oversubscribe, "allow more devices/ranks than the hardware has");
+}
+
+// The model and the data it trains on.
+void AddModelAndDataFlags(CLI::App& app, RunConfig& c) {
   app.add_option("--model", c.model, "resnet18|resnet34|resnet50|resnet101|resnet152");
   app.add_option("--width", c.width, "channels of the first ResNet stage");
   app.add_flag("--small-input", c.small_input, "3x3 stride-1 stem without max-pool (28/32 px)");
@@ -565,6 +595,10 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_flag("--data-only", c.data_only, "time the training data source alone over --steps batches "
                "(no model): loader_img_s for --data-workers");
   app.add_option("--num-classes", c.num_classes, "synthetic data: number of classes (default 1000)");
+}
+
+// How long it trains, with which optimizer, number types and kernels.
+void AddTrainingFlags(CLI::App& app, RunConfig& c) {
   app.add_option("--steps", c.steps, "timed training steps (default 50)");
   app.add_option("--epochs", c.epochs, "train for this many epochs instead of --steps");
   app.add_option("--warmup", c.warmup, "untimed steps before timing");
@@ -594,6 +628,10 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--memory-budget-mb", c.memory_budget_mb,
                  "--recompute=auto: what one device may hold, MiB (default: its capacity: a GPU's memory, "
                  "--cpu-device-memory-mb); given alone it implies --recompute=auto");
+}
+
+// What the run writes, evaluates, snapshots and checks; `no_eval` is set by --no-eval.
+void AddOutputFlags(CLI::App& app, RunConfig& c, bool& no_eval) {
   app.add_option("--out", c.out, "CSV file to append the result row to");
   app.add_option("--baseline", c.baseline, "CSV holding the single-device row for scaling efficiency (default: --out)");
   app.add_option("--export", c.export_file,
@@ -607,7 +645,6 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--run-id", c.run_id, "label copied to the row's run_id column (one nightly job)");
   app.add_option("--entry", c.entry, "label copied to the row's entry column (a nightly matrix entry)");
   app.add_option("--progress", c.progress, "auto (when stderr is a terminal)|on|off");
-  bool no_eval = false;
   app.add_flag("--no-eval", no_eval, "skip the test-set accuracy");
   app.add_option("--eval-batches", c.eval_batches, "evaluate on at most this many test batches per rank (0: all)");
   app.add_option("--time-budget", c.time_budget, "train whole steps until this much time is spent "
@@ -626,6 +663,10 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_flag("--verify", c.verify, "check parameters against the single-device run before timing");
   app.add_option("--verify-steps", c.verify_steps, "steps of the parity check");
   app.add_option("--verify-tolerance", c.verify_tolerance, "largest parameter difference accepted by --verify");
+}
+
+// The strategies' own knobs: collectives, faults, sharding, pipeline cuts and schedules.
+void AddStrategyFlags(CLI::App& app, RunConfig& c) {
   app.add_option("--bucket-cap-mb", c.bucket_cap_mb, "ddp|zero1|zero2: gradient bucket size");
   app.add_option("--grad-accum", c.grad_accum, "ddp: micro-steps per optimizer step");
   app.add_option("--compression", c.compression, "ddp: gradient compression hook none|fp16|bf16");
@@ -674,6 +715,10 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
                  "pmp: warmup (re-split the model once from the chunks' times measured in the warm-up steps; needs "
                  "--balance=time, no --split, --warmup>=2)|off (the set-up split throughout)|auto (default: warmup "
                  "where each device holds one chunk and those needs are met, else off)");
+}
+
+// Calibration, projection and search, which answer without (or before) training.
+void AddAnswerFlags(CLI::App& app, RunConfig& c) {
   app.add_option("--calibrate", c.calibrate, "measure this run's unit times, optimizer and (with --gpus>=2 under "
                  "ddp) its link, write them as a profile JSON to this file, and exit (docs/projection.md)");
   app.add_option("--project", c.project, "predict every strategy on --nodes x --gpus-per-node devices from "
@@ -698,6 +743,25 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   app.add_option("--expected", c.expected,
                  "multi-device runs and ddp/zero on one device: auto (default: predict the run from its own "
                  "unit times and link, measured after the timed steps)|off|PROFILE (a --calibrate file)");
+}
+
+}  // namespace
+
+bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
+  RunConfig& c = *config;
+  CLI::App app{"ddpbench: train one ResNet workload under one parallelism strategy and append one "
+               "honest CSV row (throughput, memory per device, accuracy, scaling, parity)."};
+  app.option_defaults()->always_capture_default();
+  // Repeats are collected (and then refused by RejectRepeats with both values).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.allow_extras();
+  AddRunFlags(app, c);
+  AddModelAndDataFlags(app, c);
+  AddTrainingFlags(app, c);
+  bool no_eval = false;
+  AddOutputFlags(app, c, no_eval);
+  AddStrategyFlags(app, c);
+  AddAnswerFlags(app, c);
   GroupHelp(app);
   try {
     app.parse(argc, argv);
