@@ -70,6 +70,7 @@ StepQuery QueryOf(const RunConfig& c, const DistContext& dist, const std::map<st
   q.replicas = dist.mesh.replicas;  // 1 without a mesh
   q.overlap_optimizer = c.overlap_optimizer;
   q.gradient_as_bucket_view = c.gradient_as_bucket_view;
+  q.grad_accum = c.grad_accum;
   const auto split = extras.find("split");  // a pipeline's own (ignored if the profile's units differ)
   if (split != extras.end())
     for (size_t at = 0; at < split->second.size();) {

@@ -81,7 +81,7 @@ double BackwardPeakBytes(const Profile& p, size_t first, size_t last, double ima
 // ddp keeps its bucket buffers (the formula's gradients) beside .grad, zero1
 // its .grad as views of its flat buffer; zero3 also gathers a unit at a time.
 void SetDataParallelMemory(const Profile& p, Family family, int stage, int world, int64_t batch,
-                           bool bucket_views, StepPrediction* out) {
+                           bool bucket_views, int64_t micro_steps, StepPrediction* out) {
   const ModelStateBytes per = StateBytes(p);
   out->states_mb = ZeroExpectedMb(stage, p.Parameters(), world, per);
   const bool plain = family == Family::kSingle || family == Family::kDataInProcess;
@@ -95,13 +95,17 @@ void SetDataParallelMemory(const Profile& p, Family family, int stage, int world
   const double acts = BackwardPeakBytes(p, 0, p.units.size() - 1, static_cast<double>(batch), 0, grads_made) / kMiB;
   out->activation_mb_per_image = ActivationBytesPerImage(p) / kMiB;
   out->memory_mb = fixed + acts;
-  // A ddp rank holds a second set of gradients beside its buckets at some
-  // point of every step: the fresh .grad during backward, or, with the
-  // gradients as bucket views, a set measured at that size whatever the batch
-  // (ResNet-18 on CPU, batch 16 and 48, one bucket or many, with and without
-  // momentum). The larger of that and backward's walk.
-  const double grads_mb = static_cast<double>(p.Parameters()) * per.grad / kMiB;
-  if (family == Family::kDataRanks) out->memory_mb = std::max(out->memory_mb, out->states_mb + grads_mb);
+  if (family == Family::kDataRanks && micro_steps > 1) {
+    // ddp --grad-accum: each backward holds one micro-batch's activations;
+    // the micro-steps before the last make .grad (with or without bucket
+    // views), a full set beside the buckets through every later backward.
+    const size_t last = p.units.size() - 1;
+    const double micro = static_cast<double>(batch) / static_cast<double>(micro_steps);
+    const double grads_mb = static_cast<double>(p.Parameters()) * per.grad / kMiB;
+    const double first = BackwardPeakBytes(p, 0, last, micro, 0, true) / kMiB;
+    const double later = grads_mb + BackwardPeakBytes(p, 0, last, micro, 0, false) / kMiB;
+    out->memory_mb = out->states_mb + std::max(first, later);
+  }
 }
 
 // The earliest unit (model order) among a bucket's tensors: its gradients are
@@ -601,7 +605,7 @@ StepPrediction PredictDataParallel(const Profile& p, const StepQuery& q, const S
   // sharded over a shard group of world / replicas.
   const int holders = traits.family == Family::kDataInProcess ? 1 : world / q.replicas;
   SetDataParallelMemory(p, traits.family, traits.zero_stage, holders, q.batch,
-                        q.gradient_as_bucket_view && traits.family == Family::kDataRanks, &out);
+                        q.gradient_as_bucket_view && traits.family == Family::kDataRanks, q.grad_accum, &out);
   return out;
 }
 
@@ -662,7 +666,7 @@ StepPrediction PredictStep(const Profile& p, const StepQuery& q) {
 
 double PredictOneDeviceMemoryMb(const Profile& profile, int64_t batch) {
   StepPrediction out;
-  SetDataParallelMemory(profile, Family::kSingle, 0, 1, batch, /*bucket_views=*/false, &out);
+  SetDataParallelMemory(profile, Family::kSingle, 0, 1, batch, /*bucket_views=*/false, /*micro_steps=*/1, &out);
   return out.memory_mb;
 }
 

@@ -59,6 +59,7 @@ struct StepQuery {
   int replicas = 0;
   bool overlap_optimizer = false;  // ddp, zero1/2/3, hsdp, mp, pmp (--overlap-optimizer)
   bool gradient_as_bucket_view = false;  // ddp (--gradient-as-bucket-view): one copy of the gradients
+  int64_t grad_accum = 1;  // ddp (--grad-accum): micro-steps per optimizer step, each on batch / grad_accum
 };
 
 struct StepPrediction {

@@ -367,12 +367,20 @@ TEST(StepModel, MemoryIsTheZeroFormulaAndTheBackwardsPeak) {
   StepQuery q{"ddp", OneNode(4, TestLink(1e-5, 1e9)), 8};
   const double walk = 4203296.0 / (1024.0 * 1024);
   EXPECT_NEAR(PredictStep(p, q).memory_mb, 12.0 + walk, 1e-9);  // its bucket buffers beside .grad
-  // --gradient-as-bucket-view: backward holds no second set (at u = 3, 8 x 4296 B), and the peak is
-  // the states and one more set of gradients: 12 + 4 MiB.
+  // --gradient-as-bucket-view: backward holds no second set of gradients, so the walk peaks at
+  // u = 3 (8 x 4296 B) beside the 12 MiB of states, at any batch.
   q.gradient_as_bucket_view = true;
-  EXPECT_NEAR(PredictStep(p, q).memory_mb, 16.0, 1e-9);
-  q.batch = 1024;  // 1024 x 4296 B = 4.2 MiB: now backward outweighs the rebuild
+  EXPECT_NEAR(PredictStep(p, q).memory_mb, 12.0 + 8 * 4296.0 / (1024.0 * 1024), 1e-9);
+  q.batch = 1024;
   EXPECT_NEAR(PredictStep(p, q).memory_mb, 12.0 + 1024 * 4296.0 / (1024.0 * 1024), 1e-9);
+  // --grad-accum=2: micro-batches of 4; the first makes .grad, a full set held beside the buckets
+  // through the second's backward (4 MiB + 4 x 4296 B), with or without bucket views.
+  q.batch = 8, q.grad_accum = 2;
+  const double accumulated = 12.0 + (4.0 * 1024 * 1024 + 4 * 4296.0) / (1024.0 * 1024);
+  EXPECT_NEAR(PredictStep(p, q).memory_mb, accumulated, 1e-9);
+  q.gradient_as_bucket_view = false;
+  EXPECT_NEAR(PredictStep(p, q).memory_mb, accumulated, 1e-9);
+  q.grad_accum = 1;
   q.batch = 8, q.gradient_as_bucket_view = false;
   q.strategy = "zero3";  // 3 MiB of states, one unit gathered whole (1 MiB), .grad until reduced
   EXPECT_NEAR(PredictStep(p, q).memory_mb, 3.0 + 1.0 + walk, 1e-9);
