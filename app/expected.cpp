@@ -71,6 +71,8 @@ StepQuery QueryOf(const RunConfig& c, const DistContext& dist, const std::map<st
   q.overlap_optimizer = c.overlap_optimizer;
   q.gradient_as_bucket_view = c.gradient_as_bucket_view;
   q.grad_accum = c.grad_accum;
+  q.reduce_by_alltoall = c.zero_reduce == "reduce-scatter" && dist.strategy_group() &&
+                         BackendName(*dist.strategy_group()) == "gloo";
   const auto split = extras.find("split");  // a pipeline's own (ignored if the profile's units differ)
   if (split != extras.end())
     for (size_t at = 0; at < split->second.size();) {

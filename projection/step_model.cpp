@@ -342,6 +342,20 @@ StepPrediction PredictZero3(const Profile& p, const std::vector<UnitCost>& cost,
   return step.Finish();
 }
 
+// The largest gradient bucket a sharded strategy reduces: zero3's are the
+// model's units, zero1/2's c10d's Reducer's (the first one smaller).
+double LargestReductionBytes(const Profile& p, double cap_mb, int stage) {
+  double largest = 0;
+  if (stage == 3) {
+    for (const UnitProfile& u : p.units) largest = std::max(largest, u.ParamBytes());
+    return largest;
+  }
+  const Tensors tensors = TensorsOf(p);
+  for (const auto& bucket : ReducerBuckets(tensors.bytes, cap_mb * kMiB, FirstCap(cap_mb)))
+    largest = std::max(largest, BucketBytes(bucket, tensors));
+  return largest;
+}
+
 }  // namespace
 
 StepPrediction PredictZero(const Profile& p, const std::vector<UnitCost>& cost, const Topology& t, double cap_mb,
@@ -606,6 +620,9 @@ StepPrediction PredictDataParallel(const Profile& p, const StepQuery& q, const S
   const int holders = traits.family == Family::kDataInProcess ? 1 : world / q.replicas;
   SetDataParallelMemory(p, traits.family, traits.zero_stage, holders, q.batch,
                         q.gradient_as_bucket_view && traits.family == Family::kDataRanks, q.grad_accum, &out);
+  // A bucket reduced by alltoall has its received copy beside backward's walk.
+  if (q.reduce_by_alltoall && traits.family == Family::kSharded && holders > 1)
+    out.memory_mb += LargestReductionBytes(p, q.bucket_cap_mb, traits.zero_stage) / kMiB;
   return out;
 }
 

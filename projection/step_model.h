@@ -60,6 +60,10 @@ struct StepQuery {
   bool overlap_optimizer = false;  // ddp, zero1/2/3, hsdp, mp, pmp (--overlap-optimizer)
   bool gradient_as_bucket_view = false;  // ddp (--gradient-as-bucket-view): one copy of the gradients
   int64_t grad_accum = 1;  // ddp (--grad-accum): micro-steps per optimizer step, each on batch / grad_accum
+  // zero1/2/3, hsdp: the shard group's reduce-scatter is an alltoall into a
+  // buffer the size of the bucket, then a local sum (Gloo, which has no
+  // reduce-scatter of its own: strategies/sharded/reductions.h).
+  bool reduce_by_alltoall = false;
 };
 
 struct StepPrediction {

@@ -388,6 +388,13 @@ TEST(StepModel, MemoryIsTheZeroFormulaAndTheBackwardsPeak) {
   EXPECT_NEAR(PredictStep(p, q).states_mb, 9.0, 1e-9);
   EXPECT_NEAR(PredictStep(p, q).memory_mb, 9.0 + 8 * 4296.0 / (1024.0 * 1024), 1e-9);
   EXPECT_EQ(PredictStep(p, q).LargestBatch(12.0, 8), 3 * 1024 * 1024 / 4296);
+  // Over Gloo the reduce-scatter is an alltoall into a copy of the bucket: the largest bucket
+  // (units 2..0 after the 1 MiB first one: 3 MiB) beside the walk; zero3's buckets are its units.
+  q.reduce_by_alltoall = true;
+  EXPECT_NEAR(PredictStep(p, q).memory_mb, 9.0 + 8 * 4296.0 / (1024.0 * 1024) + 3.0, 1e-9);
+  q.strategy = "zero3";
+  EXPECT_NEAR(PredictStep(p, q).memory_mb, 3.0 + 1.0 + walk + 1.0, 1e-9);
+  q.reduce_by_alltoall = false;
   q.strategy = "single";  // 8 MiB of parameters and momentum; the walk counts its .grad
   q.topology = OneNode(1, TestLink(1e-5, 1e9));
   EXPECT_NEAR(PredictStep(p, q).memory_mb, 8.0 + walk, 1e-9);
