@@ -49,24 +49,32 @@ double ActivationBytesPerImage(const Profile& p) {
 
 ModelStateBytes StateBytes(const Profile& p) { return BytesPerParameter(p.optimizer, p.momentum, p.element_bytes); }
 
+// How a strategy's backward holds the parameters' gradients it makes.
+enum class GradsHeld {
+  kApart,   // they are states (kept buckets, flat buffers) the walk does not count
+  kMade,    // .grad made as the backward goes: the new gradient is that .grad
+  kCopied,  // made and copied into a bucket buffer as it goes: the new one is a temporary beside its slot
+};
+
 // The activation side of one device's peak, in bytes: walking the backward
 // of units [first, last] from the last, unit u's backward holds the
 // activations of the units up to u (of the `images` it runs; `others` images
 // of other micro-batches in flight hold all of theirs), the gradients of u's
 // output and what its backward allocates beyond that (at least its input's
-// gradient; UnitProfile::backward_bytes), and, where the strategy makes .grad
-// as the backward goes (`grads_made`), the gradients of the units behind it.
+// gradient; UnitProfile::backward_bytes), and, unless the gradients are
+// held apart, those of the units behind it.
 double BackwardPeakBytes(const Profile& p, size_t first, size_t last, double images, double others,
-                         bool grads_made) {
+                         GradsHeld held) {
   double all = 0;
   for (size_t v = first; v <= last; ++v) all += p.units[v].activation_bytes;
   double peak = all * (images + others), below = all, grads = 0;
   for (size_t u = last + 1; u-- > first;) {
-    if (grads_made) grads += p.units[u].ParamBytes();
+    if (held != GradsHeld::kApart) grads += p.units[u].ParamBytes();
     // Where .grad is made as it goes, the weights' new gradients are that
     // .grad (counted in `grads`), not a temporary beside it.
-    const double own = grads_made ? std::max(0.0, p.units[u].BackwardBytes(images) - p.units[u].ParamBytes())
-                                  : p.units[u].BackwardBytes(images);
+    const double own = held == GradsHeld::kMade
+                           ? std::max(0.0, p.units[u].BackwardBytes(images) - p.units[u].ParamBytes())
+                           : p.units[u].BackwardBytes(images);
     const double in = std::max(images * (u > first ? p.units[u - 1].output_bytes : 0), own);
     peak = std::max(peak, images * (below + p.units[u].output_bytes) + in + others * all + grads);
     below -= p.units[u].activation_bytes;
@@ -86,13 +94,16 @@ void SetDataParallelMemory(const Profile& p, Family family, int stage, int world
   out->states_mb = ZeroExpectedMb(stage, p.Parameters(), world, per);
   const bool plain = family == Family::kSingle || family == Family::kDataInProcess;
   // ddp --gradient-as-bucket-view: each gradient autograd makes is copied
-  // into its bucket and dropped, so backward holds no second set.
-  const bool grads_made = stage != 1 && !bucket_views;
+  // into its bucket and dropped, so backward holds no second set. zero2/3
+  // copy each into a bucket buffer, which holds it until reduced.
+  const GradsHeld held = stage == 1 || bucket_views ? GradsHeld::kApart
+                         : stage >= 2             ? GradsHeld::kCopied
+                                                  : GradsHeld::kMade;
   double fixed = out->states_mb;
   if (plain) fixed -= static_cast<double>(p.Parameters()) * per.grad / kMiB;  // the walk counts them
   if (stage == 3)
     for (const UnitProfile& u : p.units) fixed = std::max(fixed, out->states_mb + u.ParamBytes() / kMiB);
-  const double acts = BackwardPeakBytes(p, 0, p.units.size() - 1, static_cast<double>(batch), 0, grads_made) / kMiB;
+  const double acts = BackwardPeakBytes(p, 0, p.units.size() - 1, static_cast<double>(batch), 0, held) / kMiB;
   out->activation_mb_per_image = ActivationBytesPerImage(p) / kMiB;
   out->memory_mb = fixed + acts;
   if (family == Family::kDataRanks && micro_steps > 1) {
@@ -102,8 +113,8 @@ void SetDataParallelMemory(const Profile& p, Family family, int stage, int world
     const size_t last = p.units.size() - 1;
     const double micro = static_cast<double>(batch) / static_cast<double>(micro_steps);
     const double grads_mb = static_cast<double>(p.Parameters()) * per.grad / kMiB;
-    const double first = BackwardPeakBytes(p, 0, last, micro, 0, true) / kMiB;
-    const double later = grads_mb + BackwardPeakBytes(p, 0, last, micro, 0, false) / kMiB;
+    const double first = BackwardPeakBytes(p, 0, last, micro, 0, GradsHeld::kMade) / kMiB;
+    const double later = grads_mb + BackwardPeakBytes(p, 0, last, micro, 0, GradsHeld::kApart) / kMiB;
     out->memory_mb = out->states_mb + std::max(first, later);
   }
 }
@@ -494,7 +505,7 @@ double DeviceActivationPeakBytes(const Profile& p, const PipelineTable& table, c
     double others = -chunk_bytes[static_cast<size_t>(b.chunk)] * micro;  // the running one is the walk's
     for (size_t c = 0; c < b.held.size(); ++c) others += b.held[c] * chunk_bytes[c] * micro;
     const auto [first, last] = bytes.chunk_units[static_cast<size_t>(b.chunk)];
-    peak = std::max(peak, BackwardPeakBytes(p, first, last, micro, 0, /*grads_made=*/false) + others);
+    peak = std::max(peak, BackwardPeakBytes(p, first, last, micro, 0, GradsHeld::kApart) + others);
   }
   return peak;
 }

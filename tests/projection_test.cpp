@@ -395,6 +395,16 @@ TEST(StepModel, MemoryIsTheZeroFormulaAndTheBackwardsPeak) {
   q.strategy = "zero3";
   EXPECT_NEAR(PredictStep(p, q).memory_mb, 3.0 + 1.0 + walk + 1.0, 1e-9);
   q.reduce_by_alltoall = false;
+  // A unit whose backward allocates 1.5 MiB beyond its output's gradient (unit 0, where the walk
+  // peaks): ddp's .grad is the new gradient itself (1.5 - 1 MiB beside it); zero2 copies each
+  // gradient into its bucket buffer, so the whole 1.5 MiB is a temporary beside the buffer's slot.
+  Profile heavy = p;
+  heavy.units[0].backward_fixed_bytes = 1.5 * 1024 * 1024;
+  const double ahead = 8 * (1024.0 + 100) + 4.0 * 1024 * 1024;  // unit 0's activations, every gradient
+  q.strategy = "ddp";
+  EXPECT_NEAR(PredictStep(heavy, q).memory_mb, 12.0 + (ahead + 0.5 * 1024 * 1024) / (1024.0 * 1024), 1e-9);
+  q.strategy = "zero2";  // 4 + (4 + 4) / 4 MiB of states
+  EXPECT_NEAR(PredictStep(heavy, q).memory_mb, 6.0 + (ahead + 1.5 * 1024 * 1024) / (1024.0 * 1024), 1e-9);
   q.strategy = "single";  // 8 MiB of parameters and momentum; the walk counts its .grad
   q.topology = OneNode(1, TestLink(1e-5, 1e9));
   EXPECT_NEAR(PredictStep(p, q).memory_mb, 8.0 + walk, 1e-9);
