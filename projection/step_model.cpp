@@ -61,10 +61,10 @@ enum class GradsHeld {
 // activations of the units up to u (of the `images` it runs; `others` images
 // of other micro-batches in flight hold all of theirs), the gradients of u's
 // output and what its backward allocates beyond that (at least its input's
-// gradient; UnitProfile::backward_bytes), and, unless the gradients are
-// held apart, those of the units behind it.
+// gradient; UnitProfile::backward_bytes), unless the gradients are held
+// apart those of the units behind it, and `beside[u]` (if given).
 double BackwardPeakBytes(const Profile& p, size_t first, size_t last, double images, double others,
-                         GradsHeld held) {
+                         GradsHeld held, const std::vector<double>& beside = {}) {
   double all = 0;
   for (size_t v = first; v <= last; ++v) all += p.units[v].activation_bytes;
   double peak = all * (images + others), below = all, grads = 0;
@@ -76,7 +76,8 @@ double BackwardPeakBytes(const Profile& p, size_t first, size_t last, double ima
                            ? std::max(0.0, p.units[u].BackwardBytes(images) - p.units[u].ParamBytes())
                            : p.units[u].BackwardBytes(images);
     const double in = std::max(images * (u > first ? p.units[u - 1].output_bytes : 0), own);
-    peak = std::max(peak, images * (below + p.units[u].output_bytes) + in + others * all + grads);
+    peak = std::max(peak, images * (below + p.units[u].output_bytes) + in + others * all + grads +
+                              (beside.empty() ? 0.0 : beside[u]));
     below -= p.units[u].activation_bytes;
   }
   return peak;
@@ -353,18 +354,22 @@ StepPrediction PredictZero3(const Profile& p, const std::vector<UnitCost>& cost,
   return step.Finish();
 }
 
-// The largest gradient bucket a sharded strategy reduces: zero3's are the
-// model's units, zero1/2's c10d's Reducer's (the first one smaller).
-double LargestReductionBytes(const Profile& p, double cap_mb, int stage) {
-  double largest = 0;
+// A sharded strategy's reduce-scatter as an alltoall (Gloo): each bucket's
+// received copy is kept until backward ends. Per unit, the copies already
+// made as its backward starts: those of the buckets completed before it
+// (zero3's buckets are the model's units; zero1/2's c10d's Reducer's).
+std::vector<double> AlltoallCopiesBefore(const Profile& p, double cap_mb, int stage) {
+  std::vector<double> before(p.units.size(), 0.0);
+  std::vector<double> completes(p.units.size(), 0.0);  // bytes of the buckets completed by each unit's backward
   if (stage == 3) {
-    for (const UnitProfile& u : p.units) largest = std::max(largest, u.ParamBytes());
-    return largest;
+    for (size_t u = 0; u < p.units.size(); ++u) completes[u] = p.units[u].ParamBytes();
+  } else {
+    const Tensors tensors = TensorsOf(p);
+    for (const auto& bucket : ReducerBuckets(tensors.bytes, cap_mb * kMiB, FirstCap(cap_mb)))
+      completes[static_cast<size_t>(FirstUnit(bucket, tensors))] += BucketBytes(bucket, tensors);
   }
-  const Tensors tensors = TensorsOf(p);
-  for (const auto& bucket : ReducerBuckets(tensors.bytes, cap_mb * kMiB, FirstCap(cap_mb)))
-    largest = std::max(largest, BucketBytes(bucket, tensors));
-  return largest;
+  for (size_t u = p.units.size() - 1; u-- > 0;) before[u] = before[u + 1] + completes[u + 1];
+  return before;
 }
 
 }  // namespace
@@ -631,9 +636,16 @@ StepPrediction PredictDataParallel(const Profile& p, const StepQuery& q, const S
   const int holders = traits.family == Family::kDataInProcess ? 1 : world / q.replicas;
   SetDataParallelMemory(p, traits.family, traits.zero_stage, holders, q.batch,
                         q.gradient_as_bucket_view && traits.family == Family::kDataRanks, q.grad_accum, &out);
-  // A bucket reduced by alltoall has its received copy beside backward's walk.
-  if (q.reduce_by_alltoall && traits.family == Family::kSharded && holders > 1)
-    out.memory_mb += LargestReductionBytes(p, q.bucket_cap_mb, traits.zero_stage) / kMiB;
+  // Over Gloo the received copies of the buckets reduced so far sit beside
+  // the rest of backward, and all of them beside its end.
+  if (q.reduce_by_alltoall && traits.family == Family::kSharded && holders > 1) {
+    const auto copies = AlltoallCopiesBefore(p, q.bucket_cap_mb, traits.zero_stage);
+    const GradsHeld held = traits.zero_stage >= 2 ? GradsHeld::kCopied : GradsHeld::kApart;
+    const double during = BackwardPeakBytes(p, 0, p.units.size() - 1, static_cast<double>(q.batch), 0, held, copies);
+    const double grads = held == GradsHeld::kApart ? 0.0 : AllParamBytes(p);
+    const double after = AllParamBytes(p) + grads;  // every bucket's copy, once backward is done
+    out.memory_mb = std::max(out.memory_mb, out.states_mb + std::max(during, after) / kMiB);
+  }
   return out;
 }
 

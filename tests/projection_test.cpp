@@ -388,12 +388,13 @@ TEST(StepModel, MemoryIsTheZeroFormulaAndTheBackwardsPeak) {
   EXPECT_NEAR(PredictStep(p, q).states_mb, 9.0, 1e-9);
   EXPECT_NEAR(PredictStep(p, q).memory_mb, 9.0 + 8 * 4296.0 / (1024.0 * 1024), 1e-9);
   EXPECT_EQ(PredictStep(p, q).LargestBatch(12.0, 8), 3 * 1024 * 1024 / 4296);
-  // Over Gloo the reduce-scatter is an alltoall into a copy of the bucket: the largest bucket
-  // (units 2..0 after the 1 MiB first one: 3 MiB) beside the walk; zero3's buckets are its units.
+  // Over Gloo the reduce-scatter is an alltoall into a copy of each bucket, kept until backward
+  // ends: beside the rest of backward the copies so far, beside its end all of them (4 MiB):
+  // zero1 9 + 4 MiB; zero3 (its buckets are its units) 3 + 4 MiB of gradient buffers + 4 MiB.
   q.reduce_by_alltoall = true;
-  EXPECT_NEAR(PredictStep(p, q).memory_mb, 9.0 + 8 * 4296.0 / (1024.0 * 1024) + 3.0, 1e-9);
+  EXPECT_NEAR(PredictStep(p, q).memory_mb, 9.0 + 4.0, 1e-9);
   q.strategy = "zero3";
-  EXPECT_NEAR(PredictStep(p, q).memory_mb, 3.0 + 1.0 + walk + 1.0, 1e-9);
+  EXPECT_NEAR(PredictStep(p, q).memory_mb, 3.0 + 4.0 + 4.0, 1e-9);
   q.reduce_by_alltoall = false;
   // A unit whose backward allocates 1.5 MiB beyond its output's gradient (unit 0, where the walk
   // peaks): ddp's .grad is the new gradient itself (1.5 - 1 MiB beside it); zero2 copies each
