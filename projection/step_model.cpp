@@ -47,6 +47,12 @@ double ActivationBytesPerImage(const Profile& p) {
   return a;
 }
 
+double AllParamBytes(const Profile& p) {
+  double all = 0;
+  for (const UnitProfile& u : p.units) all += u.ParamBytes();
+  return all;
+}
+
 ModelStateBytes StateBytes(const Profile& p) { return BytesPerParameter(p.optimizer, p.momentum, p.element_bytes); }
 
 // How a strategy's backward holds the parameters' gradients it makes.
@@ -89,8 +95,11 @@ double BackwardPeakBytes(const Profile& p, size_t first, size_t last, double ima
 // step; zero2/3: full gradients until reduced), it is counted by the walk:
 // ddp keeps its bucket buffers (the formula's gradients) beside .grad, zero1
 // its .grad as views of its flat buffer; zero3 also gathers a unit at a time.
+// `micro_steps`: ddp's --grad-accum; `alltoall_copies`: per unit, the bytes
+// a reduce-scatter by alltoall holds beside its backward (empty: none).
 void SetDataParallelMemory(const Profile& p, Family family, int stage, int world, int64_t batch,
-                           bool bucket_views, int64_t micro_steps, StepPrediction* out) {
+                           bool bucket_views, int64_t micro_steps, const std::vector<double>& alltoall_copies,
+                           StepPrediction* out) {
   const ModelStateBytes per = StateBytes(p);
   out->states_mb = ZeroExpectedMb(stage, p.Parameters(), world, per);
   const bool plain = family == Family::kSingle || family == Family::kDataInProcess;
@@ -100,8 +109,9 @@ void SetDataParallelMemory(const Profile& p, Family family, int stage, int world
   const GradsHeld held = stage == 1 || bucket_views ? GradsHeld::kApart
                          : stage >= 2             ? GradsHeld::kCopied
                                                   : GradsHeld::kMade;
+  const double grads_mb = static_cast<double>(p.Parameters()) * per.grad / kMiB;
   double fixed = out->states_mb;
-  if (plain) fixed -= static_cast<double>(p.Parameters()) * per.grad / kMiB;  // the walk counts them
+  if (plain) fixed -= grads_mb;  // the walk counts them
   if (stage == 3)
     for (const UnitProfile& u : p.units) fixed = std::max(fixed, out->states_mb + u.ParamBytes() / kMiB);
   const double acts = BackwardPeakBytes(p, 0, p.units.size() - 1, static_cast<double>(batch), 0, held) / kMiB;
@@ -113,10 +123,17 @@ void SetDataParallelMemory(const Profile& p, Family family, int stage, int world
     // views), a full set beside the buckets through every later backward.
     const size_t last = p.units.size() - 1;
     const double micro = static_cast<double>(batch) / static_cast<double>(micro_steps);
-    const double grads_mb = static_cast<double>(p.Parameters()) * per.grad / kMiB;
     const double first = BackwardPeakBytes(p, 0, last, micro, 0, GradsHeld::kMade) / kMiB;
     const double later = grads_mb + BackwardPeakBytes(p, 0, last, micro, 0, GradsHeld::kApart) / kMiB;
     out->memory_mb = out->states_mb + std::max(first, later);
+  }
+  if (!alltoall_copies.empty()) {
+    // Over Gloo (AlltoallCopiesBefore) the received copies of the buckets
+    // reduced so far sit beside the rest of backward, and all of them beside its end.
+    const double during =
+        BackwardPeakBytes(p, 0, p.units.size() - 1, static_cast<double>(batch), 0, held, alltoall_copies);
+    const double after = AllParamBytes(p) * (held == GradsHeld::kApart ? 1 : 2);  // the copies (and buffers)
+    out->memory_mb = std::max(out->memory_mb, out->states_mb + std::max(during, after) / kMiB);
   }
 }
 
@@ -250,12 +267,6 @@ class StepBuilder {
   double compute_ms_ = 0;
   int replicate_lanes_ = 0;  // lanes of the replicate group's stream (0: none issued)
 };
-
-double AllParamBytes(const Profile& p) {
-  double all = 0;
-  for (const UnitProfile& u : p.units) all += u.ParamBytes();
-  return all;
-}
 
 // Backward in reverse unit order; after each unit, the collective `kind` of
 // every bucket whose gradients are then complete. Returns those collectives.
@@ -634,18 +645,11 @@ StepPrediction PredictDataParallel(const Profile& p, const StepQuery& q, const S
   // dp keeps one optimizer on its first device; the others one per rank,
   // sharded over a shard group of world / replicas.
   const int holders = traits.family == Family::kDataInProcess ? 1 : world / q.replicas;
+  const bool alltoall = q.reduce_by_alltoall && traits.family == Family::kSharded && holders > 1;
   SetDataParallelMemory(p, traits.family, traits.zero_stage, holders, q.batch,
-                        q.gradient_as_bucket_view && traits.family == Family::kDataRanks, q.grad_accum, &out);
-  // Over Gloo the received copies of the buckets reduced so far sit beside
-  // the rest of backward, and all of them beside its end.
-  if (q.reduce_by_alltoall && traits.family == Family::kSharded && holders > 1) {
-    const auto copies = AlltoallCopiesBefore(p, q.bucket_cap_mb, traits.zero_stage);
-    const GradsHeld held = traits.zero_stage >= 2 ? GradsHeld::kCopied : GradsHeld::kApart;
-    const double during = BackwardPeakBytes(p, 0, p.units.size() - 1, static_cast<double>(q.batch), 0, held, copies);
-    const double grads = held == GradsHeld::kApart ? 0.0 : AllParamBytes(p);
-    const double after = AllParamBytes(p) + grads;  // every bucket's copy, once backward is done
-    out.memory_mb = std::max(out.memory_mb, out.states_mb + std::max(during, after) / kMiB);
-  }
+                        q.gradient_as_bucket_view && traits.family == Family::kDataRanks, q.grad_accum,
+                        alltoall ? AlltoallCopiesBefore(p, q.bucket_cap_mb, traits.zero_stage) : std::vector<double>{},
+                        &out);
   return out;
 }
 
@@ -706,7 +710,8 @@ StepPrediction PredictStep(const Profile& p, const StepQuery& q) {
 
 double PredictOneDeviceMemoryMb(const Profile& profile, int64_t batch) {
   StepPrediction out;
-  SetDataParallelMemory(profile, Family::kSingle, 0, 1, batch, /*bucket_views=*/false, /*micro_steps=*/1, &out);
+  SetDataParallelMemory(profile, Family::kSingle, 0, 1, batch, /*bucket_views=*/false, /*micro_steps=*/1,
+                        /*alltoall_copies=*/{}, &out);
   return out.memory_mb;
 }
 
