@@ -465,6 +465,7 @@ class ShmBackend : public c10d::Backend {
   // has read once all have passed the middle barrier, and its sums go to the
   // result slot only after every rank has copied this chunk's out of it.
   void AllReduce(const at::Tensor& tensor, c10d::ReduceOp::RedOpType op) {
+    if (size_ == 1) return;  // one rank's sum, average, min, max or product is its own tensor
     const auto dtype = tensor.scalar_type();
     const int64_t divisor = op == c10d::ReduceOp::AVG ? size_ : 1;
     if (divisor != 1) op = c10d::ReduceOp::SUM;
@@ -549,6 +550,7 @@ class ShmBackend : public c10d::Backend {
   }
 
   void Broadcast(const at::Tensor& tensor, int root) {
+    if (size_ == 1) return;  // the root's tensor is the only one
     at::Tensor flat = tensor.view(-1);
     for (const Span c : Chunks(flat.numel(), Capacity(flat))) {
       if (rank_ == root) Slot(size_, flat.scalar_type(), c.count).copy_(flat.narrow(0, c.offset, c.count));

@@ -347,6 +347,28 @@ TEST(ShmBackend, AverageIsTheRankOrderSumDividedByTheWorld) {
   }
 }
 
+// A group of one rank (ddp or zero on one device): an all-reduce of any
+// reduction and a broadcast leave the tensor as it was, and are still
+// collectives (work that completes, in order with the others).
+TEST(ShmBackend, AOneRankGroupLeavesItsTensorAsItWas) {
+  ThreadWorld w(1, "shm");
+  w.Run([&](int, DistContext& d) {
+    ASSERT_TRUE(d.shm_world);
+    for (auto dtype : kDtypes)
+      for (int64_t numel : {int64_t{7}, int64_t{3} << 20}) {
+        const torch::Tensor before = MadeUp(0, numel, dtype);
+        for (auto op : {c10d::ReduceOp::SUM, c10d::ReduceOp::AVG, c10d::ReduceOp::MAX}) {
+          std::vector<torch::Tensor> ts{before.clone()};
+          d.group->allreduce(ts, c10d::AllreduceOptions{op})->wait();
+          EXPECT_TRUE(torch::equal(ts[0], before)) << dtype << " " << numel << " op " << static_cast<int>(op);
+        }
+        std::vector<torch::Tensor> ts{before.clone()};
+        d.group->broadcast(ts, c10d::BroadcastOptions{})->wait();
+        EXPECT_TRUE(torch::equal(ts[0], before)) << dtype << " " << numel << " broadcast";
+      }
+  });
+}
+
 // The arena's allocator: what it cannot place it refuses (the caller then
 // uses the heap), freed runs join again, and inside a ShmArenaScope the CPU
 // memory tracker places this thread's tensors there (and no other thread's).
