@@ -62,7 +62,7 @@ PYEOF
 # views at batch 4 hold no second set of gradients; accumulation holds the first micro-step's
 # .grad beside the buckets through the second. The prediction within 5% of each peak. (Not at 2
 # images a backward: there oneDNN's AVX2 weight-gradient kernels take a scratch whose size does
-# not follow the images, and the calibrated line over-predicts by up to 15%; docs/memory.md.)
+# not follow the images, and the calibrated line misses by up to 15% either way; docs/memory.md.)
 for extra in "--batch-size=4" "--batch-size=8 --grad-accum=2"; do
   # shellcheck disable=SC2086  # extra is a list of flags
   "$BIN" --strategy=ddp --gpus=2 --device=cpu --small-input --image-size=16 --steps=2 --warmup=2 --no-eval \
