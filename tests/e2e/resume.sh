@@ -31,9 +31,12 @@ manifests() { ls "$1"/*-step*.json 2>/dev/null | wc -l; }
 newest_step() { ls "$1"/*-step*.json | sed 's/.*-step0*\([0-9][0-9]*\)\.json/\1/' | sort -n | tail -1; }
 final_file() { ls "$1"/*-step$(printf '%09d' "$2").rank0.pt; }
 
-# Every tensor of two snapshot rank files equal, bit for bit.
-same_tensors() {
-  "$PY" "$SRC/tests/e2e/lib/same_tensors.py" "$1" "$2" || fail "$3: final state differs from the uninterrupted run"
+# Every tensor of two snapshot rank files equal, bit for bit: the pair is
+# listed here and all are compared at once (one torch import) by check_pairs.
+same_tensors() { printf '%s\t%s\t%s\n' "$3" "$1" "$2" >> "$TMP/pairs.tsv"; }
+check_pairs() {
+  "$PY" "$SRC/tests/e2e/lib/same_tensors.py" --pairs="$TMP/pairs.tsv" ||
+    fail "a resumed run's final state differs from the uninterrupted run's"
 }
 
 # The last row's pipeline split and shape as flags, one per line.
@@ -90,6 +93,7 @@ kill_and_resume hsdp --strategy=zero3 --gpus=4 --oversubscribe --replicate-degre
 DDPBENCH_TEST_AUTO_UNITS=half-blocks kill_and_resume pmp --strategy=pmp --gpus=2 --oversubscribe --rebalance=off
 # Pipelines replicated: each of 4 ranks resumes its stage of its pipeline (2 x 2).
 kill_and_resume pmp-pp-dp --strategy=pmp --stage-ranks --gpus=4 --oversubscribe --replicate-degree=2 --rebalance=off
+check_pairs
 
 "$PY" - "$TMP/r.csv" <<'PYEOF'
 import csv, sys
