@@ -17,23 +17,27 @@ COMMON=(--device=cpu --small-input --width=8 --image-size=16 --batch-size=8 --wa
 run() { "$BIN" --strategy="$1" "${COMMON[@]}" --gpus=4 --oversubscribe "${@:2}" --out="$TMP/r.csv"; }
 ADAM=(--optimizer=adam --lr=0.001 --weight-decay=0.01)
 run zero3 --replicate-degree=2 --steps=2 --verify --optimizer=sgd
-run zero3 --replicate-degree=2 --steps=2 --verify "${ADAM[@]}"
-run zero3 --replicate-degree=2 --steps=2 --verify "${ADAM[@]}" --zero-reduce=all-reduce
+# --expected=off where another row already checks that strategy's expectation on the mesh:
+# the after-run calibration doubles a small 4-rank run's time.
+run zero3 --replicate-degree=2 --steps=2 --verify "${ADAM[@]}" --expected=off
+run zero3 --replicate-degree=2 --steps=2 --verify "${ADAM[@]}" --zero-reduce=all-reduce --expected=off
 run zero2 --replicate-degree=2 --steps=2 --verify --optimizer=sgd --bucket-cap-mb=0.02
 run zero1 --replicate-degree=2 --steps=2 --verify "${ADAM[@]}"
-run zero3 --steps=2 "${ADAM[@]}"
+run zero3 --steps=2 "${ADAM[@]}" --expected=off
 
 "$PY" - "$TMP/r.csv" <<'PYEOF'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 assert len(rows) == 6, len(rows)
+assert sum("--expected=off" not in r["command"] for r in rows[:5]) == 3, [r["command"] for r in rows]
 hsdp, flat = rows[:5], rows[5]
 for r in hsdp:
     assert r["parity_ok"] == "true", (r["command"], r["parity_max_abs_diff"])
     assert float(r["parity_max_abs_diff"]) <= 1e-10, (r["command"], r["parity_max_abs_diff"])  # float64
     assert r["world_size"] == "4", r["world_size"]
     assert r["mesh"] == "replicate=2,shard=2", r["mesh"]
-    assert float(r["expected_img_s"]) > 0, r["expected_img_s"]  # the projection models the mesh (its replicate step)
+    if "--expected=off" not in r["command"]:  # the projection models the mesh (its replicate step)
+        assert float(r["expected_img_s"]) > 0, (r["command"], r["expected_img_s"])
 assert flat["mesh"] == "", flat["mesh"]
 f = lambda r, k: float(r[k].split("/")[0])
 near = lambda a, b: abs(a / b - 1) < 0.05
@@ -46,7 +50,8 @@ print("hsdp rows ok: parity", [r["parity_max_abs_diff"] for r in hsdp], "param_m
 PYEOF
 
 # Groups of one rank: each rank holds the whole model; parity fails unless the gradients cross the replicas.
-one() { "$BIN" --strategy="$1" "${COMMON[@]}" --gpus=2 --replicate-degree=2 --steps=2 --verify "${@:2}" --out="$TMP/one.csv"; }
+one() { "$BIN" --strategy="$1" "${COMMON[@]}" --gpus=2 --replicate-degree=2 --steps=2 --verify --expected=off "${@:2}" \
+  --out="$TMP/one.csv"; }
 one hsdp "${ADAM[@]}"
 one zero2 --optimizer=sgd --bucket-cap-mb=0.02
 one zero1 "${ADAM[@]}"

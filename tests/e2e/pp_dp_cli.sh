@@ -23,8 +23,10 @@ run pmp --stage-ranks --replicate-degree=2 "${PAR[@]}" --chunks=4 --schedule=1f1
 run pmp --stage-ranks --replicate-degree=2 "${PAR[@]}" --chunks=4 --schedule=zero-bubble "${ADAM[@]}"
 run pmp --stage-ranks --replicate-degree=2 "${PAR[@]}" --chunks=4 --schedule=interleaved "${ADAM[@]}"
 run mp --stage-ranks --replicate-degree=2 "${PAR[@]}" --optimizer=sgd
-run hsdp "${PAR[@]}" "${ADAM[@]}"
-run hsdp "${PAR[@]}" "${ADAM[@]}" --replicate-degree=2
+# --expected=off where the row's expectation is not checked (hsdp_cli checks hsdp's): the
+# after-run calibration doubles a small 4-rank run's time.
+run hsdp "${PAR[@]}" "${ADAM[@]}" --expected=off
+run hsdp "${PAR[@]}" "${ADAM[@]}" --replicate-degree=2 --expected=off
 
 "$PY" - "$TMP/r.csv" <<'PYEOF'
 import csv, sys
@@ -56,8 +58,8 @@ bad_input mp "--gpus=24 with --replicate-degree=2: 12 stages, but --strategy=mp 
 # A snapshot of another mesh: two replicated pipelines of 2 stages (global
 # batch 16), resumed as one pipeline of 4 stage ranks (per-device batch 8 -> 16),
 # each new stage rank reading its layers from the old rank that held them.
-run pmp --stage-ranks --replicate-degree=2 --steps=2 --chunks=4 --schedule=1f1b --snapshot-dir="$TMP/snap"
-run pmp --stage-ranks --steps=4 --chunks=4 --schedule=1f1b --snapshot-dir="$TMP/snap"
+run pmp --stage-ranks --replicate-degree=2 --steps=2 --chunks=4 --schedule=1f1b --snapshot-dir="$TMP/snap" --expected=off
+run pmp --stage-ranks --steps=4 --chunks=4 --schedule=1f1b --snapshot-dir="$TMP/snap" --expected=off
 grep -q "resharded from pmpx4" "$TMP/log" && grep -q "per-device batch 8 -> 16 on 1 replica" "$TMP/log" ||
   fail "one pipeline of 4 stages did not reshard the replicated pipelines' snapshot: $(grep -i snapshot "$TMP/log")"
 snapshot_results
