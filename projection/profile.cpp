@@ -15,6 +15,15 @@
 
 namespace ddpbench {
 
+BackwardLine FitBackwardLine(int64_t large, double at_large, int64_t small, double at_small) {
+  if (large == small) return {at_large / static_cast<double>(large), 0.0};
+  const double slope = (at_large - at_small) / static_cast<double>(large - small);
+  const double fixed = at_large - slope * static_cast<double>(large);
+  if (slope < 0) return {0.0, at_large};
+  if (fixed < 0) return {at_large / static_cast<double>(large), 0.0};
+  return {slope, fixed};
+}
+
 std::string PrecisionName(const std::string& amp) { return amp == "off" ? "float32" : "amp-" + amp; }
 
 double UnitProfile::ParamBytes() const { return std::accumulate(param_bytes.begin(), param_bytes.end(), 0.0); }

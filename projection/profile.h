@@ -37,6 +37,17 @@ struct UnitProfile {
   double ParamBytes() const;
 };
 
+// UnitProfile's backward bytes as a line, fitted to the unit's backward peak
+// at two batches (`large` images, the run's, and `small`): through both where
+// that gives a slope and a fixed part of at least 0; else through the peak at
+// `large` and zero (a workspace that appears only above some batch), or flat
+// at it (one that shrinks); all per image with one point (large == small).
+// Exact at `large` in every case.
+struct BackwardLine {
+  double per_image = 0, fixed = 0;
+};
+BackwardLine FitBackwardLine(int64_t large, double at_large, int64_t small, double at_small);
+
 struct LinkMeasurement {
   std::string collective;  // "all-reduce"
   int ranks = 0;

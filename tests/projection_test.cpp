@@ -770,5 +770,25 @@ TEST(Project, CliTableAndBadInputs) {
   }
 }
 
+// The unit backward line is exact at the run's own batch whatever the two
+// peaks: AVX2 oneDNN's 512-channel weight gradient takes a 36 MB workspace at
+// 2 images and none at 1 (measured: 45 and 9 MB), whose line through both has
+// a fixed part below zero; clamping only that part predicted 72 MB at 2.
+TEST(Projection, BackwardLineIsExactAtTheRunsBatch) {
+  const double mb = 1 << 20;
+  const BackwardLine workspace = FitBackwardLine(2, 45 * mb, 1, 9 * mb);
+  EXPECT_DOUBLE_EQ(workspace.fixed, 0);
+  EXPECT_DOUBLE_EQ(workspace.per_image * 2 + workspace.fixed, 45 * mb);
+  const BackwardLine both = FitBackwardLine(16, 50 * mb, 4, 20 * mb);  // 2.5 MB an image + 10 MB
+  EXPECT_DOUBLE_EQ(both.per_image, 2.5 * mb);
+  EXPECT_DOUBLE_EQ(both.fixed, 10 * mb);
+  const BackwardLine shrinking = FitBackwardLine(8, 45 * mb, 2, 72 * mb);
+  EXPECT_DOUBLE_EQ(shrinking.per_image, 0);
+  EXPECT_DOUBLE_EQ(shrinking.fixed, 45 * mb);
+  const BackwardLine one = FitBackwardLine(1, 9 * mb, 1, 9 * mb);
+  EXPECT_DOUBLE_EQ(one.per_image, 9 * mb);
+  EXPECT_DOUBLE_EQ(one.fixed, 0);
+}
+
 }  // namespace
 }  // namespace ddpbench

@@ -73,11 +73,10 @@ print("zero1 rows ok: parity sgd", sgd["parity_max_abs_diff"], "adam", adam["par
       world3["parity_max_abs_diff"])
 PYEOF
 
-# Memory where the parameters outweigh the activations (ResNet-18 at full width, 16 px, batch 4),
+# Memory where the parameters outweigh the activations (ResNet-18 at full width, 16 px, batch 2),
 # over Gloo, whose reduce-scatter is an alltoall into a copy of each bucket, kept until backward
-# ends: the prediction counts them and lands within 10% of the peak (without them it read 1.19 at
-# batch 2; batch 2 itself is left out, see ddp_cli.sh).
-"$BIN" --strategy=zero1 --gpus=2 --device=cpu --small-input --image-size=16 --batch-size=4 --steps=2 --warmup=2 \
+# ends: the prediction counts them and lands within 10% of the peak (without them it read 1.19).
+"$BIN" --strategy=zero1 --gpus=2 --device=cpu --small-input --image-size=16 --batch-size=2 --steps=2 --warmup=2 \
   --no-eval --progress=off --cpu-backend=gloo --out="$TMP/mem.csv"
 "$PY" - "$TMP/mem.csv" <<'PYEOF'
 import csv, sys
