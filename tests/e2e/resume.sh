@@ -31,13 +31,7 @@ manifests() { ls "$1"/*-step*.json 2>/dev/null | wc -l; }
 newest_step() { ls "$1"/*-step*.json | sed 's/.*-step0*\([0-9][0-9]*\)\.json/\1/' | sort -n | tail -1; }
 final_file() { ls "$1"/*-step$(printf '%09d' "$2").rank0.pt; }
 
-# Every tensor of two snapshot rank files equal, bit for bit: the pair is
-# listed here and all are compared at once (one torch import) by check_pairs.
-same_tensors() { printf '%s\t%s\t%s\n' "$3" "$1" "$2" >> "$TMP/pairs.tsv"; }
-check_pairs() {
-  "$PY" "$SRC/tests/e2e/lib/same_tensors.py" --pairs="$TMP/pairs.tsv" ||
-    fail "a resumed run's final state differs from the uninterrupted run's"
-}
+source "$SRC/tests/e2e/lib/same_tensors.sh"
 
 # The last row's pipeline split and shape as flags, one per line.
 shape_flags() {
@@ -78,7 +72,7 @@ kill_and_resume() {
   local ref
   for ref in "$TMP/ref-$name"/*-step000000015.rank*.pt; do  # every rank's final state
     local rank="${ref##*-step000000015.}"  # the configuration hash differs when flags name the shape
-    same_tensors "$ref" "$(ls "$TMP/run-$name"/*-step000000015."$rank")" "$name $(basename "$ref")"
+    same_tensors_later "$name $(basename "$ref")" "$ref" "$(ls "$TMP/run-$name"/*-step000000015."$rank")"
   done
 }
 kill_and_resume single --strategy=single
@@ -97,7 +91,7 @@ DDPBENCH_TEST_AUTO_UNITS=half-blocks kill_and_resume pmp --strategy=pmp --gpus=2
 # Pipelines replicated: each of 4 ranks resumes its stage of its pipeline (2 x 2).
 kill_and_resume pmp-pp-dp --strategy=pmp --stage-ranks --gpus=4 --oversubscribe --replicate-degree=2 --rebalance=off \
   --expected=off
-check_pairs
+check_same_tensors "a resumed run's final state differs from the uninterrupted run's"
 
 "$PY" - "$TMP/r.csv" <<'PYEOF'
 import csv, sys

@@ -12,10 +12,11 @@ BIN="$1"; SRC="$2"
 TMP="$(mktemp -d)"; trap 'rm -rf "$TMP"' EXIT
 PY="$SRC/.venv/bin/python"; [[ -x "$PY" ]] || PY=python3
 fail() { echo "FAIL: $*"; exit 1; }
+source "$SRC/tests/e2e/lib/same_tensors.sh"
 "$PY" "$SRC/tests/e2e/lib/make_idx.py" "$TMP/data" 96 16 3
-COMMON=(--device=cpu --dataset=mnist --data-dir="$TMP/data" --small-input --width=4 --batch-size=8 --warmup=1
 # --expected=off: no expectation is checked here (the *_cli tests and e2e.docs run
 # that calibration); it would double the time of each small multi-rank run.
+COMMON=(--device=cpu --dataset=mnist --data-dir="$TMP/data" --small-input --width=4 --batch-size=8 --warmup=1
         --progress=off --optimizer=adam --lr=0.003 --steps=5 --snapshot-every=1 --snapshot-keep=2 --no-eval
         --expected=off)
 
@@ -61,9 +62,8 @@ check_strategy() {  # NAME POINTS FLAGS...
       [[ "$from" == "${complete[n-1]}" || (n -ge 2 && "$from" == "${complete[n-2]}") ]] ||
         fail "$name point $k: resumed from '${from}', complete snapshots: ${complete[*]}"
     fi
-    # Compared with the uninterrupted run's at the end, all pairs at once (one torch import).
-    printf '%s\t%s\t%s\n' "$name point $k: the final state differs from the uninterrupted run" \
-      "$(final_file "$TMP/ref-$name")" "$(final_file "$dir")" >> "$TMP/pairs.tsv"
+    same_tensors_later "$name point $k: the final state differs from the uninterrupted run" \
+      "$(final_file "$TMP/ref-$name")" "$(final_file "$dir")"
     echo "ok: $name killed at point $k (complete: ${complete[*]:-none}; resumed from ${from:-the start})"
   done
 }
@@ -73,6 +73,5 @@ points="$("$PY" -c 'import random; r = random.Random(25); print(" ".join(str(1 +
 check_strategy single "$points" --strategy=single
 # Rank 1 of ddp reaches 6 points a snapshot (its rank file, the gather, pruning).
 CRASH_RANK=1 check_strategy ddp "2 9 16 27" --strategy=ddp --gpus=2
-"$PY" "$SRC/tests/e2e/lib/same_tensors.py" --pairs="$TMP/pairs.tsv" ||
-  fail "a run resumed after a kill ended with other tensors than the uninterrupted run"
+check_same_tensors "a run resumed after a kill ended with other tensors than the uninterrupted run"
 echo "snapshot_kill: all passed"
