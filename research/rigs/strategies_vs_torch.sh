@@ -51,9 +51,14 @@ TORCH=(--model=resnet18 --image-size=64 --batch-size=16 --steps="$STEPS" --warmu
 # side:config, in round 1's order
 ENTRIES=(ddpbench:single ddpbench:ddp ddpbench:ddp-bucket-view ddpbench:zero1 ddpbench:zero2 ddpbench:zero3
          torch:ddp torch:ddp-bucket-view torch:zero1 torch:fsdp2-noreshard torch:fsdp2)
+# Not run unless ONLY names them: PyTorch's single process, two of them at once,
+# and two in lockstep (a barrier after every step, nothing exchanged), each
+# rank pinned to its own core as ddpbench's are: the ceilings any data-parallel
+# implementation meets on this host.
+EXTRA=(torch:single torch:none torch:none-lockstep)
 if [[ -n ${ONLY:-} ]]; then
   for e in $ONLY; do
-    [[ " ${ENTRIES[*]} " == *" $e "* ]] || { echo "$0: ONLY: $e: not an entry; entries: ${ENTRIES[*]}" >&2; exit 2; }
+    [[ " ${ENTRIES[*]} ${EXTRA[*]} " == *" $e "* ]] || { echo "$0: ONLY: $e: not an entry; entries: ${ENTRIES[*]} ${EXTRA[*]}" >&2; exit 2; }
   done
   read -r -a ENTRIES <<<"$ONLY"
 fi
@@ -85,6 +90,11 @@ run_entry() {
     fi
   else
     argv=("$PY" "$ROOT/research/rigs/torch_sharded.py" --mode="$config" "${TORCH[@]}")
+    # The ceilings pin each rank to its own core, as ddpbench pins its CPU ranks.
+    case "$config" in
+      single) argv=("$PY" "$ROOT/research/rigs/torch_sharded.py" --mode=none --ranks=1 --pin "${TORCH[@]}") ;;
+      none*) argv+=(--pin) ;;
+    esac
     cmd="GLIBC_TUNABLES=$TUNABLES ${argv[*]}"
     GLIBC_TUNABLES="$TUNABLES" "${argv[@]}" >"$TMP/log" 2>&1 || rc=$?
     if [[ $rc -eq 0 ]]; then img_s="$(sed -n 's/.*img\/s=\([0-9.]*\)$/\1/p' "$TMP/log" | tail -1)"; fi
@@ -148,5 +158,8 @@ for stage in (1, 2, 3):
     line(f"zero{stage} / ddp best", f"ddpbench:zero{stage}", "ddpbench:ddp-best")
 line("ddp scaling eff. = ddp/(2 x single)", "ddpbench:ddp", "ddpbench:single", scale=2.0)
 line("ddp-bucket-view scaling eff.", "ddpbench:ddp-bucket-view", "ddpbench:single", scale=2.0)
+line("torch-ddp scaling eff.", "torch:ddp", "torch:single", scale=2.0)
+line("two torch singles at once / 2x one", "torch:none", "torch:single", scale=2.0)
+line("lockstep ceiling = lockstep / 2x one", "torch:none-lockstep", "torch:single", scale=2.0)
 PY
 if (( FAILED > 0 )); then echo "$0: $FAILED run(s) failed (see 'failed:' above)" >&2; exit 1; fi

@@ -43,6 +43,15 @@ Modes:
                    group of --ranks/R consecutive ranks, each reduced gradient
                    shard all-reduced across the R groups: vs ddpbench zero3
                    --replicate-degree=R
+  none             no wrapper and no gradient exchange: each rank trains its
+                   own replica, timed between the same two barriers. With
+                   --ranks=1 it is PyTorch's single-process baseline; with 2,
+                   two singles at once sharing the host
+  none-lockstep    as none, plus one barrier after every step: the
+                   synchronisation every data-parallel step has (no rank
+                   starts step k+1 before the slowest ends step k) with
+                   nothing exchanged. Its img/s over twice single's is the
+                   scaling no all-reduce can beat on this host
 
     .venv/bin/python research/rigs/torch_sharded.py --mode=fsdp2 --image-size=64 --batch-size=16 \\
         --steps=20 --warmup=5
@@ -65,7 +74,7 @@ import torch.nn as nn
 
 from bench_util import free_port
 
-MODES = ["ddp", "ddp-bucket-view", "zero1", "fsdp2-noreshard", "fsdp2", "hsdp"]
+MODES = ["ddp", "ddp-bucket-view", "zero1", "fsdp2-noreshard", "fsdp2", "hsdp", "none", "none-lockstep"]
 POOL_BATCHES = 4  # ddpbench's synthetic pool (datasets/synthetic.cpp kPoolBatches)
 
 
@@ -81,6 +90,8 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--pin", action="store_true",
+                   help="pin rank r to the r-th CPU this process may use, as ddpbench pins its CPU ranks")
     p.add_argument("--replicate", type=int, default=2,
                    help="hsdp: replica groups R (mesh (R, ranks/R)); must divide --ranks")
     a = p.parse_args(argv)
@@ -98,6 +109,8 @@ def build(a, rank):
     torch.manual_seed(42)  # the same weights on every rank (FSDP2 shards each rank's own copy)
     model = torchvision.models.resnet18(num_classes=a.num_classes)
     sgd = dict(lr=a.lr, momentum=a.momentum, weight_decay=0.0, foreach=False)
+    if a.mode in ("none", "none-lockstep"):
+        return model, torch.optim.SGD(model.parameters(), **sgd)
     if a.mode in ("ddp", "ddp-bucket-view", "zero1"):
         # bucket_cap_mb=25, broadcast_buffers=True
         model = nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=a.mode == "ddp-bucket-view")
@@ -142,6 +155,9 @@ def state_mb(model, opt):
 
 def run(rank, a, port, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if a.pin:
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[rank % len(cores)]})
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=a.ranks)
     model, opt = build(a, rank)
@@ -158,6 +174,8 @@ def run(rank, a, port, out):
         loss = nn.functional.cross_entropy(model(images), labels)
         loss.backward()
         opt.step()
+        if a.mode == "none-lockstep":
+            dist.barrier()
     dist.barrier()
     if rank == 0:
         img_s = a.steps * a.batch_size * a.ranks / (time.perf_counter() - start)
