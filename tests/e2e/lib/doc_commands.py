@@ -10,7 +10,10 @@ from the program (ctest's e2e.docs). The rule, documented in docs/testing.md:
     set-up's build), and ``ctest`` only lists the tests (-N): it would run this
     test again;
   - every ``build/ddpbench`` runs at small size on CPU: SMALL below replaces
-    those flags where the command gives them and adds them where it does not.
+    those flags where the command gives them and adds them where it does not;
+  - ``scripts/compare.py`` and ``scripts/search.py`` run one round
+    (``--rounds=1``): their ddpbench runs are small already, and repeating
+    them checks nothing more.
 
     doc_commands.py BIN SRC [BUILD_DIR]      run every block, exit 1 on a failure
     doc_commands.py --list SRC               print the blocks it would run
@@ -76,8 +79,20 @@ def exec_tool(tool, real, args):
     os.execvp(argv[0], argv)
 
 
+ONE_ROUND = re.compile(r"^scripts/(compare|search)\.py ")
+
+
 def prepare(text):
-    return "\n".join(re.sub(r"^scripts/setup\.sh( [\w-]+)* && ", "", line) for line in text.split("\n"))
+    out, rounds = [], False  # rounds: inside a compare.py/search.py command (continued lines too)
+    for line in text.split("\n"):
+        line = re.sub(r"^scripts/setup\.sh( [\w-]+)* && ", "", line)
+        if ONE_ROUND.match(line):  # added where the command leaves the default (3)
+            line, rounds = ONE_ROUND.sub(lambda m: m.group(0) + "--rounds=1 ", line), True
+        if rounds:
+            line = re.sub(r"--rounds=\d+", "--rounds=1", line)
+        out.append(line)
+        rounds = rounds and line.rstrip().endswith("\\")
+    return "\n".join(out)
 
 
 def run_all(binary, src, build_dir):
