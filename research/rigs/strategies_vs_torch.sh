@@ -3,9 +3,10 @@
 # 2 CPU ranks, and single on 1 device for the scaling baseline) against what
 # PyTorch users run instead (research/rigs/torch_sharded.py: DDP, DDP +
 # ZeroRedundancyOptimizer, FSDP2 without and with reshard after forward), in
-# interleaved rounds: each round runs all eleven once (ddp on both sides also
-# with its gradients as views into the buckets), the order reversed every
-# other round, so a slow minute on a shared machine hits every entry alike.
+# interleaved rounds: each round runs all thirteen once (ddp on both sides also
+# with its gradients as views into the buckets; the lockstep ceiling below),
+# the order reversed every other round, so a slow minute on a shared machine
+# hits every entry alike.
 #
 #   research/rigs/strategies_vs_torch.sh OUT.csv [ROUNDS=5]
 #
@@ -49,13 +50,15 @@ DDPBENCH=(--device=cpu --model=resnet18 --image-size=64 --batch-size=16 --thread
           --steps="$STEPS" --warmup="$WARMUP" --no-eval --progress=off --cpu-malloc="$MALLOC")
 TORCH=(--model=resnet18 --image-size=64 --batch-size=16 --steps="$STEPS" --warmup="$WARMUP")
 # side:config, in round 1's order
+# The last two are the ceiling ddp's scaling is read against: PyTorch's single
+# process, and two replicas in lockstep (a barrier after every step, nothing
+# exchanged), each rank pinned to its own core as ddpbench's are: no
+# data-parallel implementation scales better on this host.
 ENTRIES=(ddpbench:single ddpbench:ddp ddpbench:ddp-bucket-view ddpbench:zero1 ddpbench:zero2 ddpbench:zero3
-         torch:ddp torch:ddp-bucket-view torch:zero1 torch:fsdp2-noreshard torch:fsdp2)
-# Not run unless ONLY names them: PyTorch's single process, two of them at once,
-# and two in lockstep (a barrier after every step, nothing exchanged), each
-# rank pinned to its own core as ddpbench's are: the ceilings any data-parallel
-# implementation meets on this host.
-EXTRA=(torch:single torch:none torch:none-lockstep)
+         torch:ddp torch:ddp-bucket-view torch:zero1 torch:fsdp2-noreshard torch:fsdp2
+         torch:single torch:none-lockstep)
+# Not run unless ONLY names it: the two replicas without the barrier.
+EXTRA=(torch:none)
 if [[ -n ${ONLY:-} ]]; then
   for e in $ONLY; do
     [[ " ${ENTRIES[*]} ${EXTRA[*]} " == *" $e "* ]] || { echo "$0: ONLY: $e: not an entry; entries: ${ENTRIES[*]} ${EXTRA[*]}" >&2; exit 2; }
@@ -161,5 +164,6 @@ line("ddp-bucket-view scaling eff.", "ddpbench:ddp-bucket-view", "ddpbench:singl
 line("torch-ddp scaling eff.", "torch:ddp", "torch:single", scale=2.0)
 line("two torch singles at once / 2x one", "torch:none", "torch:single", scale=2.0)
 line("lockstep ceiling = lockstep / 2x one", "torch:none-lockstep", "torch:single", scale=2.0)
+line("ddp / lockstep (share of the ceiling)", "ddpbench:ddp", "torch:none-lockstep")
 PY
 if (( FAILED > 0 )); then echo "$0: $FAILED run(s) failed (see 'failed:' above)" >&2; exit 1; fi
