@@ -7,7 +7,8 @@
 #   pmp at 8 micro-batches against torch.distributed.pipelining 1F1B (pmp_vs_torch_1f1b.sh),
 #   the ImageFolder loader against torchvision at 1, 2 and 4 workers on
 #     400-500 px and 1000-1400 px JPEGs (bench_imagefolder.py; folders IF500, IF1000),
-#   ddp and ZeRO against torch DDP, ZeroRedundancyOptimizer and FSDP2 (strategies_vs_torch.sh), and the lockstep ceiling ddp's scaling is read against.
+#   ddp and ZeRO against torch DDP, ZeroRedundancyOptimizer and FSDP2, and the
+#     lockstep ceiling ddp's scaling is read against (strategies_vs_torch.sh).
 #   research/rigs/cpu_goals_set.sh OUTDIR [ROUNDS=3]   (BIN: build/ddpbench)
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
