@@ -92,12 +92,13 @@ run_entry() {
                 "$TMP/run.csv" 2>>"$TMP/log")" || rc=$?
     fi
   else
-    argv=("$PY" "$ROOT/research/rigs/torch_sharded.py" --mode="$config" "${TORCH[@]}")
     # The ceilings pin each rank to its own core, as ddpbench pins its CPU ranks.
+    local mode="$config" ceiling=()
     case "$config" in
-      single) argv=("$PY" "$ROOT/research/rigs/torch_sharded.py" --mode=none --ranks=1 --pin "${TORCH[@]}") ;;
-      none*) argv+=(--pin) ;;
+      single) mode=none ceiling=(--ranks=1 --pin) ;;
+      none*) ceiling=(--pin) ;;
     esac
+    argv=("$PY" "$ROOT/research/rigs/torch_sharded.py" --mode="$mode" "${TORCH[@]}" "${ceiling[@]}")
     cmd="GLIBC_TUNABLES=$TUNABLES ${argv[*]}"
     GLIBC_TUNABLES="$TUNABLES" "${argv[@]}" >"$TMP/log" 2>&1 || rc=$?
     if [[ $rc -eq 0 ]]; then img_s="$(sed -n 's/.*img\/s=\([0-9.]*\)$/\1/p' "$TMP/log" | tail -1)"; fi
