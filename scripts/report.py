@@ -257,7 +257,7 @@ def sections(rows, failures):
 def environment(rows):
     r = rows[-1]
     parts = [f"{k}={r.get(k)}" for k in ("run_id", "git_sha", "host", "torch_version", "cuda_version",
-                                         "nccl_version", "driver_version", "device_name") if r.get(k)]
+                                         "nccl_version", "driver_version", "device_name", "cpu_isa", "machine_id") if r.get(k)]
     return " ".join(parts)
 
 

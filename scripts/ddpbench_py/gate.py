@@ -43,8 +43,12 @@ MEMORY OFF ITS PREDICTION; each counts as a regression only with
 docs/projection.md, docs/memory.md).
 
 Each regression is one line: entry, figure, tonight, reference. A changed
-environment (git sha, library versions, device) or changed options of the
-entry are printed beside it as the likely cause.
+environment (rows.FINGERPRINT: git sha, library versions, driver, device,
+host, CPU capability cpu_isa, machine_id) or changed options of the entry
+are printed under it as the likely cause: for a change point between its
+last good and first bad night, for the noise rules between the first bad
+night and the night before it, for the other rules against the latest
+earlier row. A column an older row lacks is not a change.
 """
 import statistics
 from dataclasses import dataclass
@@ -166,8 +170,7 @@ RULES = (throughput_rule, memory_rule, parity_rule, accuracy_rule)
 def likely_causes(row, history):
     """Environment and option changes since the latest earlier row."""
     last = max(history, key=lambda h: h.get("timestamp", ""))
-    then, now = R.fingerprint(last), R.fingerprint(row)
-    causes = [f"{k} {then[k] or '-'} -> {now[k] or '-'}" for k in R.FINGERPRINT if then[k] != now[k]]
+    causes = R.fingerprint_changes(last, row)
     added, removed = R.options(row) - R.options(last), R.options(last) - R.options(row)
     if added or removed:
         causes.append("options " + " ".join([f"+{o}" for o in sorted(added)] + [f"-{o}" for o in sorted(removed)]))
@@ -197,12 +200,16 @@ def beyond_noise(key, series, nights, k, beyond_worst, limits):
 
 def spread_rule(key, series, limits):
     """One bad night (with confirm, that many in a row), beyond every earlier night too
-    (limits.beyond_worst, the default); else a sustained loss of `streak` nights in a row."""
+    (limits.beyond_worst, the default); else a sustained loss of `streak` nights in a row.
+    -> (line, how many of the last nights are bad), or None."""
     found = beyond_noise(key, series, limits.confirm, limits.k, limits.beyond_worst, limits)
-    if not found and limits.streak:
+    if found:
+        return found, limits.confirm
+    if limits.streak:
         found = beyond_noise(key, series, limits.streak, limits.streak_k, False, limits)
-        found = found and found + f" ({limits.streak} nights in a row: a sustained loss)"
-    return found
+        if found:
+            return found + f" ({limits.streak} nights in a row: a sustained loss)", limits.streak
+    return None
 
 
 def change_lines(experiment, key, series, limits):
@@ -240,7 +247,10 @@ def history_lines(row, past, limits):
         bad, other = change_lines(R.experiment(row), key, series, limits)
         one_night = spread_rule(key, series, limits) if key != "peak_mem_mb" else None
         if not bad and one_night:
-            bad = [f"REGRESSION {R.experiment(row)} {one_night}"]
+            line, bad_nights = one_night
+            first, before = series[-bad_nights], series[-bad_nights - 1]  # the first bad night, the one before it
+            bad = [f"REGRESSION {R.experiment(row)} {line}"]
+            bad += [f"  likely cause: {c}" for c in likely_causes(first.row, [before.row])]
         if bad and key in N.ABSOLUTE_SPEED and N.has_reference(row):
             other = [f"machine  {bad[0].split(' ', 1)[1]} (not counted: the reference build ran beside it; "
                      f"throughput_vs_reference is the gated figure)"] + other

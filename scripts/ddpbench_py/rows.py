@@ -225,11 +225,27 @@ def workload(row):
     return (experiment(row),) + tuple(row.get(k, "") for k in WORKLOAD)
 
 
-FINGERPRINT = ("git_sha", "torch_version", "cuda_version", "nccl_version", "driver_version", "device_name", "host")
+# The environment a row ran in; a change between two nights is printed as the
+# likely cause of a regression. cpu_isa is ATen's CPU capability (avx2,
+# avx512, default: which kernels ran); machine_id a short hash of the machine,
+# which differs between two VMs of the same host name.
+FINGERPRINT = ("git_sha", "torch_version", "cuda_version", "nccl_version", "driver_version", "device_name", "host",
+               "cpu_isa", "machine_id")
 
 
 def fingerprint(row):
-    return {k: row.get(k, "") for k in FINGERPRINT}
+    """{column: cell} of the row's environment; a column the row lacks (a row
+    of an older ddpbench, before that column existed) is None, not ''."""
+    return {k: row.get(k) for k in FINGERPRINT}
+
+
+def fingerprint_changes(then, now):
+    """'column before -> after' for each FINGERPRINT column that differs
+    between two rows. A column one of them lacks altogether (written by an
+    older ddpbench) is unknown there, not a change; an empty cell ('-') is a value."""
+    a, b = fingerprint(then), fingerprint(now)
+    return [f"{k} {a[k] or '-'} -> {b[k] or '-'}" for k in FINGERPRINT
+            if a[k] is not None and b[k] is not None and a[k] != b[k]]
 
 
 def options(row):
