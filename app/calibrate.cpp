@@ -109,7 +109,9 @@ std::vector<double> UnitBackwardPeaks(ResNet model, const RunConfig& config, int
 // (one micro-step's images), the only size its run's prediction reads.
 void MeasureUnitBackwardBytes(ResNet model, const RunConfig& config, torch::Device device, Profile* p) {
   const int64_t large = config.batch_size / std::max<int64_t>(1, config.grad_accum);
-  const int64_t small = std::max<int64_t>(1, large / 4);
+  // The small point is a batch the model trains on: batch norm needs two
+  // values per channel where the last stage's map is 1x1.
+  const int64_t small = std::min(large, std::max(FewestTrainingImages(config, RunImageSize(config)), large / 4));
   const std::vector<double> at_large = UnitBackwardPeaks(model, config, large, device);
   const std::vector<double> at_small = large == small ? at_large : UnitBackwardPeaks(model, config, small, device);
   for (size_t u = 0; u < p->units.size(); ++u) {

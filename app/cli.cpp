@@ -10,10 +10,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <type_traits>
 #include <sstream>
 
 #include "datasets/dataset.h"
 #include "app/help.h"
+#include "app/numeric_flags.h"
 #include "harness/inject.h"
 #include "strategies/registry.h"
 #include "planning/mesh.h"
@@ -213,6 +216,21 @@ void CheckShapeTrials(const RunConfig& c) {
     throw ConfigError(fmt::format("--shape-trials={}: accepted: 0 (choose by prediction alone) to 64", c.shape_trials));
 }
 
+// --cpu-backend picks how CPU ranks exchange tensors: refused, with why, where
+// nothing it picks runs (the strategies without ranks are refused by the
+// traits' flag lists).
+void CheckCpuBackendApplies(const RunConfig& c) {
+  if (!c.given.count("--cpu-backend")) return;
+  if (c.device == "cuda")
+    throw ConfigError(fmt::format("--cpu-backend={} with --device=cuda: GPU ranks exchange tensors over NCCL (Gloo "
+                                  "where two share a GPU), never through --cpu-backend; accepted: --device=cpu, or "
+                                  "leave --cpu-backend out", c.cpu_backend));
+  if (TraitsOf(c).family == Family::kPipeline && !c.stage_ranks)
+    throw ConfigError(fmt::format("--cpu-backend={} with --strategy={}: its stages run in one process and hand "
+                                  "activations on in memory, with no collectives; accepted: add --stage-ranks (one "
+                                  "rank per stage), or leave --cpu-backend out", c.cpu_backend, c.strategy));
+}
+
 // --rebalance: a value it accepts, and with warmup on pmp something to
 // re-balance (no --split, time balance) and a warm-up long enough to measure
 // in (its first step's times include first-touch costs).
@@ -312,7 +330,7 @@ double ParseDuration(const std::string& flag, const std::string& value) {
     if (scale == 0 || (i == value.size() && used == 0)) throw bad();
     total += number * scale;
   }
-  if (!(total > 0)) throw bad();
+  if (!(total > 0) || !std::isfinite(total) || total > 1e9) throw bad();  // 1e9 s: 31 years
   return total;
 }
 
@@ -504,6 +522,7 @@ void CheckLabelsAndStrategyVariants(const RunConfig& c) {
   CheckLabel("--entry", c.entry);
   CheckMember("--zero-reduce", c.zero_reduce, {"reduce-scatter", "all-reduce"});
   CheckMember("--cpu-backend", c.cpu_backend, {"gloo", "shm", "auto"});
+  CheckCpuBackendApplies(c);
   CheckMember("--balance", c.balance, {"time", "params"});
   CheckMember("--units", c.units, {"auto", "blocks", "half-blocks"});
   CheckRebalance(c);
@@ -563,30 +582,61 @@ namespace {
 
 // The flags, registered in the order --help lists them within each topic
 // (GroupHelp assigns the topics). Each group binds its flags to fields of `c`.
+// Adds `name` bound to `field` with its range check (the check runs on the
+// value as typed; CLI11 then converts it). Integer fields keep their type's
+// limits inside the range.
+template <typename T>
+CLI::Option* AddNumber(CLI::App& app, const std::string& name, T& field, NumberRange range,
+                       const std::string& description) {
+  static_assert(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>, "AddNumber takes a numeric field");
+  NumericFlag flag{name, std::is_integral_v<T>, range};
+  if constexpr (std::is_integral_v<T>) {
+    flag.range.min = std::max<long double>(flag.range.min, std::numeric_limits<T>::min());
+    flag.range.max = std::min<long double>(flag.range.max, std::numeric_limits<T>::max());
+  }
+  auto& table = NumericFlagTable();
+  bool known = false;
+  for (const auto& f : table) known = known || f.name == name;
+  if (!known) table.push_back(flag);
+  CLI::Option* option = app.add_option(name, field, description);
+  option->check(CLI::Validator(
+      [flag](std::string& value) {
+        CheckNumber(flag, value);
+        return std::string();
+      },
+      "", "range"));
+  return option;
+}
+
+// A numeric flag is added with AddNumber and its accepted range
+// (app/numeric_flags.h); these are the ranges' common sanity caps.
+constexpr long double kMaxCount = 1e9;        // steps, batches: more than any run takes
+constexpr long double kMaxMiB = 1 << 30;      // 1 PiB: as bytes, well inside int64
+constexpr long double kMaxTimeoutS = 1e7;     // 115 days: as milliseconds, well inside int64
 
 // The run's shape: strategy and devices.
 void AddRunFlags(CLI::App& app, RunConfig& c) {
   app.add_option("--strategy", c.strategy, "single|dp|ddp|mp|pmp|zero1|zero2|zero3 (see --list)");
   app.add_flag("--list", c.list, "print the registered strategies and exit");
-  app.add_option("--gpus", c.gpus, "number of devices (GPUs, or CPU thread groups)");
+  AddNumber(app, "--gpus", c.gpus, NumberRange::AtLeast(1, 1024), "number of devices (GPUs, or CPU thread groups)");
   app.add_option("--device", c.device, "auto|cuda|cpu");
-  app.add_option("--threads-per-device", c.threads_per_device, "CPU: intra-op threads per logical device");
+  AddNumber(app, "--threads-per-device", c.threads_per_device, NumberRange::AtLeast(1, 1 << 16), "CPU: intra-op threads per logical device");
   app.add_flag("--oversubscribe", c.oversubscribe, "allow more devices/ranks than the hardware has");
 }
 
 // The model and the data it trains on.
 void AddModelAndDataFlags(CLI::App& app, RunConfig& c) {
   app.add_option("--model", c.model, "resnet18|resnet34|resnet50|resnet101|resnet152");
-  app.add_option("--width", c.width, "channels of the first ResNet stage");
+  AddNumber(app, "--width", c.width, NumberRange::AtLeast(1, 1 << 20), "channels of the first ResNet stage");
   app.add_flag("--small-input", c.small_input, "3x3 stride-1 stem without max-pool (28/32 px)");
   app.add_option("--norm", c.norm, "batch|group|frozen-bn");
   app.add_option("--dataset", c.dataset, fmt::format("{}", fmt::join(DatasetNames(), "|")));
   app.add_option("--data-dir", c.data_dir, "dataset directory (fashion-mnist defaults to /usr/share/datasets/fashion-mnist)");
-  app.add_option("--image-size", c.image_size, "square image size; 0 = native (synthetic: 224)");
-  app.add_option("--batch-size", c.batch_size, "batch per device");
+  AddNumber(app, "--image-size", c.image_size, NumberRange::AtLeast(0, 1024), "square image size; 0 = native (synthetic: 224)");
+  AddNumber(app, "--batch-size", c.batch_size, NumberRange::AtLeast(1, kMaxCount), "batch per device");
   app.add_flag("--augment", c.augment, "random crop (pad 4) and horizontal flip on training data");
-  app.add_option("--prefetch", c.prefetch, "batches prepared ahead on background threads");
-  app.add_option("--data-workers", c.data_workers, "imagefolder: JPEG/PNG decode threads per rank "
+  AddNumber(app, "--prefetch", c.prefetch, NumberRange::AtLeast(0, 1024), "batches prepared ahead on background threads");
+  AddNumber(app, "--data-workers", c.data_workers, NumberRange::AtLeast(0, 1024), "imagefolder: JPEG/PNG decode threads per rank "
                  "(default 0: the cores the devices' threads leave, at least 1)");
   app.add_flag("--skip-bad-images", c.skip_bad_images, "imagefolder: count and skip an undecodable image "
                "(the row says how many) instead of stopping with exit 2");
@@ -594,23 +644,23 @@ void AddModelAndDataFlags(CLI::App& app, RunConfig& c) {
                  "default) or gpu (nvJPEG on a CUDA device; not in this build: refused)");
   app.add_flag("--data-only", c.data_only, "time the training data source alone over --steps batches "
                "(no model): loader_img_s for --data-workers");
-  app.add_option("--num-classes", c.num_classes, "synthetic data: number of classes (default 1000)");
+  AddNumber(app, "--num-classes", c.num_classes, NumberRange::AtLeast(0, 1 << 20), "synthetic data: number of classes (default 1000)");
 }
 
 // How long it trains, with which optimizer, number types and kernels.
 void AddTrainingFlags(CLI::App& app, RunConfig& c) {
-  app.add_option("--steps", c.steps, "timed training steps (default 50)");
-  app.add_option("--epochs", c.epochs, "train for this many epochs instead of --steps");
-  app.add_option("--warmup", c.warmup, "untimed steps before timing");
-  app.add_option("--repeat", c.repeat, "run the timed steps this many times after one warm-up; the row "
+  AddNumber(app, "--steps", c.steps, NumberRange::AtLeast(1, kMaxCount), "timed training steps (default 50)");
+  AddNumber(app, "--epochs", c.epochs, NumberRange::Above(0, 1e6), "train for this many epochs instead of --steps");
+  AddNumber(app, "--warmup", c.warmup, NumberRange::AtLeast(0, kMaxCount), "untimed steps before timing");
+  AddNumber(app, "--repeat", c.repeat, NumberRange::AtLeast(1, 10000), "run the timed steps this many times after one warm-up; the row "
                  "carries the median throughput and its spread");
   app.add_option("--amp", c.amp, "off|bf16|fp16");
   app.add_option("--optimizer", c.optimizer, "sgd|adam");
-  app.add_option("--lr", c.lr, "learning rate before scaling");
+  AddNumber(app, "--lr", c.lr, NumberRange::Above(0, 100), "learning rate before scaling");
   app.add_option("--lr-scaling", c.lr_scaling, "none|linear|sqrt in the number of data-parallel replicas");
-  app.add_option("--momentum", c.momentum, "SGD momentum");
-  app.add_option("--weight-decay", c.weight_decay, "weight decay");
-  app.add_option("--seed", c.seed, "seed for weights, data order and augmentation");
+  AddNumber(app, "--momentum", c.momentum, NumberRange::HalfOpen(0, 1), "SGD momentum");
+  AddNumber(app, "--weight-decay", c.weight_decay, NumberRange::AtLeast(0, 1), "weight decay");
+  AddNumber(app, "--seed", c.seed, NumberRange::AtLeast(0, std::numeric_limits<uint64_t>::max()), "seed for weights, data order and augmentation");
   app.add_option("--memory-format", c.memory_format,
                  "auto (CUDA: channels_last, CPU: contiguous)|channels_last|contiguous, for weights and images");
   app.add_option("--tf32", c.tf32, "CUDA TF32: on (convolutions, PyTorch's default)|off|all (also matmul)");
@@ -620,12 +670,12 @@ void AddTrainingFlags(CLI::App& app, RunConfig& c) {
   app.add_option("--fuse", c.fuse, "off|bn-add-relu (CUDA: BatchNorm, residual add and ReLU in one cuDNN kernel)|conv-bn (BatchNorm from each conv's output sums, folded into a scale-shift-ReLU)");
   app.add_option("--cpu-malloc", c.cpu_malloc,
                  "reuse (freed host memory stays mapped: no page faults per step)|system (glibc's defaults)");
-  app.add_option("--cpu-device-memory-mb", c.cpu_device_memory_mb,
+  AddNumber(app, "--cpu-device-memory-mb", c.cpu_device_memory_mb, NumberRange::AtLeast(0, kMaxMiB),
                  "capacity of each CPU logical device in MiB, enforced as a GPU's (0: the machine's memory)");
   app.add_option("--recompute", c.recompute,
                  "activation recompute: none|all|auto (the least added time within --memory-budget-mb)|a comma list "
                  "of stem, head, blocks, layerN, every-K, unit names: recomputed in backward, not kept");
-  app.add_option("--memory-budget-mb", c.memory_budget_mb,
+  AddNumber(app, "--memory-budget-mb", c.memory_budget_mb, NumberRange::AtLeast(0, kMaxMiB),
                  "--recompute=auto: what one device may hold, MiB (default: its capacity: a GPU's memory, "
                  "--cpu-device-memory-mb); given alone it implies --recompute=auto");
 }
@@ -646,39 +696,39 @@ void AddOutputFlags(CLI::App& app, RunConfig& c, bool& no_eval) {
   app.add_option("--entry", c.entry, "label copied to the row's entry column (a nightly matrix entry)");
   app.add_option("--progress", c.progress, "auto (when stderr is a terminal)|on|off");
   app.add_flag("--no-eval", no_eval, "skip the test-set accuracy");
-  app.add_option("--eval-batches", c.eval_batches, "evaluate on at most this many test batches per rank (0: all)");
+  AddNumber(app, "--eval-batches", c.eval_batches, NumberRange::AtLeast(0, kMaxCount), "evaluate on at most this many test batches per rank (0: all)");
   app.add_option("--time-budget", c.time_budget, "train whole steps until this much time is spent "
                  "(e.g. 90m, 2h), then evaluate and write the row");
-  app.add_option("--target-accuracy", c.target_accuracy, "stop when the validation top-1 accuracy reaches this "
+  AddNumber(app, "--target-accuracy", c.target_accuracy, NumberRange::Above(0, 1), "stop when the validation top-1 accuracy reaches this "
                  "fraction (row: time_to_target_s, steps_to_target)");
-  app.add_option("--eval-every", c.eval_every, "validate every this many steps (0: at each epoch's end)");
-  app.add_option("--val-fraction", c.val_fraction, "fraction of the training set held out for validation "
+  AddNumber(app, "--eval-every", c.eval_every, NumberRange::AtLeast(0, kMaxCount), "validate every this many steps (0: at each epoch's end)");
+  AddNumber(app, "--val-fraction", c.val_fraction, NumberRange::HalfOpen(0, 1), "fraction of the training set held out for validation "
                  "(default 0.2 when training to an answer on real data, else 0)");
   app.add_option("--snapshot-dir", c.snapshot_dir, "write resumable snapshots here; a run of the same "
                  "configuration resumes from the newest valid one");
   app.add_option("--snapshot-every", c.snapshot_every, "steps between snapshots, or 'epoch' (default)");
-  app.add_option("--snapshot-keep", c.snapshot_keep, "newest snapshots kept in --snapshot-dir");
+  AddNumber(app, "--snapshot-keep", c.snapshot_keep, NumberRange::AtLeast(1, 1000000), "newest snapshots kept in --snapshot-dir");
   app.add_flag("--resume", c.resume, "require a snapshot of this configuration in --snapshot-dir and resume from it");
   app.add_option("--epoch-csv", c.epoch_csv, "per-epoch CSV (default: beside --out)");
   app.add_flag("--verify", c.verify, "check parameters against the single-device run before timing");
-  app.add_option("--verify-steps", c.verify_steps, "steps of the parity check");
-  app.add_option("--verify-tolerance", c.verify_tolerance, "largest parameter difference accepted by --verify");
+  AddNumber(app, "--verify-steps", c.verify_steps, NumberRange::AtLeast(1, 1000000), "steps of the parity check");
+  AddNumber(app, "--verify-tolerance", c.verify_tolerance, NumberRange::Above(0, 1e6), "largest parameter difference accepted by --verify");
 }
 
 // The strategies' own knobs: collectives, faults, sharding, pipeline cuts and schedules.
 void AddStrategyFlags(CLI::App& app, RunConfig& c) {
-  app.add_option("--bucket-cap-mb", c.bucket_cap_mb, "ddp|zero1|zero2: gradient bucket size");
-  app.add_option("--grad-accum", c.grad_accum, "ddp: micro-steps per optimizer step");
+  AddNumber(app, "--bucket-cap-mb", c.bucket_cap_mb, NumberRange::Above(0, 1 << 20), "ddp|zero1|zero2: gradient bucket size");
+  AddNumber(app, "--grad-accum", c.grad_accum, NumberRange::AtLeast(1, 1 << 20), "ddp: micro-steps per optimizer step");
   app.add_option("--compression", c.compression, "ddp: gradient compression hook none|fp16|bf16");
-  app.add_option("--timeout", c.timeout_s, "seconds before a stuck collective ends the run");
-  app.add_option("--flight-recorder", c.flight_recorder, "collectives each rank keeps, written as JSON when a "
+  AddNumber(app, "--timeout", c.timeout_s, NumberRange::Above(0, kMaxTimeoutS), "seconds before a stuck collective ends the run");
+  AddNumber(app, "--flight-recorder", c.flight_recorder, NumberRange::AtLeast(0, 1000000), "collectives each rank keeps, written as JSON when a "
                  "collective times out or a rank dies; straggler columns read them (0: off)");
   app.add_option("--inject", c.inject, "a fault on purpose (repeatable): delay:rank=R,phase=P,ms=M[,every=K], "
                  "slow-data:rank=R,ms=M[,every=K], hang:rank=R,step=S, crash:rank=R,step=S (docs/robustness.md)");
   app.add_option("--zero-reduce", c.zero_reduce, "zero1|zero2|zero3: reduce-scatter|all-reduce");
   app.add_option("--cpu-backend", c.cpu_backend,
-                 "gloo|shm|auto: CPU collectives over Gloo, or through shared memory for ranks on one host "
-                 "(auto: where a group's ranks share a host)");
+                 "auto|shm|gloo: CPU ranks' collectives through shared memory where a group's ranks share a host, "
+                 "else Gloo (auto, the default; the row's comm_backend says which ran), shared memory only, or Gloo");
   app.add_flag("--overlap-optimizer", c.overlap_optimizer,
                "ddp, zero1, zero2, zero3, hsdp: step each gradient bucket's parameters (zero: this rank's slice) as "
                "soon as its all-reduce or reduce-scatter completes, overlapping the optimizer with the rest of "
@@ -694,17 +744,17 @@ void AddStrategyFlags(CLI::App& app, RunConfig& c) {
                  "mp/pmp: what stages are cut from: blocks (stem, each residual block, head), half-blocks "
                  "(each block as two units, so a cut can fall inside it) or auto (default: pmp measures half "
                  "blocks and cuts inside a block only where that is predicted clearly faster; otherwise blocks)");
-  app.add_option("--chunks", c.chunks, "pmp: micro-batches per batch (default: chosen by predicted step time)");
-  app.add_option("--replicate-degree", c.replicate_degree,
+  AddNumber(app, "--chunks", c.chunks, NumberRange::AtLeast(1, 1 << 20), "pmp: micro-batches per batch (default: chosen by predicted step time)");
+  AddNumber(app, "--replicate-degree", c.replicate_degree, NumberRange::AtLeast(1, 1024),
                  "zero1/zero2/zero3/hsdp: shard within groups of world/R ranks (consecutive ranks: a node's) and "
                  "replicate across the R groups, all-reducing each reduced shard between them (HSDP; default 1, "
                  "hsdp: one per node); mp/pmp with --stage-ranks: R pipelines of world/R stages, each stage's "
                  "gradients all-reduced across them");
-  app.add_option("--shape-trials", c.shape_trials,
+  AddNumber(app, "--shape-trials", c.shape_trials, NumberRange::AtLeast(0, 64),
                  "pmp with its shape left open: run the K fastest predicted shapes, mp's and plain 1F1B's for a few "
                  "interleaved steps each and keep the fastest measured (default 3; 0: trust the prediction)");
   app.add_option("--schedule", c.schedule, "pmp: gpipe|1f1b|interleaved|zero-bubble|interleaved-zero-bubble|looped-bfs|zbv|dualpipev");
-  app.add_option("--virtual-stages", c.virtual_stages, "pmp --schedule=interleaved[-zero-bubble]|looped-bfs: model chunks per device (default 2)");
+  AddNumber(app, "--virtual-stages", c.virtual_stages, NumberRange::AtLeast(0, 64), "pmp --schedule=interleaved[-zero-bubble]|looped-bfs: model chunks per device (default 2)");
   app.add_option("--fill-waits", c.fill_waits,
                  "pmp zero-bubble schedules on CPU devices: on (default: a device whose next input has not arrived "
                  "runs its pending W's a weight node at a time until it does)|off (the table's order exactly)");
@@ -732,25 +782,21 @@ void AddAnswerFlags(CLI::App& app, RunConfig& c) {
   app.add_option("--search-csv", c.search_csv, "--search: also write the ranked table to this CSV");
   app.add_option("--strategies", c.strategies, "--project: comma list (default: every strategy each size runs)");
   app.add_option("--nodes", c.nodes, "--project: comma list of node counts (default 1)");
-  app.add_option("--gpus-per-node", c.gpus_per_node, "--project: devices per node (default 8)");
-  app.add_option("--nics-per-node", c.nics_per_node, "--project: NICs each node's devices share (default: one each)");
+  AddNumber(app, "--gpus-per-node", c.gpus_per_node, NumberRange::AtLeast(1, 1 << 16), "--project: devices per node (default 8)");
+  AddNumber(app, "--nics-per-node", c.nics_per_node, NumberRange::AtLeast(0, 1 << 16), "--project: NICs each node's devices share (default: one each)");
   app.add_option("--intra", c.intra, "--project: link inside a node: a preset (nvlink4, pcie5, ...), measured, "
                  "and/or alpha=TIME,bw=RATE (default: measured, else nvlink4)");
   app.add_option("--inter", c.inter, "--project: link between nodes, as --intra (default: measured, else ib-ndr400)");
-  app.add_option("--device-memory-gb", c.device_memory_gb, "--project: device memory for the largest batch that fits");
-  app.add_option("--device-img-s", c.device_img_s, "--project: one device's img/s (measured elsewhere or "
+  AddNumber(app, "--device-memory-gb", c.device_memory_gb, NumberRange::AtLeast(0, 1e6), "--project: device memory for the largest batch that fits");
+  AddNumber(app, "--device-img-s", c.device_img_s, NumberRange::AtLeast(0, 1e9), "--project: one device's img/s (measured elsewhere or "
                  "published) that the profile's compute times are scaled to");
   app.add_option("--expected", c.expected,
                  "multi-device runs and ddp/zero on one device: auto (default: predict the run from its own "
                  "unit times and link, measured after the timed steps)|off|PROFILE (a --calibrate file)");
 }
 
-}  // namespace
-
-bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
-  RunConfig& c = *config;
-  CLI::App app{"ddpbench: train one ResNet workload under one parallelism strategy and append one "
-               "honest CSV row (throughput, memory per device, accuracy, scaling, parity)."};
+// Every flag, bound to `c` (and --no-eval to `no_eval`).
+void AddFlags(CLI::App& app, RunConfig& c, bool& no_eval) {
   app.option_defaults()->always_capture_default();
   // Repeats are collected (and then refused by RejectRepeats with both values).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -758,11 +804,45 @@ bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
   AddRunFlags(app, c);
   AddModelAndDataFlags(app, c);
   AddTrainingFlags(app, c);
-  bool no_eval = false;
   AddOutputFlags(app, c, no_eval);
   AddStrategyFlags(app, c);
   AddAnswerFlags(app, c);
   GroupHelp(app);
+}
+
+CLI::App NewApp() {
+  return CLI::App{"ddpbench: train one ResNet workload under one parallelism strategy and append one "
+                  "honest CSV row (throughput, memory per device, accuracy, scaling, parity)."};
+}
+
+}  // namespace
+
+std::vector<NumericFlag> NumericFlags() {
+  CLI::App app = NewApp();
+  RunConfig c;
+  bool no_eval = false;
+  AddFlags(app, c, no_eval);
+  return NumericFlagTable();
+}
+
+std::vector<std::string> FlagsOfNumericType() {
+  CLI::App app = NewApp();
+  RunConfig c;
+  bool no_eval = false;
+  AddFlags(app, c, no_eval);
+  std::vector<std::string> names;
+  for (const CLI::Option* opt : app.get_options()) {
+    const std::string type = opt->get_type_name();
+    if (type == "INT" || type == "UINT" || type == "FLOAT") names.push_back(opt->get_name());
+  }
+  return names;
+}
+
+bool ParseCommandLine(int argc, char** argv, RunConfig* config) {
+  RunConfig& c = *config;
+  CLI::App app = NewApp();
+  bool no_eval = false;
+  AddFlags(app, c, no_eval);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "app/numeric_flags.h"
 #include "base/config.h"
 
 namespace ddpbench {
@@ -13,6 +14,12 @@ namespace ddpbench {
 // Parses argv into a RunConfig and validates it. Throws ConfigError (bad
 // value) or returns false when --help was printed (exit 0).
 bool ParseCommandLine(int argc, char** argv, RunConfig* config);
+
+// Every numeric flag with its declared range (app/numeric_flags.h), and
+// every flag CLI11 converts to a number: the tests check the two agree, so a
+// numeric flag cannot be added without a range.
+std::vector<NumericFlag> NumericFlags();
+std::vector<std::string> FlagsOfNumericType();
 
 // Range and combination checks shared by the CLI and the tests.
 void ValidateConfig(const RunConfig& config);

@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "base/config.h"
+#include "base/log.h"
 #include "harness/flight_watch.h"
+#include "harness/shm_names.h"
 #include "harness/store_socket.h"
 
 extern char** environ;
@@ -326,7 +328,7 @@ int SpawnRanks(const RunConfig& config, int world, int argc, char** argv) {
   opts.masterListenFd = listener.fd;
   opts.isServer = true;
   opts.waitWorkers = false;
-  opts.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.timeout_s * 1000));
+  opts.timeout = std::chrono::milliseconds(CheckedMilliseconds("--timeout", config.timeout_s));
   auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts);
   const int port = store->getPort();
   const std::string self = SelfExe();
@@ -377,8 +379,12 @@ int SpawnRanks(const RunConfig& config, int world, int argc, char** argv) {
     g_num_children = r + 1;
   }
 
+  const std::vector<int> spawned(pids.begin(), pids.end());
   const int code = WaitForRanks(pids, !config.snapshot_dir.empty() ? config.timeout_s : 5.0, store);
   g_num_children = 0;
+  // Every rank is gone: what a killed one left in /dev/shm goes too.
+  if (const int left = UnlinkSegmentsOf(spawned); left > 0 && code == 0)
+    LogWarn("removed {} shared-memory segment(s) the ranks left in /dev/shm", left);
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   sigaction(SIGUSR1, &old_usr1, nullptr);

@@ -74,6 +74,7 @@ void AddIdentity(const RunResult& r, Row& row) {
   row["world_size"] = std::to_string(r.world);
   row["launcher"] = r.launcher;
   if (!r.store_bind.empty()) row["store_bind"] = r.store_bind;
+  if (!r.comm_backend.empty()) row["comm_backend"] = r.comm_backend;
   if (!r.socket_ifname.empty()) row["nccl_socket_ifname"] = r.socket_ifname;
   if (!r.trace_file.empty()) row["trace"] = r.trace_file;
   if (!r.profile_file.empty()) row["profile"] = r.profile_file;
@@ -285,6 +286,8 @@ Row BuildRow(const RunResult& r) {
   row["nccl_version"] = r.env.nccl_version;
   if (!r.env.driver_version.empty()) row["driver_version"] = r.env.driver_version;
   row["cpu_model"] = r.env.cpu_model;
+  row["cpu_isa"] = r.env.cpu_isa;
+  row["machine_id"] = r.env.machine_id;
   row["command"] = r.config->command;
   return row;
 }

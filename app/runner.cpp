@@ -28,6 +28,7 @@
 #include "datasets/gpu_decode.h"
 #include "app/data_only.h"
 #include "app/expected.h"
+#include "base/crash_point.h"
 #include "harness/dist.h"
 #include "harness/memory.h"
 #include "app/memory_fit.h"
@@ -543,6 +544,7 @@ RunResult DescribeRun(const PreparedRun& run, const DistContext& dist, double lr
   r.nodes = (dist.world + dist.local_world - 1) / dist.local_world;
   r.launcher = dist.launcher;
   r.store_bind = dist.store_bind;
+  r.comm_backend = dist.CommBackend();
   r.socket_ifname = dist.socket_ifname;
   r.device_name = r.cuda ? CudaDeviceName(run.devices.front().index()) : r.env.cpu_model;
   r.image_size = run.info.height;
@@ -639,6 +641,22 @@ void ReportDataBound(const DataFigures& d, const RunConfig& config) {
           config.dataset == "imagefolder" ? "" : " (the in-memory datasets build batches on --prefetch threads)");
 }
 
+// A step after the timed ones (the expected columns, --export, the memory
+// snapshot): a failure leaves its columns empty and says why, and the
+// measured row is still written (the run then exits kExitAfterRunFailed).
+template <typename F>
+void AfterRunStep(const char* what, RunResult* result, F step) {
+  try {
+    step();
+  } catch (const std::exception& e) {
+    if (FailedCollective()) throw;  // a rank lost or a collective timed out: main names it (exit 7)
+    const std::string why = e.what();
+    LogWarn("{} failed after the timed steps: {}; its columns are left empty, the row is written",
+            what, why.substr(0, why.find('\n')));
+    result->after_run_failures.push_back(what);
+  }
+}
+
 // The loop's figures into the result: steps, phases, the strategy's
 // columns, and every rank's own figures (collective).
 void CollectFigures(const PreparedRun& run, const std::vector<LoopTimes>& sections, Strategy& strategy,
@@ -657,7 +675,11 @@ void CollectFigures(const PreparedRun& run, const std::vector<LoopTimes>& sectio
   if (dist.is_root())
     if (const std::string line = DescribeStraggler(result->straggler); !line.empty()) LogWarn("straggler: {}", line);
   // After the memory figures: the prediction's own measurements allocate.
-  for (auto& [k, v] : ExpectThisRun(run.config, run.model, run.devices, dist, result->extras)) result->extras[k] = v;
+  AfterRunStep("expected", result, [&] {
+    FailPoint("expected");
+    for (auto& [k, v] : ExpectThisRun(run.config, run.model, run.devices, dist, result->extras))
+      result->extras[k] = v;
+  });
 }
 
 GoalFigures DescribeGoal(const TrainingGoal& goal, const LoopState& start) {
@@ -780,15 +802,21 @@ int RunBenchmark(const RunConfig& config_in, DistContext& dist) {
     result.goal->batch_adjusted = adopted.batch;
   }
   if (run.info.real && config.eval && !config.data_only) EvaluateTestSet(run, *strategy, dist, &result);
-  if (!config.export_file.empty()) ExportWeights(config.export_file, run.model, *strategy, dist);
+  if (!config.export_file.empty())
+    AfterRunStep("--export", &result, [&] { ExportWeights(config.export_file, run.model, *strategy, dist); });
   CollectFigures(run, sections, *strategy, dist, &result);
-  if (!config.memory_snapshot.empty()) WriteMemorySnapshot(config, dist);
+  if (!config.memory_snapshot.empty())
+    AfterRunStep("--memory-snapshot", &result, [&] { WriteMemorySnapshot(config, dist); });
   if (dist.is_root() && result.data && !config.data_only) ReportDataBound(*result.data, config);
   if (dist.is_root() && result.data && config.data_only) ReportLoaderStages(*result.data);
   result.trace_file = trace::Finish(config.trace, dist, config.command);
   if (!sections.empty()) result.profile_file = sections.front().profile;
   dist.Shutdown();
-  return dist.is_root() ? Report(result) : 0;
+  const int code = dist.is_root() ? Report(result) : 0;
+  if (code != 0 || result.after_run_failures.empty()) return code;
+  LogError("the row is written; these steps after the run failed (see above): {}",
+           fmt::format("{}", fmt::join(result.after_run_failures, ", ")));
+  return kExitAfterRunFailed;
 }
 
 }  // namespace ddpbench

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace ddpbench {
 
@@ -59,6 +60,14 @@ std::string ShellQuote(const std::string& arg) {
     else quoted += c;
   }
   return quoted + "'";
+}
+
+int64_t CheckedMilliseconds(const std::string& flag, double seconds) {
+  constexpr double kMaxSeconds = 9.0e15;  // 9e18 ms: inside int64 with room for sums
+  if (!std::isfinite(seconds) || seconds < 0 || seconds > kMaxSeconds)
+    throw ConfigError(fmt::format("{}={}: not a duration milliseconds can hold; accepted: a finite number of "
+                                  "seconds from 0 to {:.0f}", flag, seconds, kMaxSeconds));
+  return static_cast<int64_t>(std::llround(seconds * 1000.0));
 }
 
 }  // namespace ddpbench

@@ -23,6 +23,10 @@ constexpr int kExitPreempted = 5;
 // A collective timed out or failed, or a rank died: the flight records say which
 // rank never entered which collective (harness/flight_recorder.h).
 constexpr int kExitRankLost = 7;
+// The run's row was written, but a step after the timed ones (the expected
+// columns' measurements, --export, --memory-snapshot) failed: its columns are
+// empty and the log says why.
+constexpr int kExitAfterRunFailed = 8;
 
 struct RunConfig {
   // What to run.
@@ -116,7 +120,7 @@ struct RunConfig {
   int64_t flight_recorder = 2000;    // collectives each rank keeps for a hang's record (0: off; harness/flight_recorder.h)
   std::vector<std::string> inject;   // --inject faults (harness/inject.h), as given
   std::string zero_reduce = "reduce-scatter";  // reduce-scatter|all-reduce
-  std::string cpu_backend = "gloo";  // gloo|shm|auto: CPU collectives (harness/shm_backend.h)
+  std::string cpu_backend = "auto";  // gloo|shm|auto: CPU collectives (harness/shm_backend.h); auto: shm within a host
   bool overlap_optimizer = false;    // step each bucket as its all-reduce completes (harness/partial_step.h)
   bool gradient_as_bucket_view = false;  // ddp: .grad are views into the Reducer's buckets (torch's DDP option)
 
@@ -177,5 +181,10 @@ int64_t FewestTrainingImages(const RunConfig& config, int64_t image_size);
 void CheckMicroBatchImages(const RunConfig& config, int64_t image_size);
 
 std::string ShellQuote(const std::string& arg);
+
+// Seconds as whole milliseconds, checked (a timeout handed to c10d, a store):
+// a ConfigError naming `flag` where `seconds` is not finite, negative, or past
+// what int64 milliseconds hold, never a blind cast.
+int64_t CheckedMilliseconds(const std::string& flag, double seconds);
 
 }  // namespace ddpbench

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include <atomic>
+#include <stdexcept>
 #include <string>
 
 namespace ddpbench {
@@ -28,6 +29,12 @@ void CrashPoint(const char* name) {
   std::fprintf(stderr, "ddpbench: test crash point %ld (%s): SIGKILL\n", at, name);
   std::fflush(stderr);
   std::raise(SIGKILL);
+}
+
+void FailPoint(const char* name) {
+  static const char* fail_at = std::getenv("DDPBENCH_TEST_FAIL_AT");
+  if (fail_at && std::string(fail_at) == name)
+    throw std::runtime_error(std::string("test failure point ") + name + " (DDPBENCH_TEST_FAIL_AT)");
 }
 
 }  // namespace ddpbench

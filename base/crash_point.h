@@ -10,4 +10,9 @@ namespace ddpbench {
 
 void CrashPoint(const char* name);
 
+// Test-only as well: DDPBENCH_TEST_FAIL_AT=NAME makes the step named NAME
+// throw std::runtime_error here (a step after the run that fails, to prove the
+// measured row is still written). Unset it costs one cached getenv.
+void FailPoint(const char* name);
+
 }  // namespace ddpbench

@@ -37,8 +37,8 @@ const std::vector<std::string>& ResultColumns() {
       "parity_steps", "parity_model", "parity_ok", "units", "split", "split_setup", "stage_time_ms", "chunks", "schedule",
       "virtual_stages", "bubble_measured", "bubble_theory", "bubble_simulated", "stage_busy_ms", "stage_busy_step_ratio", "chunk_fbw_ms", "w_fill_ms", "activation_peak_mb",
       "bucket_cap_mb", "grad_accum",
-      "compression", "allreduce_hidden_frac", "zero_reduce", "units_gathered_max", "mesh", "store_bind", "nccl_socket_ifname", "trace", "profile", "inject", "straggler_rank", "straggler_ms", "straggler_phase", "straggler_noise_ms", "rank_compute_ms", "torch_version", "cuda_version",
-      "nccl_version", "driver_version", "cpu_model", "command"};
+      "compression", "allreduce_hidden_frac", "zero_reduce", "units_gathered_max", "mesh", "comm_backend", "store_bind", "nccl_socket_ifname", "trace", "profile", "inject", "straggler_rank", "straggler_ms", "straggler_phase", "straggler_noise_ms", "rank_compute_ms", "torch_version", "cuda_version",
+      "nccl_version", "driver_version", "cpu_model", "cpu_isa", "machine_id", "command"};
   return kColumns;
 }
 

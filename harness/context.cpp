@@ -1,9 +1,16 @@
+// The row's context block: when, where and on what a run ran (host, CPU, its
+// instruction set and identity, library and driver versions), as
+// google/benchmark puts a context on every report.
 #include "harness/context.h"
 
+#include <ATen/Version.h>
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cstdint>
+#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -46,6 +53,25 @@ std::string NvidiaDriverVersion() {
   return ParseNvidiaDriverVersion(line);
 }
 
+std::string MachineIdentity(const std::string& cpuinfo, long cores) {
+  static const char* kKeys[] = {"vendor_id", "cpu family", "model", "model name", "stepping", "flags"};
+  std::istringstream in(cpuinfo);
+  std::string identity;
+  for (std::string line; std::getline(in, line) && !line.empty();) {  // the first processor's block
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon);
+    key.erase(key.find_last_not_of(" \t") + 1);
+    if (std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys)) identity += line + "\n";
+  }
+  identity += "cores " + std::to_string(cores);
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a, 64 bits: the same on every build
+  for (unsigned char ch : identity) hash = (hash ^ ch) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(hash));
+  return "cpu-" + std::string(hex, 12);
+}
+
 RunEnvironment DescribeEnvironment(bool cuda) {
   RunEnvironment env;
   env.timestamp = UtcTimestamp();
@@ -60,6 +86,13 @@ RunEnvironment DescribeEnvironment(bool cuda) {
       break;
     }
   }
+  std::ifstream whole("/proc/cpuinfo");
+  std::stringstream text;
+  text << whole.rdbuf();
+  env.machine_id = MachineIdentity(text.str(), ::sysconf(_SC_NPROCESSORS_ONLN));
+  env.cpu_isa = at::get_cpu_capability();
+  std::transform(env.cpu_isa.begin(), env.cpu_isa.end(), env.cpu_isa.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
   env.torch_version = TORCH_VERSION;
   if (cuda) {
     env.cuda_version = CudaRuntimeVersion();

@@ -30,11 +30,17 @@ struct DistContext {
   // --cpu-backend: gloo, shm (shared memory for every group; one spanning
   // hosts is refused) or auto (shared memory where a group's ranks share a
   // host); each rank's slot of a group's segment holds the largest bucket.
-  std::string cpu_backend = "gloo";
+  std::string cpu_backend = "auto";
   int64_t shm_slot_bytes = 25 << 20;
   int64_t shm_p2p_bytes = 0;  // > 0: shared-memory groups carry point-to-point messages up to this size
   c10::intrusive_ptr<c10d::ProcessGroup> group;
   c10::intrusive_ptr<c10d::Backend> shm_world;  // the world's shared-memory backend, when it has one
+  // Each group's collectives as the row's comm_backend says them, in the order
+  // made: shm, gloo, nccl, or "gloo(shm: WHY)" where shared memory was asked
+  // for and could not be had (/dev/shm too small).
+  std::vector<std::string> group_backends;
+  // The distinct group_backends joined by '+' ("shm+gloo"); "" for world 1.
+  std::string CommBackend() const;
   torch::Device device = torch::kCPU;  // where collective buffers live (NCCL: the GPU)
   // Rendezvous (from the launcher, app/launcher.h).
   std::string master_addr;

@@ -9,8 +9,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <future>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -128,6 +130,41 @@ std::map<int, flight::Progress> Missing(c10d::Store& store, const flight::Record
   return out;
 }
 
+// The rank a transport's error says it waited for ("... waiting for rank 1",
+// "rank 1 (pid 123) has exited"), or -1.
+int RankNamedIn(const std::string& error) {
+  for (const char* marker : {"waiting for rank ", "for rank "}) {
+    const auto at = error.find(marker);
+    if (at == std::string::npos) continue;
+    const char* digits = error.c_str() + at + std::strlen(marker);
+    if (std::isdigit(static_cast<unsigned char>(*digits))) return std::atoi(digits);
+  }
+  const auto pid = error.find(" (pid ");  // "rank 1 (pid 123) has exited"
+  const auto rank = pid == std::string::npos ? std::string::npos : error.rfind("rank ", pid);
+  if (rank != std::string::npos && std::isdigit(static_cast<unsigned char>(error[rank + 5])))
+    return std::atoi(error.c_str() + rank + 5);
+  return -1;
+}
+
+// Every rank entered the stuck collective: the ones that stopped inside it
+// (silent: stopped, or dead), and the one the transport named as the peer it
+// waited for: what each was last doing, and their ranks (none: {}).
+std::pair<std::string, std::vector<int>> StoppedInside(c10d::Store& store, const flight::Record& mine,
+                                                       const flight::Entry& stuck, const std::string& error,
+                                                       int world) {
+  std::vector<int> ranks;
+  std::vector<std::string> details;
+  const int named = RankNamedIn(error);
+  for (int r : mine.groups.at(stuck.group).ranks) {
+    if (r == mine.rank || r >= world) continue;
+    const flight::Progress p = ProgressOf(store, r);
+    if (r != named && p.ok && AgeS(p) < SilentS()) continue;  // alive and not the awaited peer
+    ranks.push_back(r);
+    details.push_back(DescribeRank(r, p));
+  }
+  return {fmt::format("{}", fmt::join(details, "; ")), ranks};
+}
+
 // The line naming who held the run up, and their ranks. When those this rank
 // waited for are waiting themselves, the ranks holding up the chain are the
 // ones not inside any collective (or silent).
@@ -138,6 +175,11 @@ std::pair<std::string, std::vector<int>> NameCulprit(c10d::Store& store, const f
   const std::string what = WhatOf(mine, *stuck);
   const std::string records = std::filesystem::path(flight::RecordPath()).parent_path().string() + "/";
   const auto missing = Missing(store, mine, *stuck, world);
+  if (missing.empty())
+    if (auto inside = StoppedInside(store, mine, *stuck, error, world); !inside.second.empty())
+      return {fmt::format("rank{} {} stopped inside {} that rank {} waited in: {}; the transport said: {}; records "
+                          "in {}", inside.second.size() > 1 ? "s" : "", fmt::join(inside.second, ", "), what,
+                          mine.rank, inside.first, error, records), inside.second};
   if (missing.empty())
     return {fmt::format("every rank of {} entered {}; it failed on rank {} ({}): the link or transport between "
                         "them, not a missing rank; records in {}", mine.groups.at(stuck->group).name, what,

@@ -53,7 +53,7 @@ std::vector<std::shared_ptr<::gloo::transport::Device>> GlooDevices(bool local_o
 }  // namespace
 
 void DistContext::Connect(double timeout_s, bool cuda, bool nccl) {
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  const auto timeout = std::chrono::milliseconds(CheckedMilliseconds("--timeout", timeout_s));
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<uint16_t>(master_port);
   opts.isServer = rank == 0 && !store_served;
@@ -104,7 +104,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> DistContext::MakeGroup(const c10::intrusi
                                                               int group_rank, const std::vector<int>& ranks,
                                                               const std::string& name) {
   const int size = static_cast<int>(ranks.size());
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000));
+  const auto timeout = std::chrono::milliseconds(CheckedMilliseconds("--timeout", timeout_s_));
   auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, group_rank, size);
   if (nccl_) {
 #ifdef DDPBENCH_WITH_CUDA
@@ -115,6 +115,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> DistContext::MakeGroup(const c10::intrusi
     pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::NCCL, nccl);
     pg->setDefaultBackend(c10d::ProcessGroup::NCCL);
     backend = "nccl";
+    group_backends.push_back("nccl");
 #else
     throw std::runtime_error("this build of ddpbench has no NCCL");
 #endif
@@ -131,11 +132,16 @@ c10::intrusive_ptr<c10d::ProcessGroup> DistContext::MakeGroup(const c10::intrusi
     }
     const std::string label = name.empty() ? "world" : name;
     c10::intrusive_ptr<c10d::Backend> cpu = gloo;
-    if (!cuda_ && UseShm(ranks, label))
-      if (auto shm = MakeShmBackend({store, group_rank, ranks, label, timeout, shm_slot_bytes, shm_p2p_bytes, gloo})) {
-        cpu = shm;
-        if (name.empty()) shm_world = shm;
-      }
+    std::string described = "gloo";
+    if (!cuda_ && UseShm(ranks, label)) {
+      std::string why_not;
+      auto shm = MakeShmBackend({store, group_rank, ranks, label, timeout, shm_slot_bytes, shm_p2p_bytes, gloo},
+                                &why_not);
+      described = shm ? "shm" : fmt::format("gloo(shm: {})", why_not);
+      if (shm) cpu = shm;
+      if (shm && name.empty()) shm_world = shm;
+    }
+    group_backends.push_back(described);
     cpu = RecordingBackend(cpu, label, ranks);
     pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::GLOO, cpu);
     if (cuda_) pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::GLOO, gloo);
@@ -156,6 +162,15 @@ bool DistContext::UseShm(const std::vector<int>& ranks, const std::string& label
                                   "memory joins ranks on one host: use --cpu-backend=auto (shared memory inside a "
                                   "host, Gloo between) or gloo", label, ranks.front(), ranks.back(), local_world));
   return false;
+}
+
+std::string DistContext::CommBackend() const {
+  std::vector<std::string> distinct;
+  for (const auto& b : group_backends)
+    if (std::find(distinct.begin(), distinct.end(), b) == distinct.end()) distinct.push_back(b);
+  std::string joined;
+  for (const auto& b : distinct) joined += (joined.empty() ? "" : "+") + b;
+  return joined;
 }
 
 std::string BackendName(c10d::ProcessGroup& group) {

@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,9 +25,11 @@
 #include <random>
 #include <thread>
 
+#include "base/crash_point.h"
 #include "base/log.h"
 #include "harness/shm_arena.h"
 #include "harness/shm_futex.h"
+#include "harness/shm_names.h"
 #include "harness/shm_p2p.h"
 #include "planning/shm_chunks.h"
 
@@ -46,6 +49,7 @@ struct Header {
   alignas(64) std::atomic<uint32_t> generation{0};
   Counter arrived[kMaxRanks];
   std::atomic<int32_t> pid[kMaxRanks];
+  std::atomic<uint64_t> start_ticks[kMaxRanks];  // when that pid started: a reused pid is not the rank
   // An all-reduce's tensor on each rank where the group has arenas: its
   // offset in the rank's arena (-1: not in it) and its length.
   std::atomic<int64_t> arena_offset[kMaxRanks];
@@ -64,13 +68,6 @@ void Pause() {
 
 [[noreturn]] void Fail(const std::string& message) { C10_THROW_ERROR(DistBackendError, message); }
 
-std::string SegmentName(const std::string& group) {
-  std::random_device device;
-  const uint64_t nonce = (static_cast<uint64_t>(device()) << 32) ^ device();
-  std::string clean;
-  for (char c : group) clean += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-  return fmt::format("/ddpbench-{}-{}-{:016x}", ::getpid(), clean.substr(0, 64), nonce);
-}
 
 bool Reducible(c10d::ReduceOp::RedOpType op) {
   return op == c10d::ReduceOp::SUM || op == c10d::ReduceOp::MAX || op == c10d::ReduceOp::MIN ||
@@ -192,6 +189,22 @@ char* MapSegment(const std::string& name, size_t bytes, bool create, std::string
   *why = std::strerror(error);
   return nullptr;
 }
+
+// A segment's name unlinked when this leaves scope, on every path (its
+// mappings stay until unmapped), so a set-up that fails leaves nothing in
+// /dev/shm. "" unlinks nothing.
+class UnlinkOnExit {
+ public:
+  explicit UnlinkOnExit(std::string name) : name_(std::move(name)) {}
+  ~UnlinkOnExit() {
+    if (!name_.empty()) ::shm_unlink(name_.c_str());
+  }
+  UnlinkOnExit(const UnlinkOnExit&) = delete;
+  UnlinkOnExit& operator=(const UnlinkOnExit&) = delete;
+
+ private:
+  std::string name_;
+};
 
 class ShmBackend : public c10d::Backend {
  public:
@@ -351,6 +364,7 @@ class ShmBackend : public c10d::Backend {
     m.base = base_ + DataOffset() + static_cast<size_t>(size_ + 1) * spec_.slot_bytes;
     m.rank = rank_, m.size = size_, m.ranks = spec_.ranks, m.name = spec_.name;
     m.pids = header_->pid;
+    m.start_ticks = header_->start_ticks;
     m.message_bytes = spec_.p2p_bytes;
     m.timeout = spec_.timeout;
     return m;
@@ -365,6 +379,9 @@ class ShmBackend : public c10d::Backend {
     std::string why;
     char* own = MapSegment(name, static_cast<size_t>(bytes), /*create=*/true, &why);
     if (!own) name.clear();
+    // Unlinked once every rank has mapped it, or on whichever path leaves first.
+    UnlinkOnExit unlink_own(name);
+    CrashPoint("shm: arena made");
     const std::string mine = fmt::format("{} {}", bytes, name);
     spec_.store->set(key("name", rank_), std::vector<uint8_t>(mine.begin(), mine.end()));
     std::vector<std::string> names(size_);
@@ -380,10 +397,7 @@ class ShmBackend : public c10d::Backend {
       all = all && !names[r].empty();
     }
     if (!all) {
-      if (own) {
-        ::munmap(own, bytes);
-        ::shm_unlink(name.c_str());
-      }
+      if (own) ::munmap(own, bytes);
       if (!why.empty())  // the rank that had no room says why
         LogWarn("shared-memory group {}: no arena of {:.1f} MiB per rank ({}): buffers all-reduce through the slots",
                 spec_.name, bytes / 1048576.0, why);
@@ -396,9 +410,9 @@ class ShmBackend : public c10d::Backend {
       if (!peer_arena_[r])
         Fail(fmt::format("shared-memory group {}: mapping rank {}'s arena: {}", spec_.name, spec_.ranks[r], why));
     }
+    CrashPoint("shm: every arena mapped");
     spec_.store->set(key("mapped", rank_), std::vector<uint8_t>{1});
     for (int r = 0; r < size_; ++r) spec_.store->get(key("mapped", r));
-    ::shm_unlink(name.c_str());
     arena_ = std::make_shared<ShmArena>(own, arena_bytes_);
     if (rank_ == 0)
       LogInfo("shared-memory group {}: arenas of {:.1f} MiB per rank; tensors placed there all-reduce in place",
@@ -630,7 +644,7 @@ class ShmBackend : public c10d::Backend {
   void CheckPeer(const char* op, int missing, std::chrono::steady_clock::time_point deadline) const {
     const int pid = header_->pid[missing].load();
     const int global = spec_.ranks[missing];
-    if (shm::ProcessExited(pid))
+    if (shm::ProcessExited(pid, header_->start_ticks[missing].load()))
       Fail(fmt::format("shared-memory {} of group {}: rank {} (pid {}) has exited without entering it", op,
                        spec_.name, global, pid));
     if (std::chrono::steady_clock::now() > deadline)
@@ -714,11 +728,29 @@ class ShmBackend : public c10d::Backend {
 
 }  // namespace
 
-c10::intrusive_ptr<c10d::Backend> MakeShmBackend(const ShmGroupSpec& spec) {
-  const int size = static_cast<int>(spec.ranks.size());
+// The smallest slot: one element of the widest type for each rank (a chunk
+// is split into one share per rank), whatever --bucket-cap-mb asked for.
+static int64_t SmallestSlotBytes(int size) { return (int64_t{16} * size + 63) / 64 * 64; }
+
+// Why a segment of `bytes` could not be made: /dev/shm's room against the
+// need where it is too small, else the error.
+static std::string NoRoomReason(size_t bytes, const std::string& error) {
+  struct statvfs fs {};
+  if (::statvfs("/dev/shm", &fs) == 0) {
+    const double free_mib = static_cast<double>(fs.f_bavail) * fs.f_frsize / 1048576.0;
+    if (free_mib * 1048576.0 < static_cast<double>(bytes))
+      return fmt::format("/dev/shm {:.0f} MiB free < {:.0f} MiB needed", free_mib, bytes / 1048576.0);
+  }
+  return fmt::format("/dev/shm: {} for {:.0f} MiB", error, bytes / 1048576.0);
+}
+
+c10::intrusive_ptr<c10d::Backend> MakeShmBackend(const ShmGroupSpec& given, std::string* why_not) {
+  const int size = static_cast<int>(given.ranks.size());
   if (size > kMaxRanks)
     throw std::invalid_argument(fmt::format("--cpu-backend=shm: group {} has {} ranks; shared memory takes at most {}",
-                                            spec.name, size, kMaxRanks));
+                                            given.name, size, kMaxRanks));
+  ShmGroupSpec spec = given;
+  spec.slot_bytes = std::max(spec.slot_bytes, SmallestSlotBytes(size));
   const size_t bytes = DataOffset() + static_cast<size_t>(size + 1) * static_cast<size_t>(spec.slot_bytes) +
                        (spec.p2p_bytes > 0 ? MailboxBytes(size, spec.p2p_bytes) : 0);
   // Group rank 0 makes the segment (or finds no room and says so), the
@@ -730,21 +762,44 @@ c10::intrusive_ptr<c10d::Backend> MakeShmBackend(const ShmGroupSpec& spec) {
     name = SegmentName(spec.name);
     base = MapSegment(name, bytes, /*create=*/true, &why);
     if (!base) {
+      why = NoRoomReason(bytes, why);
       LogWarn("--cpu-backend: shared memory for group {} needs {:.1f} MiB of /dev/shm ({}): its collectives use Gloo",
               spec.name, bytes / 1048576.0, why);
-      name.clear();
+      name = "!" + why;  // no segment, and why, for the other ranks
     }
+    CrashPoint("shm: group segment made");
     spec.store->set(key, std::vector<uint8_t>(name.begin(), name.end()));
   } else {
     const auto value = spec.store->get(key);
     name.assign(value.begin(), value.end());
   }
-  if (name.empty()) return {};
+  if (!name.empty() && name[0] == '!') {
+    if (why_not) *why_not = name.substr(1);
+    return {};
+  }
   if (spec.rank == 0 && spec.p2p_bytes > 0)
     LogInfo("shared-memory group {}: point-to-point mailboxes of {} messages of up to {:.1f} MiB per pair of ranks "
             "(larger ones: Gloo)", spec.name, kMailSlots, spec.p2p_bytes / 1048576.0);
-  if (!base && !(base = MapSegment(name, bytes, /*create=*/false, &why)))
-    Fail(fmt::format("shared-memory group {}: mapping {}: {}", spec.name, name, why));
+  if (!base) base = MapSegment(name, bytes, /*create=*/false, &why);
+  // Every rank says whether it mapped the segment: ranks the launcher took to
+  // share a host but that share no /dev/shm (LOCAL_WORLD_SIZE left at the
+  // world on two hosts) all use Gloo instead, with the reason.
+  const std::string mine = base ? "ok" : "cannot map it: " + why;
+  spec.store->set(fmt::format("shm/mapped/{}", spec.rank), std::vector<uint8_t>(mine.begin(), mine.end()));
+  for (int r = 0; r < size; ++r) {
+    const auto value = spec.store->get(fmt::format("shm/mapped/{}", r));
+    const std::string theirs(value.begin(), value.end());
+    if (theirs == "ok") continue;
+    if (base) ::munmap(base, bytes);
+    if (spec.rank == 0) {
+      ::shm_unlink(name.c_str());
+      LogWarn("--cpu-backend: group {}'s rank {} {}: its collectives use Gloo", spec.name, spec.ranks[r], theirs);
+    }
+    if (why_not) *why_not = fmt::format("rank {} {}", spec.ranks[r], theirs);
+    return {};
+  }
+  CrashPoint("shm: group segment mapped");
+  reinterpret_cast<Header*>(base)->start_ticks[spec.rank].store(shm::ProcessStartTicks(::getpid()));
   reinterpret_cast<Header*>(base)->pid[spec.rank].store(::getpid());
   // The last rank to map it unlinks it: from here a killed run leaves nothing.
   if (spec.store->add("shm/mapped", 1) == size) ::shm_unlink(name.c_str());

@@ -41,8 +41,9 @@ struct ShmGroupSpec {
 
 // The group's shared-memory backend; null on every rank of the group when
 // /dev/shm has no room for the segment (group rank 0 decides and logs one
-// line; the caller then uses `fallback` alone). Collective over the store.
-c10::intrusive_ptr<c10d::Backend> MakeShmBackend(const ShmGroupSpec& spec);
+// line; the caller then uses `fallback` alone), and then `why_not` says why
+// on every rank ("/dev/shm 64 MiB free < 75 MiB needed"). Collective over the store.
+c10::intrusive_ptr<c10d::Backend> MakeShmBackend(const ShmGroupSpec& spec, std::string* why_not = nullptr);
 
 // Each rank's arena of `bytes` in shared memory (shm_arena.h), mapped by
 // every rank of `backend`'s group: float and double sums of tensors placed

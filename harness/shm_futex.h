@@ -17,7 +17,12 @@ constexpr auto kWaitSlice = std::chrono::milliseconds(20);  // how often a sleep
 void Bump(std::atomic<uint32_t>& word);
 // Sleeps while `word` still holds `seen`, at most kWaitSlice.
 void SleepOn(std::atomic<uint32_t>& word, uint32_t seen);
-// Whether process `pid` (> 0) is gone; 0 or less: not known, false.
-bool ProcessExited(int pid);
+// When process `pid` started, in clock ticks since boot (the 22nd field of
+// /proc/PID/stat); 0 when there is no such process.
+uint64_t ProcessStartTicks(int pid);
+// Whether process `pid` (> 0) is gone: no such process, a zombie (exited, not
+// yet reaped), or the pid now held by another process (its start time is not
+// `start_ticks`; 0: not compared). 0 or less: not known, false.
+bool ProcessExited(int pid, uint64_t start_ticks = 0);
 
 }  // namespace ddpbench::shm

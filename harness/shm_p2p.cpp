@@ -87,7 +87,7 @@ struct ShmMailboxes::State {
   std::exception_ptr PeerGone(const char* op, int peer, int tag, Clock::time_point since) const {
     const int pid = spec.pids[peer].load();
     std::string why;
-    if (shm::ProcessExited(pid))
+    if (shm::ProcessExited(pid, spec.start_ticks ? spec.start_ticks[peer].load() : 0))
       why = fmt::format("rank {} (pid {}) has exited", spec.ranks[peer], pid);
     else if (Clock::now() - since > spec.timeout)
       why = fmt::format("timed out after {} ms waiting for rank {}", spec.timeout.count(), spec.ranks[peer]);

@@ -40,6 +40,7 @@ struct MailboxSpec {
   std::vector<int> ranks;                // global ranks, for errors
   std::string name;                      // the group's, for errors
   std::atomic<int32_t>* pids = nullptr;  // each group rank's pid, from the segment's header
+  std::atomic<uint64_t>* start_ticks = nullptr;  // and when each started (shm_futex.h: a reused pid is not it)
   int64_t message_bytes = 0;             // the largest message a slot holds
   std::chrono::milliseconds timeout{300000};
 };

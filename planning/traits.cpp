@@ -7,8 +7,8 @@
 namespace ddpbench {
 namespace {
 
-const std::vector<std::string> kRankFlags = {"--bucket-cap-mb", "--timeout"};
-const std::vector<std::string> kPipelineFlags = {"--timeout", "--balance", "--split", "--units", "--stage-ranks",
+const std::vector<std::string> kRankFlags = {"--bucket-cap-mb", "--timeout", "--cpu-backend"};
+const std::vector<std::string> kPipelineFlags = {"--timeout", "--cpu-backend", "--balance", "--split", "--units", "--stage-ranks",
                                                  "--replicate-degree", "--overlap-optimizer"};
 
 std::vector<std::string> Plus(std::vector<std::string> a, const std::vector<std::string>& b) {

@@ -140,10 +140,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlag{"--batch-size=0", "--batch-size=0: must be at least 1"},
         BadFlag{"--batch-size=-4", "--batch-size=-4"},
         BadFlag{"--steps=0", "--steps=0: must be at least 1"},
-        BadFlag{"--epochs=0", "--epochs=0: must be a positive number"},
+        BadFlag{"--epochs=0", "--epochs=0: must be > 0"},
         BadFlag{"--warmup=-1", "--warmup=-1: must be at least 0"},
         BadFlag{"--amp=fp8", "--amp=fp8: not accepted; accepted values: off|bf16|fp16"},
-        BadFlag{"--lr=0", "--lr=0: must be a positive number"},
+        BadFlag{"--lr=0", "--lr=0: must be > 0"},
         BadFlag{"--lr-scaling=cubic", "--lr-scaling=cubic: not accepted; accepted values: none|linear|sqrt"},
         BadFlag{"--optimizer=lamb", "--optimizer=lamb: not accepted; accepted values: sgd|adam"},
         BadFlag{"--momentum=1.5", "--momentum=1.5: must be in [0, 1)"},
@@ -337,7 +337,7 @@ TEST(Config, DurationsAndAnswerFlags) {
   EXPECT_EQ(Parse({"--snapshot-dir=/tmp/s", "--snapshot-every=25"}).SnapshotEverySteps(), 25);
   EXPECT_EQ(Parse({"--snapshot-dir=/tmp/s", "--snapshot-every=epoch"}).SnapshotEverySteps(), 0);
   EXPECT_NE(ParseError({"--time-budget=abc"}).find("--time-budget=abc: not a duration"), std::string::npos);
-  EXPECT_NE(ParseError({"--dataset=mnist", "--target-accuracy=1.5"}).find("must be a top-1 fraction in (0, 1]"),
+  EXPECT_NE(ParseError({"--dataset=mnist", "--target-accuracy=1.5"}).find("--target-accuracy=1.5: must be at most 1; accepted: a finite number in (0, 1]"),
             std::string::npos);
   EXPECT_NE(ParseError({"--snapshot-dir=/tmp/s", "--snapshot-every=0"}).find("or 'epoch'"), std::string::npos);
   EXPECT_NE(ParseError({"--snapshot-every=5"}).find("snapshots need --snapshot-dir"), std::string::npos);

@@ -756,7 +756,7 @@ TEST(Project, CliTableAndBadInputs) {
            {{prof, "--nodes=0"}, "--nodes=0: want a comma list of whole numbers >= 1"},
            {{prof, "--strategies=zero3-dp"}, "'zero3-dp': only a pipeline strategy (mp, pmp) takes -dp"},
            {{prof, "--strategies=pmp-dp", "--nodes=2", "--gpus-per-node=1"}, "groups of at least 2"},
-           {{prof, "--device-img-s=-3"}, "--device-img-s=-3: must be a positive number of images per second"},
+           {{prof, "--device-img-s=-3"}, "--device-img-s=-3: must be >= 0"},
            {{"--project=" + dir.path() + "/none.json"}, "cannot open the profile"},
            {{"--nodes=2"}, "--nodes=2: applies to --project and --search only"},
        }) {

@@ -69,6 +69,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/bad_input.sh"
 snapshot_results
 bad_input zero3 "--replicate-degree=3: 4 ranks do not divide into 3 equal groups; accepted: a divisor of 4 (1, 2, 4)" --gpus=4 --oversubscribe --replicate-degree=3
 bad_input hsdp "--replicate-degree=4: 2 ranks do not divide into 4 equal groups; accepted: a divisor of 2 (1, 2)" --gpus=2 --replicate-degree=4
-bad_input zero2 "--replicate-degree=0: accepted: 1 (no replication) or more" --gpus=2 --replicate-degree=0
+bad_input zero2 "--replicate-degree=0: must be at least 1; accepted: an integer from 1 to 1024" --gpus=2 --replicate-degree=0
 bad_input ddp "--replicate-degree=2: applies only to --strategy=mp|pmp|zero1|zero2|zero3|hsdp" --gpus=4 --oversubscribe --replicate-degree=2
 echo "hsdp_cli: all checks passed"

@@ -22,7 +22,7 @@ MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 2 --mca btl self,vader,tc
 P="$(free_port)"
 timeout -k 5 120 "${MPIRUN[@]}" -x MASTER_PORT="$P" "$BIN" "${WORK[@]}" --out="$TMP/port.csv" \
   >"$TMP/port.log" 2>&1 || fail "mpirun exited $?: $(tail -30 "$TMP/port.log")"
-[[ $(grep -c "joined 2 ranks (gloo, rendezvous 127.0.0.1:$P)" "$TMP/port.log") -eq 2 ]] \
+[[ $(grep -c "joined 2 ranks (shm, rendezvous 127.0.0.1:$P)" "$TMP/port.log") -eq 2 ]] \
   || fail "both ranks should join via 127.0.0.1:$P: $(cat "$TMP/port.log")"
 check_row "$TMP/port.csv" mpi
 
@@ -32,7 +32,7 @@ check_row "$TMP/port.csv" mpi
 if "$PY" -c 'import socket; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("", 29500))' 2>/dev/null; then
   timeout -k 5 120 "${MPIRUN[@]}" "$BIN" "${WORK[@]}" --out="$TMP/default.csv" >"$TMP/default.log" 2>&1 \
     || fail "mpirun without MASTER_PORT exited $?: $(tail -30 "$TMP/default.log")"
-  [[ $(grep -c "joined 2 ranks (gloo, rendezvous 127.0.0.1:29500)" "$TMP/default.log") -eq 2 ]] \
+  [[ $(grep -c "joined 2 ranks (shm, rendezvous 127.0.0.1:29500)" "$TMP/default.log") -eq 2 ]] \
     || fail "both ranks should join via 127.0.0.1:29500: $(cat "$TMP/default.log")"
   check_row "$TMP/default.csv" mpi
 else

@@ -24,7 +24,7 @@ start_slurm_cluster 1
 timeout -k 5 120 srun -N1 -n2 --kill-on-bad-exit=1 --chdir="$TMP/work" \
   "$BIN" "${WORK[@]}" --out="$TMP/srun.csv" >"$TMP/srun.log" 2>&1 \
   || fail "srun exited $?: $(tail -30 "$TMP/srun.log") $(daemon_logs)"
-[[ $(grep -c "joined 2 ranks (gloo, rendezvous $MASTER:$P)" "$TMP/srun.log") -eq 2 ]] \
+[[ $(grep -c "joined 2 ranks (shm, rendezvous $MASTER:$P)" "$TMP/srun.log") -eq 2 ]] \
   || fail "both ranks should join via $MASTER:$P (first job id $((10000 + P - 15000))): $(cat "$TMP/srun.log")"
 check_row "$TMP/srun.csv" slurm
 
@@ -40,7 +40,7 @@ EOF
 JOBID="$(timeout 30 sbatch --parsable -N1 -n2 --chdir="$TMP/work" --output="$TMP/batch.log" "$TMP/work/job.sh")" \
   || fail "sbatch failed: $(daemon_logs)"
 wait_batch_job "$JOBID" "$TMP/batch.log" 120
-[[ $(grep -c "joined 2 ranks (gloo, rendezvous $MASTER:$P2)" "$TMP/batch.log") -eq 2 ]] \
+[[ $(grep -c "joined 2 ranks (shm, rendezvous $MASTER:$P2)" "$TMP/batch.log") -eq 2 ]] \
   || fail "srun in the batch job should join via $MASTER:$P2: $(cat "$TMP/batch.log")"
 check_row "$TMP/batch_srun.csv" slurm
 check_row "$TMP/batch_spawn.csv" spawn

@@ -20,7 +20,7 @@ export TMPDIR="$TMP"  # torchrun's log directories (torchelastic_*) go with the 
 timeout -k 5 120 "$TORCHRUN" --standalone --nproc-per-node=2 --no-python \
   "$BIN" "${WORK[@]}" --out="$TMP/standalone.csv" >"$TMP/standalone.log" 2>&1 \
   || fail "torchrun --standalone exited $?: $(tail -30 "$TMP/standalone.log")"
-[[ $(grep -c "joined 2 ranks (gloo" "$TMP/standalone.log") -eq 2 ]] || fail "both ranks should log joining: $(cat "$TMP/standalone.log")"
+[[ $(grep -c "joined 2 ranks (shm" "$TMP/standalone.log") -eq 2 ]] || fail "both ranks should log joining: $(cat "$TMP/standalone.log")"
 check_row "$TMP/standalone.csv" torchrun
 
 # Static rendezvous, the multi-node form: the agent's store on MASTER_PORT.
@@ -28,7 +28,7 @@ P="$(free_port)"
 timeout -k 5 120 "$TORCHRUN" --nnodes=1 --node-rank=0 --nproc-per-node=2 --master-addr=127.0.0.1 \
   --master-port="$P" --no-python "$BIN" "${WORK[@]}" --out="$TMP/static.csv" >"$TMP/static.log" 2>&1 \
   || fail "torchrun --master-port=$P exited $?: $(tail -30 "$TMP/static.log")"
-[[ $(grep -c "joined 2 ranks (gloo, rendezvous 127.0.0.1:$P)" "$TMP/static.log") -eq 2 ]] \
+[[ $(grep -c "joined 2 ranks (shm, rendezvous 127.0.0.1:$P)" "$TMP/static.log") -eq 2 ]] \
   || fail "both ranks should join via 127.0.0.1:$P: $(cat "$TMP/static.log")"
 check_row "$TMP/static.csv" torchrun
 

@@ -38,7 +38,7 @@ since() { "$PY" -c 'import sys; print(f"{float(sys.argv[2]) - float(sys.argv[1])
 run_rank() {
   local rank="$1" ns="$2" dev="$3" out="$4" log="$5"; shift 5
   timeout -k 5 90 ip netns exec "$ns" env RANK="$rank" WORLD_SIZE=2 MASTER_ADDR="$ADDR_A" MASTER_PORT="$PORT" \
-    GLOO_SOCKET_IFNAME="$dev" "$BIN" "$@" --out="$out" >"$log" 2>&1
+    GLOO_SOCKET_IFNAME="$dev" "$BIN" --cpu-backend=gloo "$@" --out="$out" >"$log" 2>&1
 }
 # start_pair NAME FLAGS...: both ranks in the background (R0, R1), logs $TMP/NAME.rankN.log, row $TMP/NAME.csv.
 start_pair() {

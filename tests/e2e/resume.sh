@@ -202,7 +202,7 @@ source "$SRC/tests/e2e/lib/bad_input.sh"
 : > "$TMP/r.csv"; snapshot_results
 mkdir -p "$TMP/empty"
 bad_input single "--time-budget=abc: not a duration" --time-budget=abc
-bad_input single "--target-accuracy=1.5: must be a top-1 fraction" --target-accuracy=1.5
+bad_input single "--target-accuracy=1.5: must be at most 1; accepted: a finite number in (0, 1]" --target-accuracy=1.5
 bad_input single "--snapshot-every=0: must be a number of steps >= 1 or 'epoch'" --snapshot-dir="$TMP/x" --snapshot-every=0
 bad_input single "--resume: $TMP/empty holds no ddpbench snapshot" --snapshot-dir="$TMP/empty" --resume
 bad_input single "--resume: --snapshot-dir=$TMP/nowhere does not exist" --snapshot-dir="$TMP/nowhere" --resume

@@ -100,4 +100,54 @@ by_hand() {  # strategy flags...
 }
 by_hand --strategy=ddp
 by_hand --strategy=pmp --stage-ranks --chunks=4
+# A rank killed at each point of the shared-memory set-up (the group's
+# segment made or mapped, an arena made, every arena mapped): the run ends
+# within its timeout with exit 7 naming the dead rank, and the launcher leaves
+# nothing of it in /dev/shm.
+before="$(ls /dev/shm | grep '^ddpbench-' | sort || true)"
+# Rank 0 passes all four; rank 1 maps the segment rank 0 made, so three.
+for rank in 0 1; do
+  for point in $(seq 1 $((4 - rank))); do
+    set +e
+    DDPBENCH_TEST_CRASH_AT=$point DDPBENCH_TEST_CRASH_RANK=$rank timeout 60 "$BIN" "${COMMON[@]}" --strategy=ddp \
+      --steps=2 --timeout=20 --out="$TMP/setup.csv" >"$TMP/setup.log" 2>&1
+    RC=$?; set -e
+    [[ $RC -eq 7 ]] || fail "rank $rank killed at set-up point $point: exit $RC, want 7: $(tail -5 "$TMP/setup.log")"
+    grep -q "test crash point $point (shm: " "$TMP/setup.log" || fail "point $point is not a set-up point: $(tail -3 "$TMP/setup.log")"
+    grep -q "ddpbench: error: rank $rank (pid [0-9]*) was killed by signal 9" "$TMP/setup.log" ||
+      fail "point $point: rank $rank not named: $(tail -5 "$TMP/setup.log")"
+    after="$(ls /dev/shm | grep '^ddpbench-' | sort || true)"
+    [[ "$after" == "$before" ]] || fail "point $point, rank $rank: left in /dev/shm: $(comm -13 <(echo "$before") <(echo "$after"))"
+    [[ ! -e "$TMP/setup.csv" ]] || fail "point $point: a row was written"
+  done
+done
+echo "set-up kills: each set-up point of either rank named, exit 7, /dev/shm clean"
+
+# The row says which backend ran: shared memory by default, Gloo when asked,
+# and Gloo with the reason where /dev/shm is too small (a private mount
+# namespace with a 1 MiB /dev/shm).
+DEFAULTS=(--gpus=2 --device=cpu --small-input --width=8 --image-size=16 --batch-size=16 --warmup=1 --steps=2
+          --progress=off --no-eval --expected=off --strategy=ddp)
+"$BIN" "${DEFAULTS[@]}" --out="$TMP/backend.csv" >"$TMP/b1.log" 2>&1 || fail "default backend run: $(tail -3 "$TMP/b1.log")"
+"$BIN" "${DEFAULTS[@]}" --cpu-backend=gloo --out="$TMP/backend.csv" >"$TMP/b2.log" 2>&1 || fail "gloo run: $(tail -3 "$TMP/b2.log")"
+small_shm=0
+if command -v unshare >/dev/null && unshare -m true 2>/dev/null; then
+  unshare -m sh -c "mount -t tmpfs -o size=1m tmpfs /dev/shm && exec \"\$0\" \"\$@\"" "$BIN" "${DEFAULTS[@]}" \
+    --out="$TMP/backend.csv" >"$TMP/b3.log" 2>&1 || fail "1 MiB /dev/shm run: $(tail -3 "$TMP/b3.log")"
+  small_shm=1
+fi
+"$PY" - "$TMP/backend.csv" "$small_shm" <<'PYEOF'
+import csv, re, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+want = 3 if sys.argv[2] == "1" else 2
+assert len(rows) == want, len(rows)
+assert rows[0]["comm_backend"] == "shm", rows[0]["comm_backend"]
+assert rows[1]["comm_backend"] == "gloo", rows[1]["comm_backend"]
+if want == 3:
+    assert re.fullmatch(r"gloo\(shm: /dev/shm \d+ MiB free < \d+ MiB needed\)", rows[2]["comm_backend"]), rows[2]["comm_backend"]
+for r in rows:
+    assert r["cpu_isa"] in ("default", "avx2", "avx512", "zvector", "vsx", "sve256"), r["cpu_isa"]
+    assert re.fullmatch(r"cpu-[0-9a-f]{12}", r["machine_id"]), r["machine_id"]
+print("comm_backend:", [r["comm_backend"] for r in rows])
+PYEOF
 echo "shm_runs: all checks passed"

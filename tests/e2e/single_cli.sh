@@ -71,4 +71,24 @@ assert 0.0 <= float(r["accuracy"]) <= 1.0 and r["image_size"] == "28", r
 print("fashion-mnist accuracy after 11 steps:", r["accuracy"])
 PYEOF
 fi
+# A measured run keeps its row: the standard stem at 32 px and 4 images (the
+# memory expectation's small batch must still train batch norm) writes its row
+# with default flags; an expectation step that fails on purpose leaves its
+# column empty, says why, exits 8, and the row is still written.
+SMALL=(--strategy=single --device=cpu --model=resnet18 --dataset=synthetic --image-size=32 --batch-size=4 --steps=2
+       --warmup=1 --width=8 --progress=off)
+"$BIN" "${SMALL[@]}" --out="$TMP/kept.csv" >"$TMP/kept.log" 2>&1 || fail "32 px batch 4: $(tail -3 "$TMP/kept.log")"
+set +e
+DDPBENCH_TEST_FAIL_AT=expected "$BIN" "${SMALL[@]}" --out="$TMP/kept.csv" >"$TMP/failed.log" 2>&1
+RC=$?; set -e
+[[ $RC -eq 8 ]] || fail "a failed expectation step: exit $RC, want 8: $(tail -3 "$TMP/failed.log")"
+grep -q "expected failed after the timed steps: test failure point expected" "$TMP/failed.log" ||
+  fail "the failure is not said: $(tail -3 "$TMP/failed.log")"
+"$PY" - "$TMP/kept.csv" <<'PYEOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 2, len(rows)
+assert float(rows[0]["memory_expected_mb"]) > 0 and float(rows[0]["throughput_img_s"]) > 0, rows[0]
+assert rows[1]["memory_expected_mb"] == "" and float(rows[1]["throughput_img_s"]) > 0, rows[1]
+PYEOF
 echo "single_cli: all checks passed"

@@ -28,14 +28,17 @@ run --strategy=dp --gpus=2 --trace="$TMP/dp.json"
 run --strategy=ddp --gpus=2 --trace="$TMP/ddp.json"
 "${CHECK[@]}" "$TMP/ddp.json" --ranks=2 --tracks=main --steps=4 --collective=all-reduce
 run --strategy=zero1 --gpus=2 --trace="$TMP/zero1.json"
-"${CHECK[@]}" "$TMP/zero1.json" --ranks=2 --tracks=main --steps=4 --collective=alltoall --also=all-gather
+# Shared memory (the default) reduce-scatters natively; Gloo, which has no reduce-scatter, through alltoall.
+"${CHECK[@]}" "$TMP/zero1.json" --ranks=2 --tracks=main --steps=4 --collective=reduce-scatter --also=all-gather
+run --strategy=zero1 --gpus=2 --cpu-backend=gloo --trace="$TMP/zero1-gloo.json"
+"${CHECK[@]}" "$TMP/zero1-gloo.json" --ranks=2 --tracks=main --steps=4 --collective=alltoall --also=all-gather
 run --strategy=single  # no --trace: no trace column
 
 "$PY" - "$TMP" <<'PYEOF'
 import csv, os, sys
 tmp = sys.argv[1]
 rows = list(csv.DictReader(open(os.path.join(tmp, "r.csv"))))
-want = [os.path.join(tmp, f) for f in ("pmp.json", "zb.json", "dp.json", "ddp.json", "zero1.json")] + [""]
+want = [os.path.join(tmp, f) for f in ("pmp.json", "zb.json", "dp.json", "ddp.json", "zero1.json", "zero1-gloo.json")] + [""]
 assert [r["trace"] for r in rows] == want, [r["trace"] for r in rows]
 PYEOF
 

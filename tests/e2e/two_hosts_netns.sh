@@ -28,7 +28,7 @@ TX_A0="$(bytes "$NA" "$VA" tx)"; TX_B0="$(bytes "$NB" "$VB" tx)"
 # A fresh namespace has every port free: the usual 29500.
 run_rank() {  # rank namespace interface
   timeout -k 5 120 ip netns exec "$2" env RANK="$1" WORLD_SIZE=2 MASTER_ADDR="$ADDR_A" MASTER_PORT=29500 \
-    GLOO_SOCKET_IFNAME="$3" "$BIN" "${WORK[@]}" --out="$TMP/r.csv" >"$TMP/rank$1.log" 2>&1
+    GLOO_SOCKET_IFNAME="$3" "$BIN" "${WORK[@]}" --cpu-backend=gloo --out="$TMP/r.csv" >"$TMP/rank$1.log" 2>&1
 }
 run_rank 0 "$NA" "$VA" & R0=$!
 run_rank 1 "$NB" "$VB" & R1=$!
