@@ -616,11 +616,14 @@ constexpr long double kMaxTimeoutS = 1e7;     // 115 days: as milliseconds, well
 
 // The run's shape: strategy and devices.
 void AddRunFlags(CLI::App& app, RunConfig& c) {
-  app.add_option("--strategy", c.strategy, "single|dp|ddp|mp|pmp|zero1|zero2|zero3 (see --list)");
+  std::vector<std::string> names;
+  for (const auto& t : StrategyTraitsTable()) names.push_back(t.name);
+  app.add_option("--strategy", c.strategy, Join(names) + " (see --list)");
   app.add_flag("--list", c.list, "print the registered strategies and exit");
   AddNumber(app, "--gpus", c.gpus, NumberRange::AtLeast(1, 1024), "number of devices (GPUs, or CPU thread groups)");
   app.add_option("--device", c.device, "auto|cuda|cpu");
-  AddNumber(app, "--threads-per-device", c.threads_per_device, NumberRange::AtLeast(1, 1 << 16), "CPU: intra-op threads per logical device");
+  AddNumber(app, "--threads-per-device", c.threads_per_device, NumberRange::AtLeast(1, 1 << 16),
+            "CPU: intra-op threads per logical device");
   app.add_flag("--oversubscribe", c.oversubscribe, "allow more devices/ranks than the hardware has");
 }
 
@@ -632,11 +635,14 @@ void AddModelAndDataFlags(CLI::App& app, RunConfig& c) {
   app.add_option("--norm", c.norm, "batch|group|frozen-bn");
   app.add_option("--dataset", c.dataset, fmt::format("{}", fmt::join(DatasetNames(), "|")));
   app.add_option("--data-dir", c.data_dir, "dataset directory (fashion-mnist defaults to /usr/share/datasets/fashion-mnist)");
-  AddNumber(app, "--image-size", c.image_size, NumberRange::AtLeast(0, 1024), "square image size; 0 = native (synthetic: 224)");
+  AddNumber(app, "--image-size", c.image_size, NumberRange::AtLeast(0, 1024),
+            "square image size; 0 = native (synthetic: 224)");
   AddNumber(app, "--batch-size", c.batch_size, NumberRange::AtLeast(1, kMaxCount), "batch per device");
   app.add_flag("--augment", c.augment, "random crop (pad 4) and horizontal flip on training data");
-  AddNumber(app, "--prefetch", c.prefetch, NumberRange::AtLeast(0, 1024), "batches prepared ahead on background threads");
-  AddNumber(app, "--data-workers", c.data_workers, NumberRange::AtLeast(0, 1024), "imagefolder: JPEG/PNG decode threads per rank "
+  AddNumber(app, "--prefetch", c.prefetch, NumberRange::AtLeast(0, 1024),
+            "batches prepared ahead on background threads");
+  AddNumber(app, "--data-workers", c.data_workers, NumberRange::AtLeast(0, 1024),
+            "imagefolder: JPEG/PNG decode threads per rank "
                  "(default 0: the cores the devices' threads leave, at least 1)");
   app.add_flag("--skip-bad-images", c.skip_bad_images, "imagefolder: count and skip an undecodable image "
                "(the row says how many) instead of stopping with exit 2");
@@ -644,7 +650,8 @@ void AddModelAndDataFlags(CLI::App& app, RunConfig& c) {
                  "default) or gpu (nvJPEG on a CUDA device; not in this build: refused)");
   app.add_flag("--data-only", c.data_only, "time the training data source alone over --steps batches "
                "(no model): loader_img_s for --data-workers");
-  AddNumber(app, "--num-classes", c.num_classes, NumberRange::AtLeast(0, 1 << 20), "synthetic data: number of classes (default 1000)");
+  AddNumber(app, "--num-classes", c.num_classes, NumberRange::AtLeast(0, 1 << 20),
+            "synthetic data: number of classes (default 1000)");
 }
 
 // How long it trains, with which optimizer, number types and kernels.
@@ -652,7 +659,8 @@ void AddTrainingFlags(CLI::App& app, RunConfig& c) {
   AddNumber(app, "--steps", c.steps, NumberRange::AtLeast(1, kMaxCount), "timed training steps (default 50)");
   AddNumber(app, "--epochs", c.epochs, NumberRange::Above(0, 1e6), "train for this many epochs instead of --steps");
   AddNumber(app, "--warmup", c.warmup, NumberRange::AtLeast(0, kMaxCount), "untimed steps before timing");
-  AddNumber(app, "--repeat", c.repeat, NumberRange::AtLeast(1, 10000), "run the timed steps this many times after one warm-up; the row "
+  AddNumber(app, "--repeat", c.repeat, NumberRange::AtLeast(1, 10000),
+            "run the timed steps this many times after one warm-up; the row "
                  "carries the median throughput and its spread");
   app.add_option("--amp", c.amp, "off|bf16|fp16");
   app.add_option("--optimizer", c.optimizer, "sgd|adam");
@@ -660,7 +668,8 @@ void AddTrainingFlags(CLI::App& app, RunConfig& c) {
   app.add_option("--lr-scaling", c.lr_scaling, "none|linear|sqrt in the number of data-parallel replicas");
   AddNumber(app, "--momentum", c.momentum, NumberRange::HalfOpen(0, 1), "SGD momentum");
   AddNumber(app, "--weight-decay", c.weight_decay, NumberRange::AtLeast(0, 1), "weight decay");
-  AddNumber(app, "--seed", c.seed, NumberRange::AtLeast(0, std::numeric_limits<uint64_t>::max()), "seed for weights, data order and augmentation");
+  AddNumber(app, "--seed", c.seed, NumberRange::AtLeast(0, std::numeric_limits<uint64_t>::max()),
+            "seed for weights, data order and augmentation");
   app.add_option("--memory-format", c.memory_format,
                  "auto (CUDA: channels_last, CPU: contiguous)|channels_last|contiguous, for weights and images");
   app.add_option("--tf32", c.tf32, "CUDA TF32: on (convolutions, PyTorch's default)|off|all (also matmul)");
@@ -696,32 +705,42 @@ void AddOutputFlags(CLI::App& app, RunConfig& c, bool& no_eval) {
   app.add_option("--entry", c.entry, "label copied to the row's entry column (a nightly matrix entry)");
   app.add_option("--progress", c.progress, "auto (when stderr is a terminal)|on|off");
   app.add_flag("--no-eval", no_eval, "skip the test-set accuracy");
-  AddNumber(app, "--eval-batches", c.eval_batches, NumberRange::AtLeast(0, kMaxCount), "evaluate on at most this many test batches per rank (0: all)");
+  AddNumber(app, "--eval-batches", c.eval_batches, NumberRange::AtLeast(0, kMaxCount),
+            "evaluate on at most this many test batches per rank (0: all)");
   app.add_option("--time-budget", c.time_budget, "train whole steps until this much time is spent "
                  "(e.g. 90m, 2h), then evaluate and write the row");
-  AddNumber(app, "--target-accuracy", c.target_accuracy, NumberRange::Above(0, 1), "stop when the validation top-1 accuracy reaches this "
+  AddNumber(app, "--target-accuracy", c.target_accuracy, NumberRange::Above(0, 1),
+            "stop when the validation top-1 accuracy reaches this "
                  "fraction (row: time_to_target_s, steps_to_target)");
-  AddNumber(app, "--eval-every", c.eval_every, NumberRange::AtLeast(0, kMaxCount), "validate every this many steps (0: at each epoch's end)");
-  AddNumber(app, "--val-fraction", c.val_fraction, NumberRange::HalfOpen(0, 1), "fraction of the training set held out for validation "
+  AddNumber(app, "--eval-every", c.eval_every, NumberRange::AtLeast(0, kMaxCount),
+            "validate every this many steps (0: at each epoch's end)");
+  AddNumber(app, "--val-fraction", c.val_fraction, NumberRange::HalfOpen(0, 1),
+            "fraction of the training set held out for validation "
                  "(default 0.2 when training to an answer on real data, else 0)");
   app.add_option("--snapshot-dir", c.snapshot_dir, "write resumable snapshots here; a run of the same "
                  "configuration resumes from the newest valid one");
   app.add_option("--snapshot-every", c.snapshot_every, "steps between snapshots, or 'epoch' (default)");
-  AddNumber(app, "--snapshot-keep", c.snapshot_keep, NumberRange::AtLeast(1, 1000000), "newest snapshots kept in --snapshot-dir");
+  AddNumber(app, "--snapshot-keep", c.snapshot_keep, NumberRange::AtLeast(1, 1000000),
+            "newest snapshots kept in --snapshot-dir");
   app.add_flag("--resume", c.resume, "require a snapshot of this configuration in --snapshot-dir and resume from it");
   app.add_option("--epoch-csv", c.epoch_csv, "per-epoch CSV (default: beside --out)");
   app.add_flag("--verify", c.verify, "check parameters against the single-device run before timing");
   AddNumber(app, "--verify-steps", c.verify_steps, NumberRange::AtLeast(1, 1000000), "steps of the parity check");
-  AddNumber(app, "--verify-tolerance", c.verify_tolerance, NumberRange::Above(0, 1e6), "largest parameter difference accepted by --verify");
+  AddNumber(app, "--verify-tolerance", c.verify_tolerance, NumberRange::Above(0, 1e6),
+            "largest parameter difference accepted by --verify");
 }
 
 // The strategies' own knobs: collectives, faults, sharding, pipeline cuts and schedules.
 void AddStrategyFlags(CLI::App& app, RunConfig& c) {
-  AddNumber(app, "--bucket-cap-mb", c.bucket_cap_mb, NumberRange::Above(0, 1 << 20), "ddp|zero1|zero2: gradient bucket size");
+  AddNumber(app, "--bucket-cap-mb", c.bucket_cap_mb, NumberRange::Above(0, 1 << 20),
+            Join(StrategiesReading("--bucket-cap-mb")) +
+                ": gradient bucket size in MB (zero3, hsdp: the default only; their buckets are the model's units)");
   AddNumber(app, "--grad-accum", c.grad_accum, NumberRange::AtLeast(1, 1 << 20), "ddp: micro-steps per optimizer step");
   app.add_option("--compression", c.compression, "ddp: gradient compression hook none|fp16|bf16");
-  AddNumber(app, "--timeout", c.timeout_s, NumberRange::Above(0, kMaxTimeoutS), "seconds before a stuck collective ends the run");
-  AddNumber(app, "--flight-recorder", c.flight_recorder, NumberRange::AtLeast(0, 1000000), "collectives each rank keeps, written as JSON when a "
+  AddNumber(app, "--timeout", c.timeout_s, NumberRange::Above(0, kMaxTimeoutS),
+            "seconds before a stuck collective ends the run");
+  AddNumber(app, "--flight-recorder", c.flight_recorder, NumberRange::AtLeast(0, 1000000),
+            "collectives each rank keeps, written as JSON when a "
                  "collective times out or a rank dies; straggler columns read them (0: off)");
   app.add_option("--inject", c.inject, "a fault on purpose (repeatable): delay:rank=R,phase=P,ms=M[,every=K], "
                  "slow-data:rank=R,ms=M[,every=K], hang:rank=R,step=S, crash:rank=R,step=S (docs/robustness.md)");
@@ -744,7 +763,8 @@ void AddStrategyFlags(CLI::App& app, RunConfig& c) {
                  "mp/pmp: what stages are cut from: blocks (stem, each residual block, head), half-blocks "
                  "(each block as two units, so a cut can fall inside it) or auto (default: pmp measures half "
                  "blocks and cuts inside a block only where that is predicted clearly faster; otherwise blocks)");
-  AddNumber(app, "--chunks", c.chunks, NumberRange::AtLeast(1, 1 << 20), "pmp: micro-batches per batch (default: chosen by predicted step time)");
+  AddNumber(app, "--chunks", c.chunks, NumberRange::AtLeast(1, 1 << 20),
+            "pmp: micro-batches per batch (default: chosen by predicted step time)");
   AddNumber(app, "--replicate-degree", c.replicate_degree, NumberRange::AtLeast(1, 1024),
                  "zero1/zero2/zero3/hsdp: shard within groups of world/R ranks (consecutive ranks: a node's) and "
                  "replicate across the R groups, all-reducing each reduced shard between them (HSDP; default 1, "
@@ -754,7 +774,8 @@ void AddStrategyFlags(CLI::App& app, RunConfig& c) {
                  "pmp with its shape left open: run the K fastest predicted shapes, mp's and plain 1F1B's for a few "
                  "interleaved steps each and keep the fastest measured (default 3; 0: trust the prediction)");
   app.add_option("--schedule", c.schedule, "pmp: gpipe|1f1b|interleaved|zero-bubble|interleaved-zero-bubble|looped-bfs|zbv|dualpipev");
-  AddNumber(app, "--virtual-stages", c.virtual_stages, NumberRange::AtLeast(0, 64), "pmp --schedule=interleaved[-zero-bubble]|looped-bfs: model chunks per device (default 2)");
+  AddNumber(app, "--virtual-stages", c.virtual_stages, NumberRange::AtLeast(0, 64),
+            "pmp --schedule=interleaved[-zero-bubble]|looped-bfs: model chunks per device (default 2)");
   app.add_option("--fill-waits", c.fill_waits,
                  "pmp zero-bubble schedules on CPU devices: on (default: a device whose next input has not arrived "
                  "runs its pending W's a weight node at a time until it does)|off (the table's order exactly)");
@@ -782,13 +803,17 @@ void AddAnswerFlags(CLI::App& app, RunConfig& c) {
   app.add_option("--search-csv", c.search_csv, "--search: also write the ranked table to this CSV");
   app.add_option("--strategies", c.strategies, "--project: comma list (default: every strategy each size runs)");
   app.add_option("--nodes", c.nodes, "--project: comma list of node counts (default 1)");
-  AddNumber(app, "--gpus-per-node", c.gpus_per_node, NumberRange::AtLeast(1, 1 << 16), "--project: devices per node (default 8)");
-  AddNumber(app, "--nics-per-node", c.nics_per_node, NumberRange::AtLeast(0, 1 << 16), "--project: NICs each node's devices share (default: one each)");
+  AddNumber(app, "--gpus-per-node", c.gpus_per_node, NumberRange::AtLeast(1, 1 << 16),
+            "--project: devices per node (default 8)");
+  AddNumber(app, "--nics-per-node", c.nics_per_node, NumberRange::AtLeast(0, 1 << 16),
+            "--project: NICs each node's devices share (default: one each)");
   app.add_option("--intra", c.intra, "--project: link inside a node: a preset (nvlink4, pcie5, ...), measured, "
                  "and/or alpha=TIME,bw=RATE (default: measured, else nvlink4)");
   app.add_option("--inter", c.inter, "--project: link between nodes, as --intra (default: measured, else ib-ndr400)");
-  AddNumber(app, "--device-memory-gb", c.device_memory_gb, NumberRange::AtLeast(0, 1e6), "--project: device memory for the largest batch that fits");
-  AddNumber(app, "--device-img-s", c.device_img_s, NumberRange::AtLeast(0, 1e9), "--project: one device's img/s (measured elsewhere or "
+  AddNumber(app, "--device-memory-gb", c.device_memory_gb, NumberRange::AtLeast(0, 1e6),
+            "--project: device memory for the largest batch that fits");
+  AddNumber(app, "--device-img-s", c.device_img_s, NumberRange::AtLeast(0, 1e9),
+            "--project: one device's img/s (measured elsewhere or "
                  "published) that the profile's compute times are scaled to");
   app.add_option("--expected", c.expected,
                  "multi-device runs and ddp/zero on one device: auto (default: predict the run from its own "

@@ -40,16 +40,30 @@ constexpr size_t kLineWidth = 120;
 constexpr size_t kNameWidth = 36;  // the longest flag with its type and default fits
 const char* const kOther = "Other";
 
-// Prints the topics in Topics()' order and cuts a description that would
-// wrap to what fits on its line ("...": docs/flags.md has it in full).
+// `text` broken at spaces into lines of at most `room` characters (a word
+// longer than that stands alone), joined by newlines: CLI11 indents each
+// continuation line to the description column.
+std::string WrapWords(const std::string& text, size_t room) {
+  std::istringstream words(text);
+  std::string out, line;
+  for (std::string word; words >> word;) {
+    if (!line.empty() && line.size() + 1 + word.size() > room) {
+      out += line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+  }
+  return out + line;
+}
+
+// Prints the topics in Topics()' order, each description whole, wrapped to
+// the line (docs/flags.md has each flag with its examples and figures).
 class TopicFormatter : public CLI::Formatter {
  public:
   TopicFormatter() { column_width(kNameWidth); }
 
   std::string make_option_desc(const CLI::Option* opt) const override {
-    std::string d = CLI::Formatter::make_option_desc(opt);
-    const size_t room = kLineWidth - kNameWidth - 2;
-    return d.size() <= room ? d : d.substr(0, room - 3) + "...";
+    return WrapWords(CLI::Formatter::make_option_desc(opt), kLineWidth - kNameWidth - 2);
   }
 
   std::string make_help(const CLI::App* app, std::string name, CLI::AppFormatMode) const override {

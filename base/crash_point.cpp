@@ -6,8 +6,10 @@
 #include <cstdlib>
 
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 namespace ddpbench {
 namespace {
@@ -29,6 +31,19 @@ void CrashPoint(const char* name) {
   std::fprintf(stderr, "ddpbench: test crash point %ld (%s): SIGKILL\n", at, name);
   std::fflush(stderr);
   std::raise(SIGKILL);
+}
+
+void StopPoint(const char* name) {
+  static const char* stop_at = std::getenv("DDPBENCH_TEST_STOP_AT");
+  if (!stop_at || std::string(stop_at) != name) return;
+  static const long rank = EnvNumber("DDPBENCH_TEST_CRASH_RANK", -1);
+  if (rank >= 0 && rank != EnvNumber("RANK", 0)) return;
+  static std::atomic<bool> stopped{false};
+  if (stopped.exchange(true)) return;
+  std::fprintf(stderr, "ddpbench: test stop point (%s): SIGSTOP\n", name);
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  std::raise(SIGSTOP);
 }
 
 void FailPoint(const char* name) {

@@ -15,4 +15,10 @@ void CrashPoint(const char* name);
 // measured row is still written). Unset it costs one cached getenv.
 void FailPoint(const char* name);
 
+// Test-only too: DDPBENCH_TEST_STOP_AT=NAME stops this process (SIGSTOP, as a
+// debugger or a frozen node would) the first time it reaches the point NAME,
+// on rank DDPBENCH_TEST_CRASH_RANK only (default every rank), after a short
+// pause that lets its flight progress say where it is.
+void StopPoint(const char* name);
+
 }  // namespace ddpbench

@@ -620,6 +620,7 @@ class ShmBackend : public c10d::Backend {
   // waking every shm::kWaitSlice to check that the rank not yet here is alive and the
   // timeout has not passed (then the error names it, as Gloo's would).
   void Barrier(const char* op) {
+    StopPoint("shm: inside a collective");  // entered, not yet here: the others wait for it
     const uint64_t target = ++passed_;
     header_->arrived[rank_].value.store(target);
     if (Missing(target) < 0) {

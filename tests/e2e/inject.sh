@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # --inject end to end on ddp's 2 spawned ranks: a delay is named in the row
 # and slows the step; a crash is named (rank, signal) at once; a hang ends
-# with the collective's timeout; neither leaves a row; each bad spec is one
+# with the collective's timeout, the hung rank named whether it stopped before
+# a collective or inside one; none leaves a row; each bad spec is one
 # message and exit 2 with the results file unchanged.
 set -euo pipefail
 BIN="$1"; SRC="$2"
@@ -38,7 +39,19 @@ set +e; out="$(run --timeout=5 --inject=hang:rank=1,step=3 2>&1)"; rc=$?; set -e
 [[ $rc -ne 0 && $rc -ne 124 ]] || fail "hang: exit $rc: $out"
 (( $(date +%s) - start < 60 )) || fail "hang: took $(( $(date +%s) - start )) s"
 grep -qiE "ddpbench: error: rank 0: .*(timeout|timed out)" <<<"$out" || fail "hang: no timeout named: $out"
+[[ $rc -eq 7 ]] || fail "hang: exit $rc, want 7: $out"
+grep -q "ddpbench: error: rank 1 never entered collective #[0-9]* of world" <<<"$out" || fail "hang: rank 1 not named: $out"
 unchanged "hang"
+# Stopped inside a collective (entered, then frozen before its first meeting
+# with the others): named as the rank that stopped inside it, exit 7.
+set +e
+out="$(DDPBENCH_TEST_STOP_AT="shm: inside a collective" DDPBENCH_TEST_CRASH_RANK=1 run --timeout=5 2>&1)"; rc=$?
+set -e
+grep -q "test stop point (shm: inside a collective)" <<<"$out" || fail "stop inside: the point was not reached: $out"
+[[ $rc -eq 7 ]] || fail "stop inside: exit $rc, want 7: $out"
+grep -q "ddpbench: error: rank 1 stopped inside collective #[0-9]* of world .* that rank 0 waited in" <<<"$out" ||
+  fail "stop inside: rank 1 not named: $out"
+unchanged "stop inside"
 
 bad_input ddp "--inject=slow:rank=1,ms=5: 'slow' is not a kind; accepted: delay, slow-data, hang, crash" \
   --gpus=2 --inject=slow:rank=1,ms=5
