@@ -19,7 +19,9 @@ import platform
 import random
 import signal
 import subprocess
+import shutil
 import sys
+import tempfile
 import time
 
 WORK = ["--strategy=ddp", "--gpus=2", "--device=cpu", "--small-input", "--width=8", "--image-size=16",
@@ -61,7 +63,8 @@ def one_run(binary, rng, within, timeout_s, tmp):
     log_path = os.path.join(tmp, "run.log")
     with open(log_path, "w") as log:
         start = time.monotonic()
-        proc = subprocess.Popen([binary, *WORK, f"--timeout={timeout_s}"], stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([os.path.abspath(binary), *WORK, f"--timeout={timeout_s}"], stdout=log,
+                                stderr=subprocess.STDOUT, cwd=tmp,  # its flight records land beside the log
                                 env={**os.environ, "OMP_NUM_THREADS": "1"})
         pid = None
         while time.monotonic() - start < at and proc.poll() is None:
@@ -101,13 +104,13 @@ def main():
     if a.runs < 1 or a.within <= 0:
         sys.exit("--runs must be >= 1 and --within > 0")
     rng = random.Random(a.seed)
-    tmp = os.path.dirname(os.path.abspath(a.out))
+    tmp = tempfile.mkdtemp(prefix="shm-kill-rig-")
     rows = []
     for i in range(a.runs):
         r = {"run": i, **one_run(a.binary, rng, a.within, a.timeout, tmp)}
         rows.append(r)
         print(r, flush=True)
-    os.remove(os.path.join(tmp, "run.log"))
+    shutil.rmtree(tmp, ignore_errors=True)
     machine = f"{platform.node()}, {cpu_model()}, {os.cpu_count()} cores"
     with open(a.out, "w", newline="") as f:
         f.write(f"# {' '.join(sys.argv)}\n# machine: {machine}; {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
