@@ -16,7 +16,7 @@
     scripts/report.py results/*.csv                      # markdown to stdout
     scripts/report.py --format=csv results/a.csv         # strategy table as CSV
     scripts/report.py night.csv --markdown=n.md --html=n.html --figures=n/ --history=results/nightly
-    scripts/report.py night.csv --against=results/nightly [--k=5]   # gate: exit 1 on a regression
+    scripts/report.py night.csv --against=results/nightly [--k=3]   # gate: exit 1 on a regression
     scripts/report.py night.csv --html=n.html --projection=results/projection/projection.csv
 """
 import argparse
@@ -365,12 +365,11 @@ def parse_args():
     p.add_argument("--gate-log", help="the gate's output for this night, shown at the top of md/HTML")
     p.add_argument("--projection", help="a ddpbench --project-csv file (scripts/project.py's projection.csv): "
                    "its table (and figure, in the HTML and --figures) in a projected section")
-    p.add_argument("--k", type=float, help="gate: one bad night's bound median - k x spread (default 5; "
-                   "3 with --rule=fixed)")
+    p.add_argument("--k", type=float, help="gate: one bad night's bound median - k x spread (default 3)")
     p.add_argument("--rule", choices=["changepoint", "fixed"], default="changepoint",
                    help="gate: change points and each entry's own noise (default), or the former fixed 5%% floor")
-    p.add_argument("--confirm", type=int, default=1,
-                   help="changepoint rule: nights in a row (tonight included) the one-bad-night rule needs (default 1)")
+    p.add_argument("--confirm", type=int, default=2,
+                   help="changepoint rule: nights in a row (tonight included) the one-bad-night rule needs (default 2)")
     p.add_argument("--streak", type=int, default=3,
                    help="changepoint rule: a sustained loss, this many nights in a row each beyond --streak-k x "
                         "the entry's spread, whatever its worst earlier night (default 3; 0: off)")

@@ -96,9 +96,10 @@ def without_streak(**kw):
 
 # Every rule but the ones marked "+ streak" leaves the sustained-loss part (3 nights in a row
 # beyond 4 x the spread, whatever the worst earlier night: gate.Limits.streak) out.
-RULES = {"changepoint (default: k=5, + streak)": gate.Limits(),
-         "changepoint, k=5": without_streak(),
-         "changepoint, k=3": without_streak(k=3),
+RULES = {"changepoint (the shipped default: k=3, 2 nights in a row, + streak)": gate.Limits(),
+         "changepoint, k=5 (the former default, + streak)": gate.Limits(k=5, confirm=1),
+         "changepoint, k=5": without_streak(k=5, confirm=1),
+         "changepoint, k=3": without_streak(k=3, confirm=1),
          "changepoint, k=3, 2 nights in a row": without_streak(k=3, confirm=2),
          "changepoint, k=3, 2 nights in a row, + streak (k=4)": gate.Limits(k=3, confirm=2),
          "changepoint, k=3, 2 nights in a row, + streak (k=3.5)": gate.Limits(k=3, confirm=2, streak_k=3.5),
@@ -110,8 +111,8 @@ RULES = {"changepoint (default: k=5, + streak)": gate.Limits(),
          "changepoint, k=2, 3 nights in a row, not beyond the worst": without_streak(k=2, confirm=3, beyond_worst=False),
          "changepoint, k=4, 2 nights in a row, not beyond the worst": without_streak(k=4, confirm=2, beyond_worst=False),
          "changepoint, k=3, 2 nights in a row, changes >= 3%": without_streak(k=3, confirm=2, min_change=0.03),
-         "change points only (no one-night rule)": without_streak(k=float("inf")),
-         "fixed (former)": gate.Limits(rule="fixed")}
+         "change points only (no one-night rule)": without_streak(k=float("inf"), confirm=1),
+         "fixed (former)": gate.Limits(rule="fixed", confirm=1)}
 
 
 def false_alarm_rate(pool, draw, trials, limits):

@@ -60,7 +60,7 @@ from ddpbench_py import rows as R
 
 @dataclass
 class Limits:
-    k: float = None             # None: 3 with rule "fixed", 5 for the changepoint rule's one bad night
+    k: float = 3.0              # one bad night's bound, median - k x spread (the measured setting, docs/nightly.md)
     floor: float = None         # least spread / median; None: 0.05 with rule "fixed", 0.005 with "changepoint"
     mem_factor: float = 1.05
     acc_tol: float = 0.02
@@ -69,7 +69,7 @@ class Limits:
     expected_fails: bool = False
     rule: str = "changepoint"   # or "fixed": the former throughput rule
     min_history: int = 5        # earlier nights the changepoint rule needs
-    confirm: int = 1            # nights in a row the one-bad-night rule needs (tonight included)
+    confirm: int = 2            # nights in a row the one-bad-night rule needs (tonight included)
     beyond_worst: bool = True   # the one-bad-night rule also needs each of them worse than every earlier
                                 # night (False: measured by research/rigs/gate_error_rates.py, not a flag)
     streak: int = 3             # a sustained loss: this many nights in a row beyond streak_k x spread (0: off)
@@ -81,7 +81,7 @@ class Limits:
 
     def __post_init__(self):
         if self.k is None:
-            self.k = 3.0 if self.rule == "fixed" else 5.0
+            self.k = 3.0
         if self.floor is None:
             self.floor = 0.05 if self.rule == "fixed" else 0.005
         if self.confirm < 1:

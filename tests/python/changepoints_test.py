@@ -40,7 +40,8 @@ def put(directory, name, text):
 
 def gate_lines(history_rows, limits=None):
     *past, tonight = history_rows
-    return gate.check([tonight], past, [], limits or gate.Limits(matrix="m.toml"))
+    # One night judged alone (--confirm=1); the default's two nights are tested on their own.
+    return gate.check([tonight], past, [], limits or gate.Limits(matrix="m.toml", confirm=1))
 
 
 class DetectTest(unittest.TestCase):
@@ -91,7 +92,7 @@ class GateRuleTest(unittest.TestCase):
         lines, n = gate_lines(nights(quiet + [80]))
         self.assertEqual(n, 2, lines)  # one bad night: throughput and step time
         self.assertRegex(lines[0], r"^REGRESSION ddp-2x1 throughput_img_s: tonight 80.00, outside this entry's noise: "
-                                   r"median .* of 12 nights, bound .* = median - 5 x .*, worst night ")
+                                   r"median .* of 12 nights, bound .* = median - 3 x .*, worst night ")
 
     def test_confirm_needs_that_many_bad_nights_in_a_row(self):
         quiet = level([100] * 12)
@@ -145,6 +146,14 @@ class GateRuleTest(unittest.TestCase):
         self.assertEqual(n, 0)
         self.assertIn("not enough history ddp-2x1: 3 earlier nights of this workload, the change-point and noise "
                       "rules need 5 (--min-history)", lines)
+
+    def test_the_default_wants_two_bad_nights_in_a_row(self):
+        one = nights(level([100] * 12 + [90]))
+        past = [r for r in one[:-1]]
+        self.assertEqual(gate.check([one[-1]], past, [], gate.Limits(matrix="m.toml", streak=0, alpha=1e-12))[1], 0)
+        two = nights(level([100] * 12 + [90, 90]))
+        lines, n = gate.check([two[-1]], two[:-1], [], gate.Limits(matrix="m.toml", streak=0, alpha=1e-12))
+        self.assertEqual(n, 2, lines)  # throughput and step time, on the second night
 
     def test_old_fixed_rule_misses_ten_percent(self):
         history = nights(level([100] * 12 + [90]))

@@ -47,7 +47,8 @@ def nights(values, changed_from=None, change=None, old=False):
 
 def run(history, limits=None):
     *past, tonight = history
-    return gate.check([tonight], past, [], limits or gate.Limits(matrix="m.toml"))
+    # One night judged alone (--confirm=1): the planted change is the last night.
+    return gate.check([tonight], past, [], limits or gate.Limits(matrix="m.toml", confirm=1))
 
 
 def under(lines, head):
@@ -145,7 +146,7 @@ class OlderRowsTest(unittest.TestCase):
             with open(os.path.join(d, "n00.csv")) as f:
                 self.assertNotIn("cpu_isa", f.readline())
             got = subprocess.run([sys.executable, os.path.join(SCRIPTS, "report.py"), os.path.join(d, "n13.csv"),
-                                  f"--against={d}"], capture_output=True, text=True,
+                                  f"--against={d}", "--confirm=1"], capture_output=True, text=True,
                                  env=dict(os.environ, PYTHONPATH=SCRIPTS))
             self.assertEqual(got.returncode, 1, got.stdout + got.stderr)
             lines = got.stdout.splitlines()
