@@ -495,7 +495,10 @@ void CheckOptimizerCollectivesAndOutputs(const RunConfig& c, const StrategyTrait
   if (!(c.bucket_cap_mb > 0)) throw ConfigError(fmt::format("--bucket-cap-mb={}: must be > 0", c.bucket_cap_mb));
   if (traits.zero_stage == 3 && c.bucket_cap_mb != 25.0)
     throw ConfigError(fmt::format("--bucket-cap-mb={}: {}'s buckets are the model's units (one each); leave "
-                                  "--bucket-cap-mb at its default, or use ddp|zero1|zero2", c.bucket_cap_mb, c.strategy));
+                                  "--bucket-cap-mb at its default, or use {}", c.bucket_cap_mb, c.strategy,
+                                  JoinNames(StrategiesWhere([](const StrategyTraits& t) {
+                                    return t.Reads("--bucket-cap-mb") && t.zero_stage != 3;
+                                  }))));
   CheckAtLeast("--grad-accum", c.grad_accum, int64_t{1});
   if (c.grad_accum > 1 && !traits.Reads("--grad-accum"))
     throw ConfigError(fmt::format("--grad-accum={}: gradient accumulation is a ddp option; use it with "
@@ -744,7 +747,7 @@ void AddStrategyFlags(CLI::App& app, RunConfig& c) {
                  "collective times out or a rank dies; straggler columns read them (0: off)");
   app.add_option("--inject", c.inject, "a fault on purpose (repeatable): delay:rank=R,phase=P,ms=M[,every=K], "
                  "slow-data:rank=R,ms=M[,every=K], hang:rank=R,step=S, crash:rank=R,step=S (docs/robustness.md)");
-  app.add_option("--zero-reduce", c.zero_reduce, "zero1|zero2|zero3: reduce-scatter|all-reduce");
+  app.add_option("--zero-reduce", c.zero_reduce, Join(StrategiesReading("--zero-reduce")) + ": reduce-scatter|all-reduce");
   app.add_option("--cpu-backend", c.cpu_backend,
                  "auto|shm|gloo: CPU ranks' collectives through shared memory where a group's ranks share a host, "
                  "else Gloo (auto, the default; the row's comm_backend says which ran), shared memory only, or Gloo");

@@ -22,6 +22,7 @@
 #include "base/log.h"
 #include "harness/memory.h"
 #include "base/results.h"
+#include "planning/traits.h"
 #include "app/runner.h"
 #include "projection/project.h"
 #include "projection/search.h"
@@ -79,9 +80,9 @@ int FailWithCurrentException(const std::string& where, ddpbench::DistContext* co
   } catch (const ResultsError& e) {
     return Fail(4, e.what());
   } catch (const DeviceOutOfMemory& e) {
-    return Fail(kExitOutOfMemory, where + e.what() + kOutOfMemoryAdvice);
+    return Fail(kExitOutOfMemory, where + e.what() + OutOfMemoryAdvice());
   } catch (const c10::OutOfMemoryError& e) {  // CUDA's caching allocator
-    return Fail(kExitOutOfMemory, where + FirstSentence(e.what_without_backtrace()) + kOutOfMemoryAdvice);
+    return Fail(kExitOutOfMemory, where + FirstSentence(e.what_without_backtrace()) + OutOfMemoryAdvice());
   } catch (const c10::Error& e) {
     if (collective) FailInCollective(*collective, where, e.what_without_backtrace());
     return Fail(1, where + e.what_without_backtrace());
@@ -136,10 +137,11 @@ int main(int argc, char** argv) {
       return SpawnRanks(config, config.gpus, argc, argv);
     }
     if (!multi && env.world > 1)
-      throw ConfigError(fmt::format("--strategy={} runs in one process, but {} started {} ranks; use "
-                                    "ddp, zero1|zero2|zero3 or mp|pmp --stage-ranks under a launcher, or "
-                                    "start one process", config.strategy,
-                                    env.launcher, env.world));
+      throw ConfigError(fmt::format("--strategy={} runs in one process, but {} started {} ranks; use {} or {} "
+                                    "--stage-ranks under a launcher, or start one process", config.strategy,
+                                    env.launcher, env.world, JoinNames(StrategiesWhere([](const StrategyTraits& t) {
+                                      return t.parallelism() == Parallelism::kDataMultiProcess;
+                                    })), JoinNames(StrategiesReading("--stage-ranks"))));
     if (multi) {
       if (config.gpus_given && config.gpus != env.world)
         throw ConfigError(fmt::format("--gpus={}: {} started {} ranks; leave --gpus out under a launcher or "

@@ -38,7 +38,7 @@ void CheckDemandFits(const RunConfig& config, const DeviceDemand& demand, double
       "--model={} --width={} --batch-size={}: a device needs at least {} ({} of parameters, gradients and "
       "optimizer state, {} of activations), more than the {} of {}{}",
       config.model, config.width, config.batch_size, bytes(demand.total()), bytes(demand.state_bytes),
-      bytes(demand.activation_bytes), bytes(capacity_bytes), device, kOutOfMemoryAdvice));
+      bytes(demand.activation_bytes), bytes(capacity_bytes), device, OutOfMemoryAdvice()));
 }
 
 double AvailableHostBytes() {

@@ -48,6 +48,7 @@
 #include "models/fused_norm.h"
 #include "strategies/registry.h"
 #include "planning/mesh.h"
+#include "planning/traits.h"
 #include "planning/schedules.h"
 
 namespace ddpbench {
@@ -63,7 +64,10 @@ std::vector<torch::Device> ResolveDevices(const RunConfig& c, const StrategyInfo
                                          info.parallelism() == Parallelism::kModel) ? c.gpus : 1;
   if (info.parallelism() == Parallelism::kNone && c.gpus != 1)
     throw ConfigError(fmt::format("--gpus={}: the '{}' strategy uses exactly one device; use --gpus=1 "
-                                  "or a multi-device strategy (dp|ddp|mp|pmp|zero1|zero2|zero3)", c.gpus, c.strategy));
+                                  "or a multi-device strategy ({})", c.gpus, c.strategy,
+                                  JoinNames(StrategiesWhere([](const StrategyTraits& t) {
+                                    return t.parallelism() != Parallelism::kNone;
+                                  }))));
   std::vector<torch::Device> devices;
   if (cuda) {
     int count = CudaDeviceCount();

@@ -16,6 +16,7 @@
 #include "harness/cuda_support.h"
 #include "harness/shm_arena.h"
 #include "base/log.h"
+#include "planning/traits.h"
 
 namespace ddpbench {
 namespace {
@@ -119,10 +120,13 @@ std::string OutOfMemoryLine(const std::string& device, int64_t asked_bytes, int6
                      FormatBytes(held_bytes));
 }
 
-const char* const kOutOfMemoryAdvice =
-    "; try a smaller --batch-size or --width, --amp=bf16, --recompute=auto (recomputes activations to fit), "
-    "or a strategy that divides the memory (zero1|zero2|zero3 shard the model state, pmp cuts the model over "
-    "devices)";
+std::string OutOfMemoryAdvice() {
+  const auto sharded = StrategiesWhere([](const StrategyTraits& t) { return t.family == Family::kSharded; });
+  const auto cut = StrategiesWhere([](const StrategyTraits& t) { return t.family == Family::kPipeline; });
+  return fmt::format("; try a smaller --batch-size or --width, --amp=bf16, --recompute=auto (recomputes activations "
+                     "to fit), or a strategy that divides the memory ({} shard the model state, {} cut the model "
+                     "over devices)", JoinNames(sharded), JoinNames(cut));
+}
 
 void InstallCpuMemoryTracker(int64_t device_limit_bytes) {
   g_device_limit.store(device_limit_bytes);

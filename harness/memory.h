@@ -36,8 +36,9 @@ class DeviceOutOfMemory : public std::runtime_error {
 std::string OutOfMemoryLine(const std::string& device, int64_t asked_bytes, int64_t held_bytes);
 // "12.3 MiB" / "4.56 GiB".
 std::string FormatBytes(int64_t bytes);
-// What to try, appended to every out-of-memory message.
-extern const char* const kOutOfMemoryAdvice;
+// What to try, appended to every out-of-memory message (the strategies that
+// divide the memory named from their traits).
+std::string OutOfMemoryAdvice();
 
 // How freed CPU tensor memory is reused (--cpu-malloc), set once per process
 // before the worker threads start. "reuse": every thread allocates from

@@ -594,11 +594,24 @@ class ShmBackend : public c10d::Backend {
     // An output inside its own row (a reduce-scatter in place) goes through
     // the slot as the other rows do: the sum would overwrite it mid-read.
     const bool in_place = at::get_overlap_status(flat, rows[rank_]) != at::MemOverlapStatus::No;
+    // Two ranks, the output exactly its own row (zero1's slice of its bucket),
+    // not a half precision: the other rank's part is added into it where it
+    // lies, nothing of it staged through the slot (a op b == b op a: the bits
+    // of the rank-order sum).
+    const at::Tensor own = rows[rank_].view(-1);
+    const bool add_in_place = in_place && size_ == 2 && flat.data_ptr() == own.data_ptr() &&
+                              flat.numel() == own.numel() && dtype != at::kBFloat16 && dtype != at::kHalf;
     for (const Span c : Chunks(flat.numel(), Capacity(flat, size_))) {
       for (int j = 0; j < size_; ++j)
-        if (j != rank_ || in_place)
+        if (j != rank_ || (in_place && !add_in_place))
           Slot(rank_, dtype, c.count, j * c.count).copy_(rows[j].view(-1).narrow(0, c.offset, c.count));
       Barrier("reduce_scatter");
+      if (add_in_place) {
+        at::Tensor acc = flat.narrow(0, c.offset, c.count);
+        Combine(acc, Slot(1 - rank_, dtype, c.count, rank_ * c.count), op);
+        Barrier("reduce_scatter");
+        continue;
+      }
       std::vector<at::Tensor> parts;
       for (int r = 0; r < size_; ++r)
         parts.push_back(r == rank_ && !in_place ? rows[r].view(-1).narrow(0, c.offset, c.count)

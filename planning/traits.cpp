@@ -95,6 +95,19 @@ const StrategyTraits* FindTraits(const std::string& name) {
   return nullptr;
 }
 
+std::vector<std::string> StrategiesWhere(bool (*pick)(const StrategyTraits&)) {
+  std::vector<std::string> names;
+  for (const auto& t : StrategyTraitsTable())
+    if (pick(t)) names.push_back(t.name);
+  return names;
+}
+
+std::string JoinNames(const std::vector<std::string>& names, const char* separator) {
+  std::string joined;
+  for (const auto& n : names) joined += (joined.empty() ? "" : separator) + n;
+  return joined;
+}
+
 std::vector<std::string> StrategiesReading(const std::string& flag) {
   std::vector<std::string> names;
   for (const auto& t : StrategyTraitsTable())

@@ -57,5 +57,10 @@ const std::vector<StrategyTraits>& StrategyTraitsTable();
 const StrategyTraits* FindTraits(const std::string& name);  // nullptr when unregistered
 // The strategies that read `flag`, in table order ({} when every one does).
 std::vector<std::string> StrategiesReading(const std::string& flag);
+// The strategies whose row `pick` accepts, in table order: every list of
+// strategies a message or a default names comes from the rows, never typed.
+std::vector<std::string> StrategiesWhere(bool (*pick)(const StrategyTraits&));
+// `names` joined by `separator`: "zero1|zero2|zero3".
+std::string JoinNames(const std::vector<std::string>& names, const char* separator = "|");
 
 }  // namespace ddpbench

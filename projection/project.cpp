@@ -174,14 +174,25 @@ void CheckProfileMatchesFlags(const Profile& p, const RunConfig& c, const std::s
                       want("--amp", PrecisionName(c.amp), p.precision), path);
 }
 
+// Every strategy the what-if prices, from the traits: the data-parallel ranks,
+// the sharded ones, in-process replicas, the micro-batched pipelines, then
+// each of those pipelines replicated by data parallelism ("pmp-dp").
+static std::vector<std::string> DefaultProjected() {
+  std::vector<std::string> names;
+  for (Family f : {Family::kDataRanks, Family::kSharded, Family::kDataInProcess, Family::kPipeline})
+    for (const auto& t : StrategyTraitsTable())
+      if (t.family == f && (f != Family::kPipeline || t.micro_batches)) names.push_back(t.name);
+  for (const auto& t : StrategyTraitsTable())
+    if (t.family == Family::kPipeline && t.micro_batches && t.Reads("--replicate-degree")) names.push_back(t.name + "-dp");
+  return names;
+}
+
 std::vector<Row> ProjectRows(const Profile& measured, const RunConfig& c) {
   const int64_t batch = c.given.count("--batch-size") ? c.batch_size : measured.batch_size;
   const Profile p = c.device_img_s > 0 ? ScaledToDevice(measured, batch, c.device_img_s) : measured;
   const bool given = !c.strategies.empty();
   std::vector<Entry> entries;
-  for (const std::string& name : given ? SplitNames(c.strategies)
-                                       : std::vector<std::string>{"ddp", "zero1", "zero2", "zero3", "hsdp", "dp",
-                                                                  "pmp", "pmp-dp"})
+  for (const std::string& name : given ? SplitNames(c.strategies) : DefaultProjected())
     entries.push_back(ParseEntry(name));
   StepQuery base{"single", MakeTopology(p, c, 1), batch};
   base.topology.per_node = 1;

@@ -174,6 +174,21 @@ TEST(ShmBackend, ReduceScatterAllGatherAndBroadcastMatchGloo) {
     }
 }
 
+// Two ranks, each output its own row of the input (zero1's slices): summed in
+// place, bit for bit what Gloo gives.
+TEST(ShmBackend, TwoRanksReduceScatterInPlaceMatchesGloo) {
+  for (auto dtype : kDtypes)
+    for (int64_t part : {5, 700, 100000}) {
+      auto [shm, gloo] = BothWays(2, [&](int r, c10d::ProcessGroup& pg) {
+        torch::Tensor whole = MadeUp(r, 2 * part, dtype), own = whole.narrow(0, r * part, part);
+        pg._reduce_scatter_base(own, whole)->wait();
+        Barrier(pg);
+        return std::vector<torch::Tensor>{own.clone(), whole.narrow(0, (1 - r) * part, part).clone()};
+      });
+      ExpectSame(shm, gloo, "in-place reduce-scatter on 2 ranks " + std::to_string(part));
+    }
+}
+
 // A mesh of 2 x 2 on one host: each shard group and each replicate group
 // reduces over shared memory, only its own ranks.
 TEST(ShmBackend, SubGroupsReduceOnlyTheirOwnRanks) {
