@@ -26,14 +26,12 @@
 namespace ddpbench {
 namespace {
 
-std::string Join(const std::vector<std::string>& items) { return fmt::format("{}", fmt::join(items, "|")); }
-
 void CheckMember(const std::string& flag, const std::string& value,
                  const std::vector<std::string>& accepted) {
   for (const auto& a : accepted)
     if (a == value) return;
   throw ConfigError(fmt::format("{}={}: not accepted; accepted values: {}", flag,
-                                value.empty() ? "''" : value, Join(accepted)));
+                                value.empty() ? "''" : value, JoinNames(accepted)));
 }
 
 template <typename T>
@@ -137,7 +135,7 @@ void CheckFlagsApply(const RunConfig& c) {
     const auto strategies = FlagStrategies(flag);
     if (!strategies.empty() && !traits.Reads(flag))
       throw ConfigError(fmt::format("{}={}: applies only to --strategy={}, not to --strategy={}; leave it out",
-                                    flag, value, Join(strategies), c.strategy));
+                                    flag, value, JoinNames(strategies), c.strategy));
   }
 }
 
@@ -167,7 +165,7 @@ void CheckCudaGraphs(const RunConfig& c) {
   const std::string& why = TraitsOf(c).no_cuda_graphs;
   if (!c.cuda_graphs || why.empty()) return;
   throw ConfigError(fmt::format("--cuda-graphs with --strategy={}: {}; accepted: --strategy={}, or leave "
-                                "--cuda-graphs out", c.strategy, why, Join(StrategiesReading("--cuda-graphs"))));
+                                "--cuda-graphs out", c.strategy, why, JoinNames(StrategiesReading("--cuda-graphs"))));
 }
 
 // --overlap-optimizer: refused, with the reason, where stepping a bucket as
@@ -183,7 +181,7 @@ void CheckOverlapOptimizer(const RunConfig& c) {
     refuse(fmt::format("--strategy={}: it steps each parameter as its gradient becomes final (a bucket's "
                        "reduction, a stage's last backward), which {} does not do yet (its optimizer steps after the "
                        "whole backward)", c.strategy, c.strategy),
-           "--strategy=" + Join(StrategiesReading("--overlap-optimizer")));
+           "--strategy=" + JoinNames(StrategiesReading("--overlap-optimizer")));
   if (TraitsOf(c).family == Family::kPipeline && c.device == "cuda")
     throw ConfigError(PipelineOverlapOnGpuRefusal(c));
   if (TraitsOf(c).family == Family::kPipeline && c.stage_ranks)
@@ -583,8 +581,6 @@ void ValidateConfig(const RunConfig& c) {
 
 namespace {
 
-// The flags, registered in the order --help lists them within each topic
-// (GroupHelp assigns the topics). Each group binds its flags to fields of `c`.
 // Adds `name` bound to `field` with its range check (the check runs on the
 // value as typed; CLI11 then converts it). Integer fields keep their type's
 // limits inside the range.
@@ -617,11 +613,13 @@ constexpr long double kMaxCount = 1e9;        // steps, batches: more than any r
 constexpr long double kMaxMiB = 1 << 30;      // 1 PiB: as bytes, well inside int64
 constexpr long double kMaxTimeoutS = 1e7;     // 115 days: as milliseconds, well inside int64
 
+// The flags, registered in the order --help lists them within each topic
+// (GroupHelp assigns the topics). Each group binds its flags to fields of `c`.
+
 // The run's shape: strategy and devices.
 void AddRunFlags(CLI::App& app, RunConfig& c) {
-  std::vector<std::string> names;
-  for (const auto& t : StrategyTraitsTable()) names.push_back(t.name);
-  app.add_option("--strategy", c.strategy, Join(names) + " (see --list)");
+  app.add_option("--strategy", c.strategy,
+                 JoinNames(StrategiesWhere([](const StrategyTraits&) { return true; })) + " (see --list)");
   app.add_flag("--list", c.list, "print the registered strategies and exit");
   AddNumber(app, "--gpus", c.gpus, NumberRange::AtLeast(1, 1024), "number of devices (GPUs, or CPU thread groups)");
   app.add_option("--device", c.device, "auto|cuda|cpu");
@@ -736,7 +734,7 @@ void AddOutputFlags(CLI::App& app, RunConfig& c, bool& no_eval) {
 // The strategies' own knobs: collectives, faults, sharding, pipeline cuts and schedules.
 void AddStrategyFlags(CLI::App& app, RunConfig& c) {
   AddNumber(app, "--bucket-cap-mb", c.bucket_cap_mb, NumberRange::Above(0, 1 << 20),
-            Join(StrategiesReading("--bucket-cap-mb")) +
+            JoinNames(StrategiesReading("--bucket-cap-mb")) +
                 ": gradient bucket size in MB (zero3, hsdp: the default only; their buckets are the model's units)");
   AddNumber(app, "--grad-accum", c.grad_accum, NumberRange::AtLeast(1, 1 << 20), "ddp: micro-steps per optimizer step");
   app.add_option("--compression", c.compression, "ddp: gradient compression hook none|fp16|bf16");
@@ -747,7 +745,7 @@ void AddStrategyFlags(CLI::App& app, RunConfig& c) {
                  "collective times out or a rank dies; straggler columns read them (0: off)");
   app.add_option("--inject", c.inject, "a fault on purpose (repeatable): delay:rank=R,phase=P,ms=M[,every=K], "
                  "slow-data:rank=R,ms=M[,every=K], hang:rank=R,step=S, crash:rank=R,step=S (docs/robustness.md)");
-  app.add_option("--zero-reduce", c.zero_reduce, Join(StrategiesReading("--zero-reduce")) + ": reduce-scatter|all-reduce");
+  app.add_option("--zero-reduce", c.zero_reduce, JoinNames(StrategiesReading("--zero-reduce")) + ": reduce-scatter|all-reduce");
   app.add_option("--cpu-backend", c.cpu_backend,
                  "auto|shm|gloo: CPU ranks' collectives through shared memory where a group's ranks share a host, "
                  "else Gloo (auto, the default; the row's comm_backend says which ran), shared memory only, or Gloo");

@@ -89,8 +89,9 @@ struct RunResult {
   std::string launcher;
   std::string socket_ifname;  // NCCL_SOCKET_IFNAME and its source ("" : one process)
   std::string store_bind;  // where the rendezvous store listened ("" : no store)
-  // Steps after the timed ones that failed ("expected: WHY"): their columns
-  // are empty, the row is written, and the run exits kExitAfterRunFailed.
+  // Steps after the timed ones that failed ("expected", "--export"; the log
+  // says why): their columns are empty, the row is written, and the run
+  // exits kExitAfterRunFailed.
   std::vector<std::string> after_run_failures;
   std::string comm_backend;  // the collectives' backend per group: shm, gloo, nccl, shm+gloo, gloo(shm: why not)
   std::string device_name;

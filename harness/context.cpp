@@ -77,18 +77,16 @@ RunEnvironment DescribeEnvironment(bool cuda) {
   env.timestamp = UtcTimestamp();
   char host[256] = {0};
   if (gethostname(host, sizeof(host) - 1) == 0) env.host = host;
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line)) {
+  std::stringstream text;  // /proc/cpuinfo, read once: the model's name and the machine's identity
+  text << std::ifstream("/proc/cpuinfo").rdbuf();
+  std::istringstream cpuinfo(text.str());
+  for (std::string line; std::getline(cpuinfo, line);) {
     if (line.rfind("model name", 0) == 0) {
       auto pos = line.find(':');
       if (pos != std::string::npos) env.cpu_model = line.substr(pos + 2);
       break;
     }
   }
-  std::ifstream whole("/proc/cpuinfo");
-  std::stringstream text;
-  text << whole.rdbuf();
   env.machine_id = MachineIdentity(text.str(), ::sysconf(_SC_NPROCESSORS_ONLN));
   env.cpu_isa = at::get_cpu_capability();
   std::transform(env.cpu_isa.begin(), env.cpu_isa.end(), env.cpu_isa.begin(),

@@ -6,6 +6,7 @@
 // Gloo symbol comes from libtorch_cpu, and the class holds Gloo objects only
 // through shared_ptr, so its layout does not depend on the Gloo version).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -168,9 +169,7 @@ std::string DistContext::CommBackend() const {
   std::vector<std::string> distinct;
   for (const auto& b : group_backends)
     if (std::find(distinct.begin(), distinct.end(), b) == distinct.end()) distinct.push_back(b);
-  std::string joined;
-  for (const auto& b : distinct) joined += (joined.empty() ? "" : "+") + b;
-  return joined;
+  return fmt::format("{}", fmt::join(distinct, "+"));
 }
 
 std::string BackendName(c10d::ProcessGroup& group) {

@@ -208,8 +208,9 @@ class UnlinkOnExit {
 
 class ShmBackend : public c10d::Backend {
  public:
-  ShmBackend(const ShmGroupSpec& spec, std::string segment, void* base, size_t bytes)
-      : Backend(spec.rank, static_cast<int>(spec.ranks.size())), spec_(spec), segment_(std::move(segment)),
+  // `base`: the group's segment as mapped here, already unlinked (MakeShmBackend).
+  ShmBackend(const ShmGroupSpec& spec, void* base, size_t bytes)
+      : Backend(spec.rank, static_cast<int>(spec.ranks.size())), spec_(spec),
         base_(static_cast<char*>(base)), bytes_(bytes), header_(static_cast<Header*>(base)),
         mail_(spec.p2p_bytes > 0 ? std::make_unique<ShmMailboxes>(MailSpec()) : nullptr),
         worker_([this] { Loop(); }) {}
@@ -720,11 +721,9 @@ class ShmBackend : public c10d::Backend {
     for (int r = 0; r < static_cast<int>(peer_arena_.size()); ++r)
       if (r != rank_) ::munmap(peer_arena_[r], arena_bytes_);
     ::munmap(base_, bytes_);
-    ::shm_unlink(segment_.c_str());  // already gone unless a rank never mapped it
   }
 
   ShmGroupSpec spec_;
-  std::string segment_;
   char* base_;
   size_t bytes_;
   Header* header_;
@@ -795,29 +794,29 @@ c10::intrusive_ptr<c10d::Backend> MakeShmBackend(const ShmGroupSpec& given, std:
     LogInfo("shared-memory group {}: point-to-point mailboxes of {} messages of up to {:.1f} MiB per pair of ranks "
             "(larger ones: Gloo)", spec.name, kMailSlots, spec.p2p_bytes / 1048576.0);
   if (!base) base = MapSegment(name, bytes, /*create=*/false, &why);
+  if (base) {
+    CrashPoint("shm: group segment mapped");
+    reinterpret_cast<Header*>(base)->start_ticks[spec.rank].store(shm::ProcessStartTicks(::getpid()));
+    reinterpret_cast<Header*>(base)->pid[spec.rank].store(::getpid());
+  }
   // Every rank says whether it mapped the segment: ranks the launcher took to
   // share a host but that share no /dev/shm (LOCAL_WORLD_SIZE left at the
   // world on two hosts) all use Gloo instead, with the reason.
   const std::string mine = base ? "ok" : "cannot map it: " + why;
   spec.store->set(fmt::format("shm/mapped/{}", spec.rank), std::vector<uint8_t>(mine.begin(), mine.end()));
-  for (int r = 0; r < size; ++r) {
+  std::string refused;  // the first rank that could not map it, and why
+  for (int r = 0; r < size && refused.empty(); ++r) {
     const auto value = spec.store->get(fmt::format("shm/mapped/{}", r));
     const std::string theirs(value.begin(), value.end());
-    if (theirs == "ok") continue;
-    if (base) ::munmap(base, bytes);
-    if (spec.rank == 0) {
-      ::shm_unlink(name.c_str());
-      LogWarn("--cpu-backend: group {}'s rank {} {}: its collectives use Gloo", spec.name, spec.ranks[r], theirs);
-    }
-    if (why_not) *why_not = fmt::format("rank {} {}", spec.ranks[r], theirs);
-    return {};
+    if (theirs != "ok") refused = fmt::format("rank {} {}", spec.ranks[r], theirs);
   }
-  CrashPoint("shm: group segment mapped");
-  reinterpret_cast<Header*>(base)->start_ticks[spec.rank].store(shm::ProcessStartTicks(::getpid()));
-  reinterpret_cast<Header*>(base)->pid[spec.rank].store(::getpid());
-  // The last rank to map it unlinks it: from here a killed run leaves nothing.
-  if (spec.store->add("shm/mapped", 1) == size) ::shm_unlink(name.c_str());
-  return c10::make_intrusive<ShmBackend>(spec, name, base, bytes);
+  // Every rank has mapped it or given up: from here a killed run leaves nothing.
+  if (spec.rank == 0) ::shm_unlink(name.c_str());
+  if (refused.empty()) return c10::make_intrusive<ShmBackend>(spec, base, bytes);
+  if (base) ::munmap(base, bytes);
+  if (spec.rank == 0) LogWarn("--cpu-backend: group {}'s {}: its collectives use Gloo", spec.name, refused);
+  if (why_not) *why_not = refused;
+  return {};
 }
 
 std::shared_ptr<ShmArena> AttachShmArenas(const c10::intrusive_ptr<c10d::Backend>& backend, int64_t bytes) {

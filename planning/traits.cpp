@@ -2,6 +2,9 @@
 // here and its factory in registry.cpp.
 #include "planning/traits.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 
 namespace ddpbench {
@@ -95,7 +98,7 @@ const StrategyTraits* FindTraits(const std::string& name) {
   return nullptr;
 }
 
-std::vector<std::string> StrategiesWhere(bool (*pick)(const StrategyTraits&)) {
+std::vector<std::string> StrategiesWhere(const std::function<bool(const StrategyTraits&)>& pick) {
   std::vector<std::string> names;
   for (const auto& t : StrategyTraitsTable())
     if (pick(t)) names.push_back(t.name);
@@ -103,16 +106,11 @@ std::vector<std::string> StrategiesWhere(bool (*pick)(const StrategyTraits&)) {
 }
 
 std::string JoinNames(const std::vector<std::string>& names, const char* separator) {
-  std::string joined;
-  for (const auto& n : names) joined += (joined.empty() ? "" : separator) + n;
-  return joined;
+  return fmt::format("{}", fmt::join(names, separator));
 }
 
 std::vector<std::string> StrategiesReading(const std::string& flag) {
-  std::vector<std::string> names;
-  for (const auto& t : StrategyTraitsTable())
-    if (t.Reads(flag)) names.push_back(t.name);
-  return names;
+  return StrategiesWhere([&flag](const StrategyTraits& t) { return t.Reads(flag); });
 }
 
 }  // namespace ddpbench

@@ -6,6 +6,7 @@
 // projection can read it.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -59,8 +60,8 @@ const StrategyTraits* FindTraits(const std::string& name);  // nullptr when unre
 std::vector<std::string> StrategiesReading(const std::string& flag);
 // The strategies whose row `pick` accepts, in table order: every list of
 // strategies a message or a default names comes from the rows, never typed.
-std::vector<std::string> StrategiesWhere(bool (*pick)(const StrategyTraits&));
-// `names` joined by `separator`: "zero1|zero2|zero3".
+std::vector<std::string> StrategiesWhere(const std::function<bool(const StrategyTraits&)>& pick);
+// `names` joined by `separator` ("zero1|zero2|zero3"): every list a message prints.
 std::string JoinNames(const std::vector<std::string>& names, const char* separator = "|");
 
 }  // namespace ddpbench
